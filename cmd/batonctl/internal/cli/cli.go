@@ -1,0 +1,72 @@
+// Package cli dispatches batonctl's sub-commands. Each sub-command lives in its
+// own package under cmd/batonctl/internal and is registered in the commands
+// table below.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// Env is what a sub-command gets from the process.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Command is one batonctl sub-command. Run returns the process exit code.
+type Command struct {
+	Summary string
+	Run     func(ctx context.Context, env Env, args []string) int
+}
+
+// commandTable lists the sub-commands. Add one line per command; the command's
+// code lives in its own package.
+func commandTable() map[string]Command {
+	return map[string]Command{}
+}
+
+// Main runs batonctl with args (without the program name) and returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	env := Env{Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	commands := commandTable()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, commands)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "batonctl: unknown command %q (run 'batonctl help' for the list)\n", args[0])
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return c.Run(ctx, env, args[1:])
+}
+
+func usage(w io.Writer, commands map[string]Command) {
+	fmt.Fprintln(w, "batonctl — Baton's operator tool")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: batonctl COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].Summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'batonctl COMMAND --help' for a command's flags.")
+}

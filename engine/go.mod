@@ -1,0 +1,13 @@
+module github.com/baton-serving/baton/engine
+
+go 1.26.0
+
+replace (
+	github.com/baton-serving/baton/gen => ../gen
+	github.com/baton-serving/baton/kernels => ../kernels
+	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
+	github.com/baton-serving/baton/tracing => ../tracing
+	github.com/baton-serving/baton/svckit => ../svckit
+)
+
+require github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
