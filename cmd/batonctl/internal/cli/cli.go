@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/baton-serving/baton/cmd/batonctl/internal/up"
 )
 
 // Env is what a sub-command gets from the process.
@@ -29,7 +31,11 @@ type Command struct {
 // commandTable lists the sub-commands. Add one line per command; the command's
 // code lives in its own package.
 func commandTable() map[string]Command {
-	return map[string]Command{}
+	return map[string]Command{
+		"up": {"start router, prefill and decode on loopback and stop them on Ctrl-C", func(ctx context.Context, e Env, args []string) int {
+			return up.Run(ctx, e.Stdout, e.Stderr, args)
+		}},
+	}
 }
 
 // Main runs batonctl with args (without the program name) and returns the exit code.

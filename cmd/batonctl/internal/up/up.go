@@ -1,0 +1,266 @@
+// Package up implements `batonctl up`: it starts the router, a prefill worker
+// and a decode worker as separate processes on loopback, waits until each is
+// ready, prints the endpoints and stops them all on Ctrl-C or SIGTERM.
+package up
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/baton-serving/baton/svckit"
+)
+
+// Options configure `batonctl up`.
+type Options struct {
+	PortBase     int
+	Host         string
+	Model        string
+	BinDir       string
+	ReadyTimeout time.Duration
+	StopTimeout  time.Duration
+	LogLevel     string
+}
+
+// Ports is the port layout for a base port P: router HTTP P, router gRPC P+1,
+// prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5.
+type Ports struct {
+	RouterHTTP, RouterGRPC, PrefillGRPC, PrefillHTTP, DecodeGRPC, DecodeHTTP int
+}
+
+// Layout returns the ports for base port p.
+func Layout(p int) Ports {
+	return Ports{p, p + 1, p + 2, p + 3, p + 4, p + 5}
+}
+
+// Run is the `batonctl up` command.
+func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+	var o Options
+	fs := flag.NewFlagSet("batonctl up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.PortBase, "port-base", 8080, "first of six consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5")
+	fs.StringVar(&o.Host, "host", "127.0.0.1", "address the services listen on")
+	fs.StringVar(&o.Model, "model", "", "GGUF model for all three services: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf)")
+	fs.StringVar(&o.BinDir, "bin-dir", "", "directory holding router-svc, prefill-svc and decode-svc (default: batonctl's own directory, then $PATH)")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "how long each service gets to become ready")
+	fs.DurationVar(&o.StopTimeout, "stop-timeout", 15*time.Second, "how long the services get to stop after SIGTERM before they are killed")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "services' log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc, prefill-svc and decode-svc on loopback and stops them on Ctrl-C.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := svckit.ParseFlags(fs, args, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "batonctl up: %v\n", err)
+		return 2
+	}
+	if o.PortBase < 1 || o.PortBase > 65535-5 {
+		fmt.Fprintf(stderr, "batonctl up: --port-base %d: must be in 1-65530\n", o.PortBase)
+		return 2
+	}
+	if net.ParseIP(o.Host) == nil && o.Host != "localhost" {
+		fmt.Fprintf(stderr, "batonctl up: --host %q: not an IP address\n", o.Host)
+		return 2
+	}
+	if err := up(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "batonctl up: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type child struct {
+	name     string
+	httpAddr string
+	grpcAddr string
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
+	err      error         // exit status, valid after done
+	mu       sync.Mutex
+	lastLine string // last line the process wrote to stderr
+}
+
+func (c *child) last() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastLine
+}
+
+func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	p := Layout(o.PortBase)
+	addr := func(port int) string { return net.JoinHostPort(o.Host, strconv.Itoa(port)) }
+	common := []string{"--log-level", o.LogLevel}
+	if o.Model != "" {
+		common = append(common, "--model", o.Model)
+	}
+	specs := []struct {
+		name, grpc, http string
+		extra            []string
+	}{
+		{"prefill-svc", addr(p.PrefillGRPC), addr(p.PrefillHTTP), nil},
+		{"decode-svc", addr(p.DecodeGRPC), addr(p.DecodeHTTP), nil},
+		{"router-svc", addr(p.RouterGRPC), addr(p.RouterHTTP),
+			[]string{"--prefill", addr(p.PrefillGRPC), "--decode", addr(p.DecodeGRPC)}},
+	}
+	var children []*child
+	var logs sync.WaitGroup
+	defer logs.Wait()
+	// stopAll is the one release path for the processes, whatever happens.
+	defer func() { stopAll(children, o.StopTimeout, stderr) }()
+
+	for _, s := range specs {
+		bin, err := findBinary(o.BinDir, s.name)
+		if err != nil {
+			return err
+		}
+		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http}, common...)
+		args = append(args, s.extra...)
+		c, err := start(bin, s.name, args, stderr, &logs)
+		if err != nil {
+			return err
+		}
+		c.grpcAddr, c.httpAddr = s.grpc, s.http
+		children = append(children, c)
+	}
+	for _, c := range children {
+		if err := waitReady(ctx, c, o.ReadyTimeout); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "Baton is up (Ctrl-C stops it):\n")
+	fmt.Fprintf(stdout, "  router   HTTP  http://%s  (REST /v1/..., /metrics, /health/ready)\n", addr(p.RouterHTTP))
+	fmt.Fprintf(stdout, "  router   gRPC  %s\n", addr(p.RouterGRPC))
+	fmt.Fprintf(stdout, "  prefill  gRPC  %s   HTTP http://%s\n", addr(p.PrefillGRPC), addr(p.PrefillHTTP))
+	fmt.Fprintf(stdout, "  decode   gRPC  %s   HTTP http://%s\n", addr(p.DecodeGRPC), addr(p.DecodeHTTP))
+
+	died := make(chan *child, len(children))
+	for _, c := range children {
+		go func() { <-c.done; died <- c }()
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stderr, "batonctl up: stopping")
+		return stopAll(children, o.StopTimeout, stderr)
+	case c := <-died:
+		return fmt.Errorf("%s exited unexpectedly (%v): %s", c.name, c.err, c.last())
+	}
+}
+
+func findBinary(dir, name string) (string, error) {
+	if dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("--bin-dir: %s not found in %s", name, dir)
+		}
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found next to batonctl or in $PATH; build it (go build -o bin/ ./router-svc ./prefill-svc ./decode-svc ./cmd/batonctl) or pass --bin-dir", name)
+	}
+	return p, nil
+}
+
+func start(bin, name string, args []string, stderr io.Writer, logs *sync.WaitGroup) (*child, error) {
+	c := &child{name: name, done: make(chan struct{})}
+	c.cmd = exec.Command(bin, args...)
+	c.cmd.SysProcAttr = sysProcAttr()
+	pipe, err := c.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.cmd.Stdout = stderr
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	logs.Add(1)
+	go func() {
+		defer logs.Done()
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			line := sc.Text()
+			c.mu.Lock()
+			c.lastLine = line
+			c.mu.Unlock()
+			fmt.Fprintf(stderr, "[%s] %s\n", name, line)
+		}
+		// Wait only after the pipe is drained: it closes the pipe.
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func waitReady(ctx context.Context, c *child, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	url := "http://" + c.httpAddr + "/health/ready"
+	client := &http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("%s failed to start (%v): %s", c.name, c.err, c.last())
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while waiting for %s", c.name)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v (%s)", c.name, timeout, url)
+		}
+	}
+}
+
+// stopAll sends SIGTERM to every running child, waits up to timeout, then
+// kills what is left. It returns an error if a child did not exit cleanly.
+// Safe to call more than once.
+func stopAll(children []*child, timeout time.Duration, stderr io.Writer) error {
+	for _, c := range children {
+		select {
+		case <-c.done:
+		default:
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	deadline := time.After(timeout)
+	for _, c := range children {
+		select {
+		case <-c.done:
+		case <-deadline:
+			fmt.Fprintf(stderr, "batonctl up: %s did not stop within %v; killing it\n", c.name, timeout)
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+		if c.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.name, c.err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,149 @@
+// Package model runs the forward pass of transformer language models stored
+// in GGUF files.
+//
+// Each architecture lives in its own file and is registered by its GGUF name
+// (general.architecture) in the table that architectures returns; Load looks
+// the file's architecture up there. Weights are bound once at load time by
+// tensor name, with every shape checked, and stay in the file mapping: the
+// kernels read every supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)
+// in place, so loading copies nothing but the small normalization vectors.
+//
+// A Model is safe for concurrent use: several sequences, each with its own
+// KVCache, can run Forward at the same time.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/kernels"
+)
+
+// Model is a loaded model.
+type Model interface {
+	// Config returns the model's hyper-parameters.
+	Config() Config
+	// Fingerprint identifies the model's weights and shape; see Fingerprint
+	// in fingerprint.go for what it covers.
+	Fingerprint() string
+	// Forward runs tokens, consecutive tokens of one sequence starting at
+	// position pos, through the model. It stores their keys and values in
+	// cache at positions pos… (pos may rewind below cache.Len() but not skip
+	// past it), leaves cache.Len() == pos+len(tokens), and, when logits is
+	// not nil, writes the next-token logits of the last token to it
+	// (len(logits) must be Config().Vocab). A prompt is prefilled with many
+	// tokens in one call; decoding passes one.
+	Forward(tokens []int32, pos int, cache KVCache, logits []float32) error
+	// Close stops the model's worker goroutines. It waits for running
+	// Forward calls; later calls fail. It does not close the GGUF file, which
+	// the caller owns and must keep open until Close returns.
+	Close() error
+}
+
+// Options tune how a model runs; the zero value is valid.
+type Options struct {
+	// Threads is the number of goroutines a Forward call splits its matrix
+	// products and attention heads over; 0 means runtime.GOMAXPROCS(0).
+	Threads int
+	// ContextLength overrides the context window the GGUF declares
+	// ({arch}.context_length), as llama.cpp's -c does; 0 keeps the file's.
+	ContextLength int
+}
+
+// Config holds a model's hyper-parameters as read from the GGUF metadata,
+// with llama.cpp's defaults filled in.
+type Config struct {
+	Architecture string
+	Name         string // general.name, informational
+	Dim          int    // embedding length
+	Hidden       int    // feed-forward length
+	Layers       int
+	Heads        int
+	KVHeads      int
+	HeadDim      int
+	Vocab        int
+	// ContextLength is the context window Forward enforces: Options'
+	// override or TrainContextLength.
+	ContextLength      int
+	TrainContextLength int
+	NormEps            float32
+	RopeBase           float32
+	// RopeScale multiplies positions before rotation (1/factor of linear
+	// RoPE scaling; 1 without scaling).
+	RopeScale  float32
+	RopeDim    int // leading dimensions of each head that RoPE rotates
+	RopeLayout kernels.RopeLayout
+	// TiedOutput means the output head reuses the token embedding matrix.
+	TiedOutput bool
+}
+
+// QDim is the width of all query heads together.
+func (c Config) QDim() int { return c.Heads * c.HeadDim }
+
+// KVDim is the width of one position's keys (or values) in all KV heads.
+func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
+
+type loader func(f *gguf.File, c Config, opts Options) (Model, error)
+
+// architectures maps GGUF architecture names to loaders. A new architecture
+// adds one line here and one file beside llama.go.
+func architectures() map[string]loader {
+	return map[string]loader{
+		"llama": loadLlama,
+	}
+}
+
+// Architectures lists the supported architecture names, sorted.
+func Architectures() []string {
+	var names []string
+	for n := range architectures() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Load builds the model described by f's general.architecture. The model
+// reads its weights from f's mapping, so f must stay open until the model is
+// closed. An unknown architecture or an unsupported tensor type is an error
+// wrapping engine.ErrUnsupported; missing keys or tensors and wrong shapes
+// wrap engine.ErrInvalidInput.
+func Load(f *gguf.File, opts Options) (Model, error) {
+	if f == nil {
+		return nil, fmt.Errorf("model: nil GGUF file: %w", engine.ErrInvalidInput)
+	}
+	if opts.Threads < 0 {
+		return nil, fmt.Errorf("model: threads = %d, want ≥ 0: %w", opts.Threads, engine.ErrInvalidInput)
+	}
+	if opts.ContextLength < 0 {
+		return nil, fmt.Errorf("model: context length = %d, want ≥ 0: %w", opts.ContextLength, engine.ErrInvalidInput)
+	}
+	if opts.Threads == 0 {
+		opts.Threads = runtime.GOMAXPROCS(0)
+	}
+	arch, ok := f.String("general.architecture")
+	if !ok {
+		return nil, fmt.Errorf("model: no general.architecture in the file: %w", engine.ErrInvalidInput)
+	}
+	load, ok := architectures()[arch]
+	if !ok {
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: %s): %w",
+			arch, strings.Join(Architectures(), ", "), engine.ErrUnsupported)
+	}
+	cfg, err := readConfig(f, arch)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ContextLength > 0 {
+		cfg.ContextLength = opts.ContextLength
+	}
+	return load(f, cfg, opts)
+}
+
+// errClosed is returned by Forward after Close.
+var errClosed = errors.New("model: closed")

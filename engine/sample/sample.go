@@ -1,0 +1,404 @@
+// Package sample turns a model's next-token logits into a token: greedy
+// decoding, temperature, top-k, top-p and min-p filtering, repetition,
+// frequency and presence penalties, a seeded deterministic random source,
+// log-probabilities, and the detection of stop strings in streamed text.
+//
+// The filters run in llama.cpp's default order — penalties, top-k, top-p,
+// min-p, temperature, then a random draw — so that a request gives the same
+// distribution here as in llama.cpp with the same parameters.
+package sample
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/baton-serving/baton/engine"
+)
+
+// MaxTopLogprobs bounds Params.TopLogprobs (the OpenAI API's limit).
+const MaxTopLogprobs = 20
+
+// Params configures the sampler of one request. The zero value is not
+// usable (TopP 0 is invalid); start from Defaults.
+type Params struct {
+	// Temperature divides the logits before the draw; 0 selects greedy
+	// decoding (the arg-max, lowest id on ties) and skips the filters.
+	Temperature float32
+	// TopK keeps the K most likely tokens; 0 disables it.
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose probability
+	// sums to at least TopP; 1 disables it. Must be in (0, 1].
+	TopP float32
+	// MinP drops tokens whose probability is below MinP times that of the
+	// most likely token; 0 disables it. Must be in [0, 1].
+	MinP float32
+	// RepeatPenalty divides the positive logits and multiplies the negative
+	// ones of every token seen in the penalty window (llama.cpp's
+	// repeat_penalty); 1 disables it. Must be > 0.
+	RepeatPenalty float32
+	// FrequencyPenalty is subtracted from a token's logit once per occurrence
+	// in the penalty window, PresencePenalty once if it occurs at all (the
+	// OpenAI definitions). Each must be in [-2, 2]; 0 disables it.
+	FrequencyPenalty float32
+	PresencePenalty  float32
+	// PenaltyLastN is the size of the penalty window: the last N accepted
+	// tokens (prompt and generated alike, as llama.cpp counts them). 0
+	// disables the penalties, -1 uses every accepted token.
+	PenaltyLastN int
+	// Seed seeds the random source; the same seed, parameters and logits give
+	// the same tokens on every run and platform.
+	Seed uint64
+	// Logprobs asks for the chosen token's log-probability; TopLogprobs > 0
+	// also asks for that many most likely tokens. Both are computed from the
+	// raw logits (before penalties, filters and temperature).
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// Defaults returns parameters that leave the model's distribution unchanged:
+// temperature 1, no filters, no penalties (with llama.cpp's 64-token window
+// ready for when a penalty is set), seed 0.
+func Defaults() Params {
+	return Params{Temperature: 1, TopP: 1, RepeatPenalty: 1, PenaltyLastN: 64}
+}
+
+// Validate checks every field's range. The error names the field and wraps
+// engine.ErrInvalidInput.
+func (p Params) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("sample: %s = %v, want %s: %w", field, v, want, engine.ErrInvalidInput)
+	}
+	finite := func(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) }
+	switch {
+	case !finite(p.Temperature) || p.Temperature < 0:
+		return bad("temperature", p.Temperature, "a finite value ≥ 0")
+	case p.TopK < 0:
+		return bad("top_k", p.TopK, "≥ 0 (0 disables)")
+	case !finite(p.TopP) || p.TopP <= 0 || p.TopP > 1:
+		return bad("top_p", p.TopP, "a value in (0, 1] (1 disables)")
+	case !finite(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return bad("min_p", p.MinP, "a value in [0, 1] (0 disables)")
+	case !finite(p.RepeatPenalty) || p.RepeatPenalty <= 0:
+		return bad("repeat_penalty", p.RepeatPenalty, "a finite value > 0 (1 disables)")
+	case !finite(p.FrequencyPenalty) || p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
+		return bad("frequency_penalty", p.FrequencyPenalty, "a value in [-2, 2]")
+	case !finite(p.PresencePenalty) || p.PresencePenalty < -2 || p.PresencePenalty > 2:
+		return bad("presence_penalty", p.PresencePenalty, "a value in [-2, 2]")
+	case p.PenaltyLastN < -1:
+		return bad("penalty_last_n", p.PenaltyLastN, "≥ -1 (-1 = all tokens, 0 disables)")
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return bad("top_logprobs", p.TopLogprobs, fmt.Sprintf("a value in [0, %d]", MaxTopLogprobs))
+	}
+	return nil
+}
+
+// TokenLogprob is a token and its natural-log probability.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
+}
+
+// Token is a sampled token. Logprob and Top are set only when the Params asked
+// for them; Top is ordered from most to least likely (lowest id first on ties).
+type Token struct {
+	ID      int32
+	Logprob float32
+	Top     []TokenLogprob
+}
+
+// Sampler draws tokens for one sequence. It keeps the sequence's recent
+// tokens for the penalties and its own random source, so it is not safe for
+// concurrent use; make one per request.
+type Sampler struct {
+	p   Params
+	rng *rand.Rand
+
+	history []int32 // accepted tokens, oldest first; trimmed to the window
+	counts  map[int32]int
+	work    []float32   // penalized copy of the logits
+	cand    []candidate // filter scratch
+}
+
+type candidate struct {
+	id    int32
+	logit float32
+}
+
+// New validates p and returns a sampler seeded with p.Seed.
+func New(p Params) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	// PCG's two words: the seed and a fixed odd stream constant, so that
+	// seeds 0 and 1 are as unrelated as any other two.
+	return &Sampler{
+		p:      p,
+		rng:    rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15)),
+		counts: make(map[int32]int),
+	}, nil
+}
+
+// Params returns the sampler's parameters.
+func (s *Sampler) Params() Params { return s.p }
+
+// Accept records a token of the sequence (prompt or generated) in the penalty
+// window.
+func (s *Sampler) Accept(ids ...int32) {
+	if s.p.PenaltyLastN == 0 || !s.penalizes() {
+		return
+	}
+	s.history = append(s.history, ids...)
+	if n := s.p.PenaltyLastN; n > 0 && len(s.history) > 2*n {
+		// Trim lazily so that Accept stays amortized O(1).
+		s.history = append(s.history[:0], s.history[len(s.history)-n:]...)
+	}
+}
+
+func (s *Sampler) penalizes() bool {
+	return s.p.RepeatPenalty != 1 || s.p.FrequencyPenalty != 0 || s.p.PresencePenalty != 0
+}
+
+// Sample picks the next token from logits (one per vocabulary entry), which it
+// does not modify.
+func (s *Sampler) Sample(logits []float32) (Token, error) {
+	if len(logits) == 0 {
+		return Token{}, fmt.Errorf("sample: empty logits: %w", engine.ErrInvalidInput)
+	}
+	l := logits
+	if s.penalizes() && s.p.PenaltyLastN != 0 && len(s.history) > 0 {
+		s.work = append(s.work[:0], logits...)
+		s.applyPenalties(s.work)
+		l = s.work
+	}
+	var id int32
+	if s.p.Temperature == 0 {
+		id = Greedy(l)
+	} else {
+		var err error
+		if id, err = s.draw(l); err != nil {
+			return Token{}, err
+		}
+	}
+	if id < 0 {
+		return Token{}, fmt.Errorf("sample: no finite logit among %d: %w", len(logits), engine.ErrInvalidInput)
+	}
+	tok := Token{ID: id}
+	if s.p.Logprobs || s.p.TopLogprobs > 0 {
+		tok.Logprob, tok.Top = Logprobs(logits, id, s.p.TopLogprobs)
+	}
+	return tok, nil
+}
+
+func (s *Sampler) applyPenalties(l []float32) {
+	window := s.history
+	if n := s.p.PenaltyLastN; n > 0 && len(window) > n {
+		window = window[len(window)-n:]
+	}
+	clear(s.counts)
+	for _, id := range window {
+		if id >= 0 && int(id) < len(l) {
+			s.counts[id]++
+		}
+	}
+	for id, c := range s.counts {
+		v := l[id]
+		if v > 0 {
+			v /= s.p.RepeatPenalty
+		} else {
+			v *= s.p.RepeatPenalty
+		}
+		v -= float32(c)*s.p.FrequencyPenalty + s.p.PresencePenalty
+		l[id] = v
+	}
+}
+
+// draw applies top-k, top-p, min-p and temperature and draws from what is
+// left. It returns -1 when no logit is finite.
+func (s *Sampler) draw(l []float32) (int32, error) {
+	c := s.cand[:0]
+	for i, v := range l {
+		if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), -1) {
+			c = append(c, candidate{int32(i), v})
+		}
+	}
+	s.cand = c
+	if len(c) == 0 {
+		return -1, nil
+	}
+	c = filter(c, s.p)
+	// Softmax at temperature T over the survivors; exponents ≤ 0 after
+	// subtracting the maximum, sums in float64.
+	maxL := c[0].logit
+	for _, x := range c[1:] {
+		maxL = max(maxL, x.logit)
+	}
+	if math.IsInf(float64(maxL), 1) {
+		// +Inf logits take all the mass, shared evenly.
+		c = slices.DeleteFunc(c, func(x candidate) bool { return !math.IsInf(float64(x.logit), 1) })
+		return c[s.rng.IntN(len(c))].id, nil
+	}
+	invT := 1 / float64(s.p.Temperature)
+	var sum float64
+	for _, x := range c {
+		sum += math.Exp(float64(x.logit-maxL) * invT)
+	}
+	u := s.rng.Float64() * sum
+	var acc float64
+	for _, x := range c {
+		acc += math.Exp(float64(x.logit-maxL) * invT)
+		if u < acc {
+			return x.id, nil
+		}
+	}
+	return c[len(c)-1].id, nil // rounding left u at the very top
+}
+
+// byLogitDesc orders candidates from most to least likely, lowest id first
+// among equals, so that every filter's cut is deterministic.
+func byLogitDesc(a, b candidate) int {
+	if a.logit != b.logit {
+		return cmp.Compare(b.logit, a.logit)
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// filter applies top-k, top-p and min-p (in llama.cpp's order) to a non-empty
+// candidate list and returns the survivors; at least one always survives.
+func filter(c []candidate, p Params) []candidate {
+	sorted := false
+	if p.TopK > 0 && p.TopK < len(c) {
+		c = selectTop(c, p.TopK)
+		sorted = true
+	}
+	if p.TopP < 1 {
+		if !sorted {
+			slices.SortFunc(c, byLogitDesc)
+			sorted = true
+		}
+		// Probabilities at temperature 1 over the current candidates, as
+		// llama.cpp computes them for this filter.
+		maxL := float64(c[0].logit)
+		var sum float64
+		for _, x := range c {
+			sum += math.Exp(float64(x.logit) - maxL)
+		}
+		var acc float64
+		keep := len(c)
+		for i, x := range c {
+			acc += math.Exp(float64(x.logit)-maxL) / sum
+			if acc >= float64(p.TopP) {
+				keep = i + 1
+				break
+			}
+		}
+		c = c[:keep]
+	}
+	if p.MinP > 0 {
+		maxL := c[0].logit
+		if !sorted {
+			for _, x := range c[1:] {
+				maxL = max(maxL, x.logit)
+			}
+		}
+		// p_i ≥ min_p·p_max  ⇔  logit_i ≥ max + ln(min_p)
+		threshold := float64(maxL) + math.Log(float64(p.MinP))
+		c = slices.DeleteFunc(c, func(x candidate) bool { return float64(x.logit) < threshold })
+	}
+	return c
+}
+
+// selectTop returns the k best candidates (k < len(c)) sorted best first. It
+// sorts only a min-heap of k entries, O(n log k), which matters for 100k+
+// vocabularies with small k.
+func selectTop(c []candidate, k int) []candidate {
+	h := c[:k]
+	// worse(a, b): a ranks below b.
+	worse := func(a, b candidate) bool { return byLogitDesc(a, b) > 0 }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= k {
+				return
+			}
+			m := l
+			if r := l + 1; r < k && worse(h[r], h[l]) {
+				m = r
+			}
+			if !worse(h[m], h[i]) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range c[k:] {
+		if worse(h[0], x) {
+			h[0] = x
+			down(0)
+		}
+	}
+	slices.SortFunc(h, byLogitDesc)
+	return h
+}
+
+// Greedy returns the index of the largest logit, the lowest index among
+// equal maxima, or -1 when no logit is a number greater than -Inf.
+func Greedy(logits []float32) int32 {
+	best := int32(-1)
+	bestV := float32(math.Inf(-1))
+	for i, v := range logits {
+		if v > bestV {
+			best, bestV = int32(i), v
+		}
+	}
+	return best
+}
+
+// Logprobs returns the log-softmax of logits at chosen and the n most likely
+// tokens with their log-probabilities (best first, lowest id first on ties).
+// The log-sum-exp is computed in float64 around the maximum.
+func Logprobs(logits []float32, chosen int32, n int) (float32, []TokenLogprob) {
+	if len(logits) == 0 {
+		return float32(math.Inf(-1)), nil
+	}
+	maxL := float32(math.Inf(-1))
+	for _, v := range logits {
+		maxL = max(maxL, v)
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v - maxL))
+	}
+	lse := float64(maxL) + math.Log(sum)
+	lp := func(v float32) float32 { return float32(float64(v) - lse) }
+	var chosenLP float32
+	if chosen >= 0 && int(chosen) < len(logits) {
+		chosenLP = lp(logits[chosen])
+	} else {
+		chosenLP = float32(math.Inf(-1))
+	}
+	if n <= 0 {
+		return chosenLP, nil
+	}
+	n = min(n, len(logits))
+	c := make([]candidate, len(logits))
+	for i, v := range logits {
+		c[i] = candidate{int32(i), v}
+	}
+	if n < len(c) {
+		c = selectTop(c, n)
+	} else {
+		slices.SortFunc(c, byLogitDesc)
+	}
+	top := make([]TokenLogprob, n)
+	for i := range top {
+		top[i] = TokenLogprob{ID: c[i].id, Logprob: lp(c[i].logit)}
+	}
+	return chosenLP, top
+}

@@ -1,0 +1,89 @@
+package tokenizer
+
+import "strings"
+
+// spmSpace is the SentencePiece meta symbol that stands for a space.
+const spmSpace = "\u2581"
+
+// encodeSPM tokenizes fragments the way llama.cpp's SPM tokenizer does:
+// every text fragment that starts the input or follows a special token gets
+// the dummy-prefix space (when the vocabulary asks for it), spaces become
+// "▁", and the result is merged by score.
+func (t *Tokenizer) encodeSPM(frags []fragment, out []int32) []int32 {
+	var s mergeSession
+	prevSpecial := true
+	for _, f := range frags {
+		if f.id != NoToken {
+			out = append(out, f.id)
+			prevSpecial = true
+			continue
+		}
+		text := f.text
+		if t.addSpacePrefix && prevSpecial {
+			text = " " + text
+		}
+		text = strings.ReplaceAll(text, " ", spmSpace)
+		out = s.spm(t, text, out)
+		prevSpecial = false
+	}
+	return out
+}
+
+// mergeSession holds the buffers one Encode call reuses across fragments
+// and words.
+type mergeSession struct {
+	syms  []symbol
+	queue bigramQueue
+	buf   []byte
+}
+
+// spm splits text into UTF-8 characters, repeatedly merges the adjacent pair
+// whose concatenation is the highest-scoring token, and appends the tokens
+// of the final symbols. A symbol that is not a token (only single
+// characters can be) is spelled out with byte tokens.
+func (s *mergeSession) spm(t *Tokenizer, text string, out []int32) []int32 {
+	s.syms = splitSymbols(s.syms, text)
+	s.queue = s.queue[:0]
+	syms := s.syms
+	add := func(left, right int) {
+		if left < 0 || right < 0 {
+			return
+		}
+		l, r := syms[left], syms[right]
+		piece := text[l.start : l.start+l.n+r.n]
+		id, ok := t.toID[piece]
+		if !ok {
+			return
+		}
+		s.queue.push(bigram{left: left, right: right, score: float64(t.score(id)), size: len(piece)})
+	}
+	for i := 1; i < len(syms); i++ {
+		add(i-1, i)
+	}
+	mergeAll(syms, &s.queue, add)
+
+	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
+		piece := text[syms[i].start : syms[i].start+syms[i].n]
+		if id, ok := t.toID[piece]; ok {
+			out = append(out, id)
+			continue
+		}
+		for j := 0; j < len(piece); j++ {
+			out = t.appendByte(out, piece[j])
+		}
+	}
+	return out
+}
+
+// appendByte appends the byte-fallback token of b: "<0xHH>", else the token
+// whose text is that single byte, else the unknown token. With none of them
+// the byte is dropped (llama.cpp would abort).
+func (t *Tokenizer) appendByte(out []int32, b byte) []int32 {
+	if id := t.byteIDs[b]; id != NoToken {
+		return append(out, id)
+	}
+	if t.unk != NoToken {
+		return append(out, t.unk)
+	}
+	return out
+}

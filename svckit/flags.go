@@ -1,0 +1,69 @@
+package svckit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// EnvPrefix is the prefix of the environment variables that override flags:
+// --grpc-addr is BATON_GRPC_ADDR.
+const EnvPrefix = "BATON_"
+
+// EnvName returns the environment variable that overrides the named flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ParseFlags parses args into fs, then fills every flag not given on the
+// command line from its environment variable (EnvName), if set. Flags given on
+// the command line win over the environment. The usage text shows each
+// flag's variable. An unparsable value names the flag or variable.
+func ParseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "help" && !strings.Contains(f.Usage, "$"+EnvName(f.Name)) {
+			f.Usage += " [$" + EnvName(f.Name) + "]"
+		}
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		name := EnvName(f.Name)
+		v, ok := lookupEnv(name)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("environment variable %s=%q: %w", name, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// NewFlagSet returns a flag set that reports errors instead of exiting, with a
+// usage message that lists every flag with its default and variable.
+func NewFlagSet(name, summary string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "%s — %s\n\nUsage: %s [flags]\n\nFlags (each can also be set by the environment variable shown):\n", name, summary, name)
+		fs.PrintDefaults()
+	}
+	return fs
+}

@@ -1,0 +1,265 @@
+package svckit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-serving/baton/tracing"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// ReadinessCheck reports whether one part of a service can take traffic; a
+// non-nil error says why not.
+type ReadinessCheck func(ctx context.Context) error
+
+// Server is a service's gRPC and HTTP servers and their shared state. Build it
+// with NewServer, register services on GRPC and handlers on Mux, then Run.
+type Server struct {
+	Name     string
+	Config   Config
+	Logger   *slog.Logger
+	Tracing  *tracing.Provider
+	Registry *prometheus.Registry
+	GRPC     *grpc.Server
+	Health   *health.Server
+	Mux      *http.ServeMux
+
+	draining atomic.Bool
+	mu       sync.Mutex
+	checks   []namedCheck
+	onDrain  []func(ctx context.Context)
+	grpcLis  net.Listener
+	httpLis  net.Listener
+}
+
+type namedCheck struct {
+	name string
+	fn   ReadinessCheck
+}
+
+// ServerOptions adds to a Server's defaults.
+type ServerOptions struct {
+	GRPCOptions []grpc.ServerOption
+}
+
+// NewServer creates the servers and binds both listen addresses, so that a
+// port in use or an unusable address is reported before anything starts.
+func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provider, opts ServerOptions) (*Server, error) {
+	s := &Server{Name: name, Config: cfg, Logger: logger, Tracing: tp,
+		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux()}
+	gopts := append([]grpc.ServerOption{
+		tp.ServerOption(),
+		grpc.ChainUnaryInterceptor(s.unaryDrainGuard),
+		grpc.ChainStreamInterceptor(s.streamDrainGuard),
+	}, opts.GRPCOptions...)
+	s.GRPC = grpc.NewServer(gopts...)
+	healthpb.RegisterHealthServer(s.GRPC, s.Health)
+	reflection.Register(s.GRPC)
+	// Not serving until Run has started both servers.
+	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
+	s.Mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	s.Mux.HandleFunc("GET /health/ready", s.serveReady)
+
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("--grpc-addr %s: %w", cfg.GRPCAddr, listenCause(err))
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		s.grpcLis.Close()
+		return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, listenCause(err))
+	}
+	return s, nil
+}
+
+// listenCause strips net.OpError's repetition of the address.
+func listenCause(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err
+	}
+	return err
+}
+
+// GRPCAddr is the bound gRPC address (useful when the port was 0).
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// AddReadinessCheck adds a check that readiness (gRPC health and
+// /health/ready) requires to pass.
+func (s *Server) AddReadinessCheck(name string, fn ReadinessCheck) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks = append(s.checks, namedCheck{name, fn})
+}
+
+// OnDrain adds a function run at shutdown after new work is refused and before
+// the servers stop; it should finish or abort in-flight work by ctx's deadline.
+func (s *Server) OnDrain(fn func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onDrain = append(s.onDrain, fn)
+}
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Ready runs the readiness checks; it returns nil when the service can take
+// traffic and otherwise an error per failing check.
+func (s *Server) Ready(ctx context.Context) map[string]string {
+	failed := map[string]string{}
+	if s.draining.Load() {
+		failed["shutdown"] = ErrDraining.Error()
+	}
+	s.mu.Lock()
+	checks := append([]namedCheck(nil), s.checks...)
+	s.mu.Unlock()
+	for _, c := range checks {
+		if err := c.fn(ctx); err != nil {
+			failed[c.name] = err.Error()
+		}
+	}
+	return failed
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	failed := s.Ready(ctx)
+	body := map[string]any{"status": "SERVING"}
+	code := http.StatusOK
+	if len(failed) > 0 {
+		body = map[string]any{"status": "NOT_SERVING", "failing": failed}
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// refreshHealth mirrors the readiness checks into the gRPC health service.
+func (s *Server) refreshHealth(ctx context.Context) {
+	if s.draining.Load() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st := healthpb.HealthCheckResponse_SERVING
+	if failed := s.Ready(cctx); len(failed) > 0 {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for name := range s.GRPC.GetServiceInfo() {
+		s.Health.SetServingStatus(name, st)
+	}
+	s.Health.SetServingStatus("", st)
+}
+
+// exempt lists services that keep answering while a server drains, so that
+// probes see NOT_SERVING rather than an error.
+func exempt(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.") || strings.HasPrefix(fullMethod, "/grpc.reflection.")
+}
+
+func (s *Server) unaryDrainGuard(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if s.draining.Load() && !exempt(info.FullMethod) {
+		return nil, Status(ErrDraining)
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) streamDrainGuard(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if s.draining.Load() && !exempt(info.FullMethod) {
+		return Status(ErrDraining)
+	}
+	return h(srv, ss)
+}
+
+// Run serves until ctx is cancelled, then shuts down gracefully: readiness
+// turns NOT_SERVING, new RPCs are refused with UNAVAILABLE, drain hooks get
+// the shutdown timeout to finish in-flight work, and the servers stop. It
+// returns nil after a clean shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	httpSrv := &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.GRPC.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("grpc server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := httpSrv.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		s.refreshHealth(gctx)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				s.refreshHealth(gctx)
+			}
+		}
+	})
+	s.Logger.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr())
+	g.Go(func() error {
+		<-gctx.Done()
+		s.shutdown(httpSrv)
+		return nil
+	})
+	return g.Wait()
+}
+
+func (s *Server) shutdown(httpSrv *http.Server) {
+	start := time.Now()
+	s.Logger.Info("shutting down", "timeout", s.Config.ShutdownTimeout.String())
+	s.draining.Store(true)
+	s.Health.Shutdown() // every service NOT_SERVING
+	ctx, cancel := context.WithTimeout(context.Background(), s.Config.ShutdownTimeout)
+	defer cancel()
+	s.mu.Lock()
+	hooks := append([]func(context.Context){}, s.onDrain...)
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h(ctx)
+	}
+	stopped := make(chan struct{})
+	go func() { s.GRPC.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.Logger.Warn("graceful stop timed out; closing remaining streams")
+		s.GRPC.Stop()
+		<-stopped
+	}
+	if err := httpSrv.Shutdown(ctx); err != nil {
+		_ = httpSrv.Close()
+	}
+	s.Logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+}
