@@ -31,8 +31,25 @@ func ParseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 			f.Usage += " [$" + EnvName(f.Name) + "]"
 		}
 	})
-	if err := fs.Parse(args); err != nil {
-		return err
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	// Parse quietly: a bad flag is reported by the caller as one line, not
+	// followed by the whole usage text.
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
+		return fmt.Errorf("%w (see --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))

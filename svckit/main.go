@@ -89,7 +89,14 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 			logger.Warn("flushing traces", "err", err)
 		}
 	}()
+	// Bind the ports first: a port conflict is reported at once, before a
+	// possibly long model load.
+	srv, err := NewServer(spec.Name, cfg, logger, tp, ServerOptions{})
+	if err != nil {
+		return fail(1, err)
+	}
 	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg}); err != nil {
+		srv.closeListeners()
 		return fail(1, err)
 	}
 	defer func() {
@@ -97,11 +104,8 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 			logger.Warn("closing", "err", err)
 		}
 	}()
-	srv, err := NewServer(spec.Name, cfg, logger, tp, ServerOptions{})
-	if err != nil {
-		return fail(1, err)
-	}
 	if err := svc.Register(srv); err != nil {
+		srv.closeListeners()
 		return fail(1, err)
 	}
 	if err := srv.Run(ctx); err != nil {

@@ -100,6 +100,12 @@ func listenCause(err error) error {
 	return err
 }
 
+// closeListeners releases the ports of a server that will not Run.
+func (s *Server) closeListeners() {
+	s.grpcLis.Close()
+	s.httpLis.Close()
+}
+
 // GRPCAddr is the bound gRPC address (useful when the port was 0).
 func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 

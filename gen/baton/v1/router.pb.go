@@ -268,8 +268,8 @@ func (*ListModelsRequest) Descriptor() ([]byte, []int) {
 	return file_baton_v1_router_proto_rawDescGZIP(), []int{3}
 }
 
-// ListModelsResponse lists the served models. Its JSON form is an OpenAI model
-// list (object "list", data).
+// ListModelsResponse lists the served models, with the field names of an
+// OpenAI model list (object "list", data).
 type ListModelsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Always "list".

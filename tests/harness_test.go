@@ -1,0 +1,285 @@
+//go:build e2e
+
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// binDir holds the binaries built once by TestMain.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code, err := buildAndRun(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func buildAndRun(m *testing.M) (int, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return 0, err
+	}
+	dir, err := os.MkdirTemp("", "baton-e2e-bin-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
+		"./router-svc", "./prefill-svc", "./decode-svc", "./cmd/batonctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("building binaries: %v\n%s", err, out)
+	}
+	binDir = dir
+	return m.Run(), nil
+}
+
+// repoRoot walks up from the working directory to the folder with go.work.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// modelPath is the shared test model; the suite needs it.
+func modelPath(t *testing.T) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("shared model missing in CI: %v", err)
+		}
+		t.Skipf("shared model not present (%v)", err)
+	}
+	return p
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// consecutiveFreePorts finds a base port whose next n ports are free.
+func consecutiveFreePorts(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		base := 20000 + (os.Getpid()*7+try*97)%30000
+		ok := true
+		var ls []net.Listener
+		for i := range n {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no run of free ports found")
+	return 0
+}
+
+// proc is a started binary whose stderr is captured.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	stdout bytes.Buffer
+	done   chan struct{}
+	err    error
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	return startProcEnv(t, name, nil, args...)
+}
+
+// startProcEnv starts a binary with extra environment variables. Tracing
+// export and BATON_MODEL are cleared so the host's environment cannot leak in.
+func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, done: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
+	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
+	p.cmd.Stdout = lockedWriter{&p.mu, &p.stdout}
+	p.cmd.Env = append(append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "BATON_MODEL="), env...)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, p.Stderr())
+		}
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) Stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (p *proc) Stdout() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String()
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %v", p.name, within)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+}
+
+// waitHTTP polls url until it answers 200 or the process exits.
+func waitHTTP(t *testing.T, p *proc, url string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited before %s was ready: %v\n%s", p.name, url, p.err, p.Stderr())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s: %s not ready within %v", p.name, url, within)
+}
+
+// dial opens a plain-text gRPC connection.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// healthStatus asks the standard gRPC health service about service ("" = the server).
+func healthStatus(t *testing.T, conn *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("health check %q: %v", service, err)
+	}
+	return resp.GetStatus()
+}
+
+// oneLine asserts that a start-up failure printed one clear line: no stack
+// trace, no panic, and the expected words.
+func oneLine(t *testing.T, stderr string, want ...string) {
+	t.Helper()
+	s := strings.TrimSpace(stderr)
+	if n := strings.Count(s, "\n"); n != 0 {
+		t.Errorf("want a one-line error, got %d lines:\n%s", n+1, s)
+	}
+	for _, bad := range []string{"panic", "goroutine ", ".go:"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("error output looks like a crash (%q):\n%s", bad, s)
+		}
+	}
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			t.Errorf("error %q does not mention %q", s, w)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+//go:build e2e
+
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+)
+
+type service struct {
+	bin      string
+	services []string // gRPC services reflection must list
+	extra    []string
+}
+
+var services = []service{
+	{"router-svc", []string{"baton.v1.RouterService"}, []string{"--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2"}},
+	{"prefill-svc", []string{"baton.v1.PrefillService", "baton.v1.WorkerService"}, nil},
+	{"decode-svc", []string{"baton.v1.DecodeService", "baton.v1.WorkerService"}, nil},
+}
+
+// TestServiceLifecycle starts each service on free loopback ports and checks
+// what an operator relies on: gRPC health SERVING, /health/ready 200, /metrics
+// in Prometheus text format, reflection, UNIMPLEMENTED for behaviour not built
+// yet, and a clean exit 0 on SIGTERM.
+func TestServiceLifecycle(t *testing.T) {
+	model := modelPath(t)
+	for _, svc := range services {
+		t.Run(svc.bin, func(t *testing.T) {
+			ports := freePorts(t, 2)
+			grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+			httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+			args := append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--model", model, "--shutdown-timeout", "5s"}, svc.extra...)
+			p := startProc(t, svc.bin, args...)
+			waitHTTP(t, p, "http://"+httpAddr+"/health/ready", 20*time.Second)
+
+			conn := dial(t, grpcAddr)
+			for _, name := range append([]string{""}, svc.services...) {
+				if st := healthStatus(t, conn, name); st != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf("health of %q = %v, want SERVING", name, st)
+				}
+			}
+			checkMetrics(t, "http://"+httpAddr+"/metrics", svc.bin)
+			listed := reflectServices(t, conn)
+			for _, want := range append([]string{"grpc.health.v1.Health"}, svc.services...) {
+				if !slices.Contains(listed, want) {
+					t.Errorf("reflection lists %v, missing %s", listed, want)
+				}
+			}
+			checkUnimplemented(t, conn, svc.bin)
+
+			p.signal(t, syscall.SIGTERM)
+			if code := p.wait(t, 10*time.Second); code != 0 {
+				t.Errorf("exit code after SIGTERM = %d, want 0\n%s", code, p.Stderr())
+			}
+			if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {
+				t.Errorf("no 'stopped' log line after SIGTERM:\n%s", p.Stderr())
+			}
+		})
+	}
+}
+
+func checkMetrics(t *testing.T, url, service string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics is not Prometheus text: %v", err)
+	}
+	for name, mf := range families {
+		if mf.GetHelp() == "" {
+			t.Errorf("metric %s has no HELP", name)
+		}
+	}
+	bi, ok := families["baton_build_info"]
+	if !ok {
+		t.Fatalf("baton_build_info missing; have %d families", len(families))
+	}
+	var gotService string
+	for _, lp := range bi.GetMetric()[0].GetLabel() {
+		if lp.GetName() == "service" {
+			gotService = lp.GetValue()
+		}
+	}
+	if gotService != service {
+		t.Errorf("baton_build_info service label = %q, want %q", gotService, service)
+	}
+	for _, want := range []string{"process_cpu_seconds_total", "go_goroutines"} {
+		if _, ok := families[want]; !ok {
+			t.Errorf("metric %s missing", want)
+		}
+	}
+}
+
+func reflectServices(t *testing.T, conn *grpc.ClientConn) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	return names
+}
+
+// checkUnimplemented asserts that RPCs whose behaviour is not built yet say
+// so with UNIMPLEMENTED instead of pretending to succeed.
+func checkUnimplemented(t *testing.T, conn *grpc.ClientConn, bin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	switch bin {
+	case "router-svc":
+		_, err = batonv1.NewRouterServiceClient(conn).Complete(ctx, &batonv1.CompleteRequest{Request: &batonv1.GenerateRequest{Prompt: "Once"}})
+	case "decode-svc":
+		var s grpc.ServerStreamingClient[batonv1.DecodeServiceGenerateResponse]
+		if s, err = batonv1.NewDecodeServiceClient(conn).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{}); err == nil {
+			_, err = s.Recv()
+		}
+	case "prefill-svc":
+		var s grpc.BidiStreamingClient[batonv1.TransferKVRequest, batonv1.TransferKVResponse]
+		if s, err = batonv1.NewPrefillServiceClient(conn).TransferKV(ctx); err == nil {
+			_, err = s.Recv()
+		}
+	}
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "not implemented yet") {
+		t.Errorf("%s: got %v, want UNIMPLEMENTED saying so", bin, err)
+	}
+}
+
+// TestStartupErrors checks that bad start-up input gives one clear line and a
+// non-zero exit, never a stack trace.
+func TestStartupErrors(t *testing.T) {
+	model := modelPath(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyAddr := busy.Addr().String()
+	free := freePorts(t, 2)
+	okGRPC := "127.0.0.1:" + strconv.Itoa(free[0])
+	okHTTP := "127.0.0.1:" + strconv.Itoa(free[1])
+
+	cases := []struct {
+		name     string
+		bin      string
+		args     []string
+		wantCode int
+		want     []string
+	}{
+		{"grpc port in use", "prefill-svc", []string{"--grpc-addr", busyAddr, "--http-addr", okHTTP, "--model", model}, 1, []string{"--grpc-addr", busyAddr, "address already in use"}},
+		{"http port in use", "decode-svc", []string{"--grpc-addr", okGRPC, "--http-addr", busyAddr, "--model", model}, 1, []string{"--http-addr", "address already in use"}},
+		{"unparsable address", "router-svc", []string{"--grpc-addr", "localhost", "--model", model}, 2, []string{"--grpc-addr", `"localhost"`}},
+		{"bad port", "decode-svc", []string{"--http-addr", "127.0.0.1:99999", "--model", model}, 2, []string{"--http-addr", "99999"}},
+		{"missing model", "router-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", "/nonexistent/model.gguf"}, 1, []string{"/nonexistent/model.gguf", "no such file"}},
+		{"model is a directory", "prefill-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", t.TempDir()}, 1, []string{"--model", "directory"}},
+		{"unknown flag", "decode-svc", []string{"--no-such-flag"}, 2, nil},
+		{"bad worker list", "router-svc", []string{"--prefill", "nohost", "--model", model}, 2, []string{"--prefill"}},
+		{"bad duration", "router-svc", []string{"--shutdown-timeout", "soon", "--model", model}, 2, []string{"shutdown-timeout"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := startProc(t, c.bin, c.args...)
+			if code := p.wait(t, 10*time.Second); code != c.wantCode {
+				t.Errorf("exit code = %d, want %d\n%s", code, c.wantCode, p.Stderr())
+			}
+			if c.want != nil {
+				oneLine(t, p.Stderr(), c.want...)
+			}
+		})
+	}
+}
+
+// TestEnvOverrides checks that BATON_* variables configure a service and that
+// a bad value names the variable.
+func TestEnvOverrides(t *testing.T) {
+	model := modelPath(t)
+	free := freePorts(t, 2)
+	httpAddr := "127.0.0.1:" + strconv.Itoa(free[1])
+	q := startProcEnv(t, "prefill-svc", []string{"BATON_GRPC_ADDR=127.0.0.1:" + strconv.Itoa(free[0]), "BATON_HTTP_ADDR=" + httpAddr, "BATON_MODEL=" + model})
+	waitHTTP(t, q, "http://"+httpAddr+"/health/ready", 20*time.Second)
+	q.signal(t, syscall.SIGTERM)
+	if code := q.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+
+	r := startProcEnv(t, "decode-svc", []string{"BATON_SHUTDOWN_TIMEOUT=forever", "BATON_MODEL=" + model})
+	if code := r.wait(t, 10*time.Second); code != 2 {
+		t.Errorf("exit code %d, want 2", code)
+	}
+	oneLine(t, r.Stderr(), "BATON_SHUTDOWN_TIMEOUT")
+}
+
+// TestBatonctlUp runs the launcher as an operator would: all three services
+// come up on the documented port layout, answer health and metrics, and stop
+// with exit 0 on SIGTERM.
+func TestBatonctlUp(t *testing.T) {
+	model := modelPath(t)
+	base := consecutiveFreePorts(t, 6)
+	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(p.Stdout(), "Baton is up") {
+		if time.Now().After(deadline) {
+			t.Fatalf("batonctl up not up in time:\n%s\n%s", p.Stdout(), p.Stderr())
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("batonctl up exited: %v\n%s", p.err, p.Stderr())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	for i, want := range map[int]string{1: "baton.v1.RouterService", 2: "baton.v1.PrefillService", 4: "baton.v1.DecodeService"} {
+		conn := dial(t, fmt.Sprintf("127.0.0.1:%d", base+i))
+		if st := healthStatus(t, conn, want); st != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("port %d: health of %s = %v", base+i, want, st)
+		}
+	}
+	checkMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", base), "router-svc")
+	checkMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", base+3), "prefill-svc")
+	checkMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", base+5), "decode-svc")
+
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Errorf("batonctl up exit code = %d, want 0\n%s", code, p.Stderr())
+	}
+	if n := strings.Count(p.Stderr(), `"msg":"stopped"`); n != 3 {
+		t.Errorf("%d services logged a clean stop, want 3:\n%s", n, p.Stderr())
+	}
+	// Nothing may still listen on the layout's ports.
+	for i := range 6 {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", base+i), 200*time.Millisecond); err == nil {
+			c.Close()
+			t.Errorf("port %d still accepts connections after batonctl up stopped", base+i)
+		}
+	}
+}
+
+// TestBatonctlUpPortTaken checks that a service failing to start fails the
+// launcher with its reason, and that the services already started are stopped.
+func TestBatonctlUpPortTaken(t *testing.T) {
+	model := modelPath(t)
+	base := consecutiveFreePorts(t, 6)
+	busy, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+4)) // decode gRPC
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir)
+	if code := p.wait(t, 30*time.Second); code == 0 {
+		t.Fatalf("batonctl up succeeded with its decode port taken")
+	}
+	last := strings.TrimSpace(p.Stderr())
+	last = last[strings.LastIndex(last, "\n")+1:]
+	for _, w := range []string{"decode-svc", "address already in use"} {
+		if !strings.Contains(last, w) {
+			t.Errorf("last line %q does not mention %q", last, w)
+		}
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", base+2), 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Errorf("prefill still listening after the launcher failed")
+	}
+}
