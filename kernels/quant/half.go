@@ -5,26 +5,21 @@ import "math"
 // F16ToF32 widens an IEEE 754 binary16 value to float32. Every binary16
 // value, subnormals included, is exactly representable as a float32, so the
 // conversion is exact; a NaN keeps its sign and payload and comes back quiet,
-// as in ggml's GGML_FP16_TO_FP32.
+// as in ggml's GGML_FP16_TO_FP32. The function is small and branch-free
+// enough for the compiler to inline it into dot-product loops.
 func F16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		// Zero or subnormal: mant·2⁻²⁴. Integer-to-float and the power-of-two
-		// multiply are both exact, which saves normalising by hand.
-		f := float32(mant) * 0x1p-24
-		return math.Float32frombits(math.Float32bits(f) | sign)
-	case 0x1f:
-		if mant != 0 {
-			// Quiet a signalling NaN, as hardware conversions do.
-			return math.Float32frombits(sign | 0x7fc00000 | mant<<13)
+	// Placed in a float32's exponent and mantissa fields, the binary16 bits
+	// read as the value scaled by 2⁻¹¹²; one exact multiply rescales normals
+	// and subnormals alike.
+	m := uint32(h&0x7fff) << 13
+	bits := math.Float32bits(math.Float32frombits(m) * 0x1p112)
+	if m >= 0x7c00<<13 { // Inf or NaN: the exponent must become all ones
+		bits = m | 0x7f800000
+		if m > 0x7c00<<13 {
+			bits |= 0x400000 // quiet
 		}
-		return math.Float32frombits(sign | 0x7f800000)
 	}
-	// Rebias the exponent from 15 to 127.
-	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
+	return math.Float32frombits(bits | uint32(h&0x8000)<<16)
 }
 
 // F32ToF16 narrows f to IEEE 754 binary16, rounding to nearest with ties to
