@@ -112,6 +112,9 @@ func (t *Tokenizer) DecodeWith(ids []int32, opts DecodeOptions) string {
 	}
 	var b []byte
 	for _, id := range ids {
+		if !t.valid(id) {
+			continue
+		}
 		p := t.piece(id, opts.UnparseSpecial)
 		if removeSpace && strings.HasPrefix(p, " ") {
 			p = p[1:]

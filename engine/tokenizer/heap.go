@@ -2,7 +2,7 @@ package tokenizer
 
 // bigram is a candidate merge of two adjacent symbols. For the SentencePiece
 // model the best bigram has the highest score; for byte-level BPE the lowest
-// rank, which bpeSession stores as a negated score so one ordering serves
+// rank, which mergeSession.bpe stores as a negated score so one ordering serves
 // both. Ties go to the leftmost pair, as in llama.cpp.
 type bigram struct {
 	left, right int

@@ -33,8 +33,9 @@ type Tokenizer struct {
 	// byteIDs are the SentencePiece byte-fallback tokens (NoToken if none).
 	byteIDs [256]int32
 
-	pre   preConfig // ModelGPT2 only
-	ranks map[mergePair]int32
+	preName string    // ModelGPT2 only
+	pre     preConfig // ModelGPT2 only
+	ranks   map[mergePair]int32
 
 	chatTemplate string
 }
@@ -85,7 +86,7 @@ func New(v Vocab) (*Tokenizer, error) {
 	t := &Tokenizer{
 		model:          v.Model,
 		tokens:         make([]string, n),
-		scores:         v.Scores,
+		scores:         slices.Clone(v.Scores),
 		types:          make([]TokenType, n),
 		toID:           make(map[string]int32, n),
 		bos:            v.BOS,
@@ -138,7 +139,8 @@ func New(v Vocab) (*Tokenizer, error) {
 	}
 
 	if v.Model == ModelGPT2 {
-		t.pre = preTokenizers[normPre(v.Pre)]
+		t.preName = normPre(v.Pre)
+		t.pre = preTokenizers[t.preName]
 		t.ranks = make(map[mergePair]int32, len(v.Merges))
 		for rank, m := range v.Merges {
 			// Split at the first space after the first byte, as llama.cpp
@@ -306,6 +308,10 @@ func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
 
 // Model returns the tokenizer model, ModelLlama or ModelGPT2.
 func (t *Tokenizer) Model() string { return t.model }
+
+// Pre returns the pre-tokenizer name of a ModelGPT2 tokenizer ("default"
+// when the vocabulary named none), and "" for ModelLlama.
+func (t *Tokenizer) Pre() string { return t.preName }
 
 // BOS returns the beginning-of-sequence id, or NoToken.
 func (t *Tokenizer) BOS() int32 { return t.bos }

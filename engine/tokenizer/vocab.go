@@ -79,7 +79,9 @@ type Vocab struct {
 
 	// AddBOS and AddEOS say whether Encode with AddSpecial adds BOS / EOS.
 	AddBOS, AddEOS bool
-	// AddSpacePrefix adds the SentencePiece dummy-prefix space (ModelLlama).
+	// AddSpacePrefix adds the SentencePiece dummy-prefix space when
+	// encoding (ModelLlama only) and makes Decode drop the first piece's
+	// leading space (both models, as in llama.cpp).
 	AddSpacePrefix bool
 
 	// ChatTemplate is tokenizer.chat_template, kept verbatim.

@@ -1,0 +1,132 @@
+package tokenizer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/baton-serving/baton/engine/gguf"
+)
+
+// storiesTokenizer loads stories260K's tokenizer when the shared data is
+// there, and returns nil otherwise (the fuzz target then uses the synthetic
+// vocabularies only).
+func storiesTokenizer(tb testing.TB) *Tokenizer {
+	dir, err := os.Getwd()
+	if err != nil {
+		return nil
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			break
+		}
+		if filepath.Dir(dir) == dir {
+			return nil
+		}
+		dir = filepath.Dir(dir)
+	}
+	f, err := gguf.Open(filepath.Join(dir, "..", "shared", "models", "stories260K.gguf"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	tok, err := FromGGUF(f)
+	if err != nil {
+		tb.Fatalf("FromGGUF(stories260K): %v", err)
+	}
+	return tok
+}
+
+// FuzzEncode checks, for arbitrary input:
+//   - Encode never panics, under every option combination, and returns ids
+//     inside the vocabulary;
+//   - llama vocabularies with byte fallback: for valid UTF-8 without U+2581
+//     (which the model cannot tell from a space) and without the text of a
+//     user-defined token (which is always parsed, and the text after it
+//     gets a space prefix of its own, as in llama.cpp),
+//     Decode(Encode(text, {})) == text exactly: Encode adds the dummy-prefix
+//     space and Decode removes it again, and every other space, control
+//     character or unknown character survives as "▁" or byte tokens;
+//   - the same ids streamed through a StreamDecoder give " " + text;
+//   - byte-level BPE (qwen2, which has no clean_spaces pass): Decode(Encode)
+//     is the identity on any byte string, valid UTF-8 or not.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{
+		"", " ", "  ", "\n", "Once upon a time", "Hello, world!", "naïve 東京 🙂",
+		"<s> is parsed as BOS", "</s><unk><s>", "a<|user|>b", "\xff\xfe", "a\xe2\x96", "▁x",
+		"Lily's dog, Max, is 3 years old!", "  leading\t\ttabs\r\n", "12345678901234567890",
+		"I'M here 'll 'VE", "x = (y+1);\n\n\n  ", "\u0378\u00a0\u3000", strings.Repeat("ab", 50),
+	} {
+		f.Add(s)
+	}
+	stories := storiesTokenizer(f)
+	spm := mustNew(f, newSPMVocab(f, true, map[string]float32{
+		"▁": -1, "a": -2, "b": -2, "▁a": -0.5, "ab": -0.7, "▁ab": -0.2, "aa": -3,
+	}, map[string]TokenType{"<|user|>": TypeUserDefined, "<|ctl|>": TypeControl}).v)
+	bpes := map[string]*Tokenizer{}
+	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "smollm", "default"} {
+		bpes[pre] = mustNew(f, newBPEVocab(f, pre).v)
+	}
+
+	f.Fuzz(func(t *testing.T, text string) {
+		llamas := []*Tokenizer{spm}
+		if stories != nil {
+			llamas = append(llamas, stories)
+		}
+		all := llamas
+		for _, tok := range bpes {
+			all = append(all, tok)
+		}
+		for _, tok := range all {
+			for _, opts := range []EncodeOptions{{}, {AddSpecial: true}, {ParseSpecial: true}, {AddSpecial: true, ParseSpecial: true}} {
+				for _, id := range tok.Encode(text, opts) {
+					if id < 0 || int(id) >= tok.VocabSize() {
+						t.Fatalf("%s/%s: Encode(%q, %+v) gave id %d outside [0, %d)", tok.Model(), tok.Pre(), text, opts, id, tok.VocabSize())
+					}
+				}
+			}
+		}
+
+		if utf8.ValidString(text) && !strings.Contains(text, spmSpace) {
+			for _, tok := range llamas {
+				if holdsUserDefined(tok, text) {
+					continue
+				}
+				ids := tok.Encode(text, EncodeOptions{})
+				if got := tok.Decode(ids); got != text {
+					t.Errorf("llama: Decode(Encode(%q)) = %q (ids %v)", text, got, ids)
+				}
+				d := tok.NewStreamDecoder()
+				var b strings.Builder
+				for _, id := range ids {
+					b.WriteString(d.Next(id))
+				}
+				b.WriteString(d.Flush())
+				want := ""
+				if text != "" {
+					want = " " + text
+				}
+				if b.String() != want {
+					t.Errorf("llama: streaming Encode(%q) gave %q, want %q", text, b.String(), want)
+				}
+			}
+		}
+
+		qwen := bpes["qwen2"]
+		if got := qwen.Decode(qwen.Encode(text, EncodeOptions{})); got != text {
+			t.Errorf("qwen2: Decode(Encode(%q)) = %q", text, got)
+		}
+	})
+}
+
+// holdsUserDefined reports whether text contains a user-defined token's text.
+func holdsUserDefined(tok *Tokenizer, text string) bool {
+	for _, id := range tok.specials {
+		if tok.Type(id) == TypeUserDefined && strings.Contains(text, tok.Token(id)) {
+			return true
+		}
+	}
+	return false
+}
