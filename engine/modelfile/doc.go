@@ -34,7 +34,10 @@
 //
 // An interrupted download leaves FILE.gguf.partial behind; the next Resolve
 // resumes it with an HTTP Range request, or starts over when the server does
-// not support ranges or the remote file changed. The lock file stays in
-// place after use: deleting it while another process waits on it would let
-// two downloads run at once.
+// not support ranges or the remote file changed. The lock is an flock on
+// FILE.gguf.lock, which stays in place after use because deleting it while
+// another process waits on it would let two downloads run at once; systems
+// without flock use an O_EXCL lock file instead, refreshed while held and
+// broken when stale. Short-lived *.tmp files appear while the small
+// records are rewritten.
 package modelfile

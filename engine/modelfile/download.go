@@ -197,8 +197,6 @@ func (d *fetcher) fetch(ctx context.Context) error {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
 	}
 	if d.opts.Token != "" {
-		// net/http drops this header on redirects to other hosts, so the
-		// token does not leak to the CDN.
 		req.Header.Set("Authorization", "Bearer "+d.opts.Token)
 	}
 	// Hashes are trusted only from the hub itself, never from the CDN it
@@ -212,6 +210,12 @@ func (d *fetcher) fetch(ctx context.Context) error {
 			}
 			if prev := next.Response; prev != nil && prev.Request.URL.Host == req.URL.Host {
 				hubHeaders = append(hubHeaders, prev.Header)
+			}
+			// net/http forwards Authorization to subdomains and other
+			// ports of the same host (cdn-lfs.huggingface.co, say); the
+			// token is for the hub alone, and signed CDN URLs need none.
+			if next.URL.Host != req.URL.Host {
+				next.Header.Del("Authorization")
 			}
 			stall.Reset(d.opts.StallTimeout)
 			return nil

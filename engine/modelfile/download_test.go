@@ -460,3 +460,17 @@ func TestResolveRejectsBadBaseURL(t *testing.T) {
 		}
 	}
 }
+
+func TestResolveSlowButSteadyIsNotStalled(t *testing.T) {
+	checkGoroutines(t)
+	h := newFakeHub(t, 100_000)
+	h.set(func(c *hubConfig) { c.chunk, c.delay = 5000, 40*time.Millisecond }) // 20 chunks over ~800 ms
+	cache := t.TempDir()
+	opts := h.opts(cache)
+	opts.StallTimeout = 300 * time.Millisecond
+	got, err := Resolve(context.Background(), testRef, opts)
+	if err != nil {
+		t.Fatalf("a transfer slower than StallTimeout overall, but never silent that long, failed: %v", err)
+	}
+	assertComplete(t, got, h, cache)
+}
