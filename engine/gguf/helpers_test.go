@@ -49,27 +49,35 @@ func (r *raw) data(align, n int) *raw {
 	return r
 }
 
-// sharedDir returns /work/shared (the directory "shared" beside the one that
-// holds go.work), skipping the test when it is absent unless CI is set.
-func sharedDir(t testing.TB) string {
-	t.Helper()
+// findShared returns /work/shared: the directory "shared" beside the one
+// that holds go.work, found by walking up from the working directory.
+func findShared() (string, bool) {
 	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		return "", false
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
 			shared := filepath.Join(dir, "..", "shared")
 			if _, err := os.Stat(shared); err == nil {
-				return shared
+				return shared, true
 			}
-			break
+			return "", false
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			break
+			return "", false
 		}
 		dir = parent
+	}
+}
+
+// sharedDir returns the shared reference data directory, skipping the test
+// when it is absent unless CI is set.
+func sharedDir(t testing.TB) string {
+	t.Helper()
+	if dir, ok := findShared(); ok {
+		return dir
 	}
 	if os.Getenv("CI") != "" {
 		t.Fatal("shared reference data (../shared beside go.work) not found, and CI is set")

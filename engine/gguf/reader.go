@@ -27,6 +27,13 @@ const AlignmentKey = "general.alignment"
 
 const (
 	magic = "GGUF"
+	// initialCap bounds the capacity allocated up front for a count of
+	// variable-size records (metadata entries, tensor infos, nested arrays).
+	// The count is already bounded by the bytes remaining, but each record
+	// takes several times its minimal encoding in memory; growing as records
+	// actually decode keeps a lying count from costing that multiple of the
+	// file size before the lie is found.
+	initialCap = 1 << 14
 	// The fewest bytes a metadata entry (empty key, type, one-byte value) and
 	// a tensor info (empty name, n_dims 0, type, offset) can occupy.
 	minKVSize         = 8 + 4 + 1
@@ -90,7 +97,7 @@ type File struct {
 func Parse(data []byte) (*File, error) {
 	d := &decoder{buf: data}
 	f := &File{data: data, size: uint64(len(data))}
-	if err := f.parseHeader(d); err != nil {
+	if err := f.parse(d); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -368,7 +375,7 @@ func (d *decoder) str(where loc, field string, maxLen uint64) (string, error) {
 	return s, nil
 }
 
-func (f *File) parseHeader(d *decoder) error {
+func (f *File) parse(d *decoder) error {
 	where := loc{kind: locHeader}
 	if uint64(len(d.buf)) < 4 {
 		return d.truncated(where, "magic", 4)
@@ -424,8 +431,8 @@ func (f *File) parseHeader(d *decoder) error {
 }
 
 func (f *File) parseKVs(d *decoder, n int) error {
-	f.KVs = make([]KV, 0, n)
-	f.keys = make(map[string]int, n)
+	f.KVs = make([]KV, 0, min(n, initialCap))
+	f.keys = make(map[string]int, min(n, initialCap))
 	for i := range n {
 		where := loc{kind: locEntry, idx: i}
 		start := d.off
@@ -572,13 +579,13 @@ func (d *decoder) array(where loc, depth int) (Value, error) {
 		}
 		return arrayValueOwned(a), nil
 	case TypeArray:
-		a := make([]Value, n)
-		for i := range a {
+		a := make([]Value, 0, min(n, initialCap))
+		for range n {
 			v, err := d.array(where, depth+1)
 			if err != nil {
 				return Value{}, err
 			}
-			a[i] = v
+			a = append(a, v)
 		}
 		return arrayValueOwned(a), nil
 	}
@@ -658,8 +665,8 @@ func (f *File) setAlignment() error {
 }
 
 func (f *File) parseTensorInfos(d *decoder, n int) error {
-	f.Tensors = make([]TensorInfo, 0, n)
-	f.names = make(map[string]int, n)
+	f.Tensors = make([]TensorInfo, 0, min(n, initialCap))
+	f.names = make(map[string]int, min(n, initialCap))
 	for i := range n {
 		where := loc{kind: locTensorInfo, idx: i}
 		start := d.off

@@ -210,7 +210,7 @@ func TestParseMemoryProportionalToFile(t *testing.T) {
 	// The inputs that make Parse allocate most per byte: empty strings (8
 	// bytes each), empty nested arrays (12 bytes each) and tiny metadata
 	// entries (16 bytes each).
-	const n = 1 << 16
+	const n = 1 << 14
 	strs := header(3, 0, 1).str("k").u32(uint32(TypeArray)).u32(uint32(TypeString)).u64(n)
 	strs.b = append(strs.b, make([]byte, 8*n)...)
 	nested := header(3, 0, 1).str("k").u32(uint32(TypeArray)).u32(uint32(TypeArray)).u64(n)
@@ -232,6 +232,19 @@ func TestParseMemoryProportionalToFile(t *testing.T) {
 		}
 		t.Logf("%s: %d bytes file, %d bytes allocated", name, len(data), got)
 	}
+	// A count that fits the file but lies costs a bounded head start only:
+	// 1 MB of zeros read as 80000 metadata entries fails at the first,
+	// whose key is empty.
+	liar := append(header(3, 0, 80000).b, make([]byte, 1<<20)...)
+	var err error
+	got := allocated(func() { _, err = Parse(liar) })
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("liar: %v", err)
+	}
+	if got > 4<<20 {
+		t.Errorf("liar: Parse allocated %d bytes before failing", got)
+	}
+	t.Logf("liar: %d bytes allocated", got)
 }
 
 func TestDeepNestingRejected(t *testing.T) {

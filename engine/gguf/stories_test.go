@@ -52,8 +52,8 @@ func TestStories260K(t *testing.T) {
 	if f.Size() != 1185376 {
 		t.Errorf("size %d, want 1185376", f.Size())
 	}
-	if len(f.KVs) != 21 {
-		t.Errorf("%d KVs, want 21", len(f.KVs))
+	if len(f.KVs) != 19 {
+		t.Errorf("%d KVs, want 19", len(f.KVs))
 	}
 
 	str := map[string]string{
