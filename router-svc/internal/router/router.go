@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/gen/openapi"
@@ -24,13 +23,12 @@ import (
 // Service is the router.
 type Service struct {
 	batonv1.UnimplementedRouterServiceServer
-	model   svckit.ModelFlag
+	svckit.ModelBase
 	prefill string
 	decode  string
 
 	prefillAddrs []string
 	decodeAddrs  []string
-	opened       time.Time
 	gwConn       *grpc.ClientConn
 }
 
@@ -39,7 +37,7 @@ func New() *Service { return &Service{} }
 
 // AddFlags registers the router's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
-	s.model.AddFlags(fs)
+	s.ModelBase.AddFlags(fs)
 	fs.StringVar(&s.prefill, "prefill", "127.0.0.1:8082", "prefill workers' gRPC addresses, comma-separated host:port list")
 	fs.StringVar(&s.decode, "decode", "127.0.0.1:8084", "decode workers' gRPC addresses, comma-separated host:port list")
 }
@@ -74,19 +72,10 @@ func parseAddrList(v string) ([]string, error) {
 	return out, nil
 }
 
-// Open resolves the model.
-func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
-	if err := s.model.Resolve(ctx); err != nil {
-		return err
-	}
-	s.opened = time.Now()
-	d.Logger.Info("model", "path", s.model.Path, "prefill", s.prefillAddrs, "decode", s.decodeAddrs)
-	return nil
-}
-
 // Register installs RouterService, its REST gateway and the OpenAPI document.
 func (s *Service) Register(srv *svckit.Server) error {
 	batonv1.RegisterRouterServiceServer(srv.GRPC, s)
+	srv.Logger.Info("workers", "prefill", s.prefillAddrs, "decode", s.decodeAddrs)
 
 	// The gateway reaches the service through the router's own gRPC port, so
 	// REST requests take the same path (interceptors, tracing, draining) as
@@ -122,7 +111,7 @@ func (s *Service) Close() error {
 
 // ListModels lists the served model.
 func (s *Service) ListModels(context.Context, *batonv1.ListModelsRequest) (*batonv1.ListModelsResponse, error) {
-	return &batonv1.ListModelsResponse{Object: "list", Data: []*batonv1.ModelInfo{svckit.BasicModelInfo(s.model.Path, s.opened)}}, nil
+	return &batonv1.ListModelsResponse{Object: "list", Data: []*batonv1.ModelInfo{s.ModelInfo()}}, nil
 }
 
 // ListRequests lists in-flight requests: none can be admitted in this build.
