@@ -6,8 +6,8 @@ replace (
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
-	github.com/baton-serving/baton/tracing => ../tracing
 	github.com/baton-serving/baton/svckit => ../svckit
+	github.com/baton-serving/baton/tracing => ../tracing
 )
 
 require github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000

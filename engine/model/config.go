@@ -85,6 +85,9 @@ func readConfig(f *gguf.File, arch string) (Config, error) {
 		return Config{}, m.err
 	}
 	c.KVHeads = m.count("attention.head_count_kv", c.Heads)
+	if _, ok := f.Get(arch + ".attention.key_length"); !ok && c.Dim%c.Heads != 0 {
+		return Config{}, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d and %s.attention.key_length is absent: %w", c.Dim, c.Heads, arch, engine.ErrInvalidInput)
+	}
 	c.HeadDim = m.count("attention.key_length", c.Dim/c.Heads)
 	if vl := m.count("attention.value_length", c.HeadDim); vl != c.HeadDim && m.err == nil {
 		m.fail("%s.attention.value_length %d differs from key_length %d, which is not supported: %w", arch, vl, c.HeadDim, engine.ErrUnsupported)
@@ -103,10 +106,6 @@ func readConfig(f *gguf.File, arch string) (Config, error) {
 	}
 
 	switch {
-	case c.Dim%c.Heads != 0 && c.HeadDim == 0:
-		return Config{}, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d: %w", c.Dim, c.Heads, engine.ErrInvalidInput)
-	case c.HeadDim == 0:
-		return Config{}, fmt.Errorf("model: head dimension is 0 (embedding_length %d, head_count %d): %w", c.Dim, c.Heads, engine.ErrInvalidInput)
 	case c.Heads%c.KVHeads != 0:
 		return Config{}, fmt.Errorf("model: head_count %d is not a multiple of head_count_kv %d: %w", c.Heads, c.KVHeads, engine.ErrInvalidInput)
 	case c.RopeDim > c.HeadDim || c.RopeDim%2 != 0:

@@ -145,5 +145,5 @@ func Load(f *gguf.File, opts Options) (Model, error) {
 	return load(f, cfg, opts)
 }
 
-// errClosed is returned by Forward after Close.
-var errClosed = errors.New("model: closed")
+// ErrClosed is returned by Forward after Close.
+var ErrClosed = errors.New("model: closed")

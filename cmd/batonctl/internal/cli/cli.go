@@ -12,6 +12,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/baton-serving/baton/cmd/batonctl/internal/runcmd"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/up"
 )
 
@@ -32,6 +33,15 @@ type Command struct {
 // code lives in its own package.
 func commandTable() map[string]Command {
 	return map[string]Command{
+		"run": {runcmd.RunSummary, func(ctx context.Context, e Env, args []string) int {
+			return runcmd.Run(ctx, e.Stdout, e.Stderr, args)
+		}},
+		"tokenize": {runcmd.TokenizeSummary, func(ctx context.Context, e Env, args []string) int {
+			return runcmd.Tokenize(ctx, e.Stdout, e.Stderr, args)
+		}},
+		"gen-model": {runcmd.GenModelSummary, func(ctx context.Context, e Env, args []string) int {
+			return runcmd.GenModel(ctx, e.Stdout, e.Stderr, args)
+		}},
 		"up": {"start router, prefill and decode on loopback and stop them on Ctrl-C", func(ctx context.Context, e Env, args []string) int {
 			return up.Run(ctx, e.Stdout, e.Stderr, args)
 		}},
