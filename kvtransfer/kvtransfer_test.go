@@ -1,0 +1,366 @@
+package kvtransfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var testLayout = Layout{DType: batonv1.KVDataType_KV_DATA_TYPE_F16, PageTokens: 16, Layers: 5, KVHeads: 4, HeadDim: 8}
+
+// patternPages is a PageSource whose byte at each position is a function of
+// (kind, page, layer, token, offset), so a receiver can verify every byte.
+type patternPages struct{ layout Layout }
+
+func patternByte(kind, p, layer, tok, off int) byte {
+	return byte(kind*131 + p*31 + layer*17 + tok*7 + off)
+}
+
+func (s patternPages) CopyPage(p, lo, hi, tokens int, k, v []byte) error {
+	tb := s.layout.TokenBytes()
+	i := 0
+	for l := lo; l < hi; l++ {
+		for t := range tokens {
+			for o := range tb {
+				k[i] = patternByte(0, p, l, t, o)
+				v[i] = patternByte(1, p, l, t, o)
+				i++
+			}
+		}
+	}
+	return nil
+}
+
+// checkSink verifies what it receives against the pattern and counts it.
+type checkSink struct {
+	layout Layout
+	mu     sync.Mutex
+	seen   map[[2]int]bool // (page, layer) received
+	err    error
+}
+
+func (s *checkSink) WritePage(p, lo, hi, tokens int, k, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tb := s.layout.TokenBytes()
+	i := 0
+	for l := lo; l < hi; l++ {
+		if s.seen[[2]int{p, l}] {
+			return fmt.Errorf("page %d layer %d twice", p, l)
+		}
+		s.seen[[2]int{p, l}] = true
+		for t := range tokens {
+			for o := range tb {
+				if k[i] != patternByte(0, p, l, t, o) || v[i] != patternByte(1, p, l, t, o) {
+					return fmt.Errorf("page %d layer %d token %d byte %d corrupted", p, l, t, o)
+				}
+				i++
+			}
+		}
+	}
+	return nil
+}
+
+// server is a PrefillService whose TransferKV streams pattern pages, making
+// pages ready progressively as a prefill scheduler would.
+type server struct {
+	batonv1.UnimplementedPrefillServiceServer
+	maxChunk  int
+	stepDelay time.Duration
+	runErr    chan error
+}
+
+func (s *server) TransferKV(stream batonv1.PrefillService_TransferKVServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hs := first.GetHandshake()
+	layout, err := LayoutFromProto(hs.GetKvLayout())
+	if err != nil {
+		return err
+	}
+	prompt := len(hs.GetPromptTokenIds())
+	snd := NewSender(SenderConfig{Layout: layout, PromptTokens: prompt, InitialCredits: int(hs.GetInitialCredits()), MaxChunkBytes: s.maxChunk},
+		patternPages{layout}, stream)
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the stream's receive loop: credits and aborts
+		defer wg.Done()
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				cancel()
+				return
+			}
+			switch {
+			case m.GetCredit() != nil:
+				snd.AddCredits(int(m.GetCredit().GetChunks()))
+			case m.GetAbort() != nil:
+				snd.Abort(m.GetAbort().GetReason())
+			}
+		}
+	}()
+	go func() { // the "scheduler": pages complete one by one
+		defer wg.Done()
+		pages := layout.PagesFor(prompt)
+		for p := 1; p < pages; p++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.stepDelay):
+			}
+			snd.PagesReady(p)
+		}
+		snd.Finish(&batonv1.PrefillDone{FirstTokenId: 42, PromptTokens: uint32(prompt)})
+	}()
+	err = snd.Run(ctx)
+	cancel()
+	s.runErr <- err
+	if errors.Is(err, ErrAborted) {
+		err = nil
+	}
+	// The handler returning ends the stream, which ends the receive loop.
+	go wg.Wait()
+	return err
+}
+
+func startServer(t *testing.T, s *server) batonv1.PrefillServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	batonv1.RegisterPrefillServiceServer(gs, s)
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); gs.Stop() })
+	return batonv1.NewPrefillServiceClient(conn)
+}
+
+// receive runs the decode end: handshake, chunks into the sink, credits,
+// until PrefillDone. abortAfter > 0 aborts after that many chunks.
+func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout Layout, prompt, window, abortAfter int, sink PageSink) (*Receiver, *batonv1.TransferKVResponse, error) {
+	stream, err := c.TransferKV(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]uint32, prompt)
+	rcv := NewReceiver(layout, prompt, window, sink)
+	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
+		RequestId: "r1", PromptTokenIds: ids, KvLayout: layout.Proto(), InitialCredits: uint32(rcv.Window())}}}); err != nil {
+		return nil, nil, err
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return rcv, nil, err
+		}
+		switch {
+		case m.GetKvChunk() != nil:
+			grant, err := rcv.Chunk(m.GetKvChunk())
+			if err != nil {
+				return rcv, nil, err
+			}
+			if abortAfter > 0 && int(rcv.Chunks()) == abortAfter {
+				if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Abort{Abort: &batonv1.Abort{Reason: "client cancelled"}}}); err != nil {
+					return rcv, nil, err
+				}
+				continue
+			}
+			if grant > 0 {
+				// io.EOF from Send means prefill already ended the stream;
+				// its final message and status come from Recv.
+				if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: uint32(grant)}}}); err != nil && !errors.Is(err, io.EOF) {
+					return rcv, nil, err
+				}
+			}
+		case m.GetPrefillDone() != nil:
+			stream.CloseSend()
+			return rcv, m, rcv.Complete(m.GetPrefillDone())
+		default:
+			stream.CloseSend()
+			return rcv, m, nil
+		}
+	}
+}
+
+func TestTransferOverGRPC(t *testing.T) {
+	cases := []struct {
+		name     string
+		layout   Layout
+		prompt   int
+		window   int
+		maxChunk int
+	}{
+		{"one partial page", testLayout, 5, 8, 0},
+		{"exact pages", testLayout, 64, 8, 0},
+		{"partial last page, window 1", testLayout, 37, 1, 0},
+		{"layer per chunk", testLayout, 50, 4, 1},
+		{"f32 big heads", Layout{batonv1.KVDataType_KV_DATA_TYPE_F32, 16, 12, 12, 64}, 130, 16, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := &server{maxChunk: c.maxChunk, runErr: make(chan error, 1)}
+			client := startServer(t, srv)
+			sink := &checkSink{layout: c.layout, seen: map[[2]int]bool{}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rcv, last, err := receive(ctx, client, c.layout, c.prompt, c.window, 0, sink)
+			if err != nil {
+				t.Fatalf("%v (sender: %v)", err, <-srv.runErr)
+			}
+			if last.GetPrefillDone().GetFirstTokenId() != 42 {
+				t.Fatalf("last message %v, want PrefillDone", last)
+			}
+			if want := c.layout.PagesFor(c.prompt) * c.layout.Layers; len(sink.seen) != want {
+				t.Errorf("received %d page-layers, want %d", len(sink.seen), want)
+			}
+			wantBytes := uint64(2 * c.prompt * c.layout.Layers * c.layout.TokenBytes())
+			if rcv.Bytes() != wantBytes || last.GetPrefillDone().GetBytesSent() != wantBytes {
+				t.Errorf("bytes received %d, reported sent %d, want %d", rcv.Bytes(), last.GetPrefillDone().GetBytesSent(), wantBytes)
+			}
+			if err := <-srv.runErr; err != nil {
+				t.Errorf("sender: %v", err)
+			}
+		})
+	}
+}
+
+func TestAbortIsAcknowledged(t *testing.T) {
+	srv := &server{runErr: make(chan error, 1), stepDelay: time.Millisecond}
+	client := startServer(t, srv)
+	sink := &checkSink{layout: testLayout, seen: map[[2]int]bool{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, last, err := receive(ctx, client, testLayout, 200, 2, 3, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.GetAbortAck().GetReason() != "client cancelled" {
+		t.Fatalf("last message %v, want AbortAck", last)
+	}
+	if err := <-srv.runErr; !errors.Is(err, ErrAborted) {
+		t.Errorf("sender returned %v, want ErrAborted", err)
+	}
+}
+
+func TestSenderStopsWhenStreamGoes(t *testing.T) {
+	srv := &server{runErr: make(chan error, 1), stepDelay: 5 * time.Millisecond}
+	client := startServer(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := client.TransferKV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No credits: the sender has pages but may not send; then decode vanishes.
+	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
+		PromptTokenIds: make([]uint32, 100), KvLayout: testLayout.Proto()}}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-srv.runErr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("sender returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("sender still running after the stream ended")
+	}
+}
+
+func TestReceiverRejects(t *testing.T) {
+	good := func() *batonv1.KVChunk {
+		k := make([]byte, 16*testLayout.Layers*testLayout.TokenBytes())
+		v := make([]byte, len(k))
+		patternPages{testLayout}.CopyPage(0, 0, testLayout.Layers, 16, k, v)
+		return &batonv1.KVChunk{Seq: 0, PageIndex: 0, LayerStart: 0, LayerEnd: uint32(testLayout.Layers), Tokens: 16, K: k, V: v, Checksum: Checksum(k, v)}
+	}
+	cases := []struct {
+		name   string
+		mutate func(c *batonv1.KVChunk)
+		want   string
+	}{
+		{"seq gap", func(c *batonv1.KVChunk) { c.Seq = 1 }, "seq 1, want 0"},
+		{"page beyond prompt", func(c *batonv1.KVChunk) { c.PageIndex = 9 }, "page 9, the prompt has 2 pages"},
+		{"out of order", func(c *batonv1.KVChunk) { c.PageIndex = 1 }, "want page 0 layer 0"},
+		{"empty layer range", func(c *batonv1.KVChunk) { c.LayerEnd = 0 }, "layers [0, 0)"},
+		{"too many layers", func(c *batonv1.KVChunk) { c.LayerEnd = 6 }, "outside [0, 5)"},
+		{"wrong tokens", func(c *batonv1.KVChunk) { c.Tokens = 15 }, "15 tokens in page 0, want 16"},
+		{"short v", func(c *batonv1.KVChunk) { c.V = c.V[:10] }, "want 5120 each"},
+		{"flipped bit", func(c *batonv1.KVChunk) { c.K[100] ^= 1 }, "checksum"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewReceiver(testLayout, 20, 4, &checkSink{layout: testLayout, seen: map[[2]int]bool{}})
+			ch := good()
+			c.mutate(ch)
+			if _, err := r.Chunk(ch); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+	r := NewReceiver(testLayout, 20, 4, &checkSink{layout: testLayout, seen: map[[2]int]bool{}})
+	if _, err := r.Chunk(good()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(&batonv1.PrefillDone{}); err == nil || !strings.Contains(err.Error(), "after page 1 layer 0 of 2 pages") {
+		t.Fatalf("Complete on a missing page: %v", err)
+	}
+}
+
+func TestLayout(t *testing.T) {
+	if err := (Layout{}).Validate(); err == nil {
+		t.Error("zero layout validated")
+	}
+	l := testLayout
+	for _, c := range []struct {
+		other Layout
+		want  string
+	}{
+		{l, ""},
+		{Layout{batonv1.KVDataType_KV_DATA_TYPE_F32, 16, 5, 4, 8}, "kv_layout.dtype"},
+		{Layout{l.DType, 32, 5, 4, 8}, "kv_layout.page_size_tokens: this worker uses 16, the peer 32"},
+		{Layout{l.DType, 16, 6, 4, 8}, "kv_layout.num_layers"},
+		{Layout{l.DType, 16, 5, 2, 8}, "kv_layout.num_kv_heads"},
+		{Layout{l.DType, 16, 5, 4, 16}, "kv_layout.head_dim"},
+	} {
+		if got := l.Mismatch(c.other); !strings.HasPrefix(got, c.want) || (c.want == "") != (got == "") {
+			t.Errorf("Mismatch(%+v) = %q, want prefix %q", c.other, got, c.want)
+		}
+	}
+	back, err := LayoutFromProto(l.Proto())
+	if err != nil || back != l {
+		t.Errorf("proto round trip: %+v, %v", back, err)
+	}
+	if got := l.LayersPerChunk(1); got != 1 {
+		t.Errorf("LayersPerChunk(1) = %d", got)
+	}
+	if got := l.LayersPerChunk(1 << 30); got != l.Layers {
+		t.Errorf("LayersPerChunk(1GiB) = %d", got)
+	}
+	if Checksum([]byte("ab"), []byte("c")) != Checksum([]byte("a"), []byte("bc")) {
+		t.Error("checksum is not over the concatenation")
+	}
+}
+

@@ -1,0 +1,226 @@
+package kvtransfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+)
+
+// PageSource reads a request's KV pages at the prefill worker.
+type PageSource interface {
+	// CopyPage copies the keys and values of layers [lo, hi) for the first
+	// tokens slots of the request's page p into k and v, which are sized for
+	// them, in the layout's byte order: for each layer, [token][kv_head][head_dim].
+	CopyPage(p, lo, hi, tokens int, k, v []byte) error
+}
+
+// SendStream is the part of the TransferKV server stream the Sender uses.
+// Only the Sender's goroutine calls Send.
+type SendStream interface {
+	Send(*batonv1.TransferKVResponse) error
+}
+
+// Sender is the prefill end of one transfer: a single goroutine (Run) that
+// owns the stream's send side. The scheduler and the stream's receive loop
+// tell it what to do through methods that never block: they record state
+// and wake the goroutine. So a slow or dead decode worker stalls only its own
+// request, never the prefill batch.
+type Sender struct {
+	layout       Layout
+	src          PageSource
+	stream       SendStream
+	promptTokens int
+	layersPer    int
+
+	wake chan struct{} // capacity 1: coalesced notifications
+
+	mu      sync.Mutex
+	ready   int // pages [0, ready) are final and may be sent
+	credits int
+	done    *batonv1.PrefillDone
+	fail    *batonv1.Error
+	abort   string // non-empty: decode asked to stop
+	aborted bool
+
+	// Progress of the goroutine; read through Stats.
+	sent  uint64
+	bytes uint64
+}
+
+// SenderConfig configures a Sender.
+type SenderConfig struct {
+	Layout         Layout
+	PromptTokens   int
+	InitialCredits int
+	// MaxChunkBytes bounds a chunk's K+V bytes (default 256 KiB).
+	MaxChunkBytes int
+}
+
+// DefaultMaxChunkBytes keeps chunks well above gRPC's per-message overhead and
+// below the sizes at which copies stop fitting in cache.
+const DefaultMaxChunkBytes = 256 << 10
+
+// NewSender prepares the sending end of a transfer. Run must be called to
+// send anything.
+func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
+	if cfg.MaxChunkBytes <= 0 {
+		cfg.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	return &Sender{
+		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
+		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes),
+		credits:   cfg.InitialCredits, wake: make(chan struct{}, 1),
+	}
+}
+
+func (s *Sender) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// PagesReady says that the request's first n pages hold their final keys
+// and values and may be sent. Never blocks.
+func (s *Sender) PagesReady(n int) {
+	s.mu.Lock()
+	if n > s.ready {
+		s.ready = n
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+// Finish says the prompt is done: every page is final, and done is sent
+// after the last chunk. Never blocks.
+func (s *Sender) Finish(done *batonv1.PrefillDone) {
+	s.mu.Lock()
+	s.ready = s.layout.PagesFor(s.promptTokens)
+	s.done = done
+	s.mu.Unlock()
+	s.notify()
+}
+
+// Fail ends the transfer with an Error message. Never blocks.
+func (s *Sender) Fail(code int32, msg string) {
+	s.mu.Lock()
+	if s.fail == nil {
+		s.fail = &batonv1.Error{Code: code, Message: msg}
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+// AddCredits grants permission to send n more chunks. Never blocks.
+func (s *Sender) AddCredits(n int) {
+	s.mu.Lock()
+	s.credits += n
+	s.mu.Unlock()
+	s.notify()
+}
+
+// Abort stops sending; Run answers with AbortAck and returns ErrAborted.
+// The caller must stop touching the request's pages before Run sends the
+// ack, which Run guarantees by not reading pages after it sees the abort.
+func (s *Sender) Abort(reason string) {
+	s.mu.Lock()
+	if !s.aborted {
+		s.aborted = true
+		s.abort = reason
+	}
+	s.mu.Unlock()
+	s.notify()
+}
+
+// ErrAborted is returned by Run when decode aborted the transfer.
+var ErrAborted = errors.New("transfer aborted by decode")
+
+// Stats reports chunks and K/V bytes sent so far.
+func (s *Sender) Stats() (chunks, bytes uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent, s.bytes
+}
+
+// Run sends chunks as pages become ready and credits allow, then
+// PrefillDone; or AbortAck after Abort; or Error after Fail. It returns when
+// the transfer is over or ctx ends (the stream is gone), and is the only
+// caller of the stream's Send.
+func (s *Sender) Run(ctx context.Context) error {
+	page, lo := 0, 0
+	var seq uint64
+	for {
+		s.mu.Lock()
+		aborted, reason, fail, done := s.aborted, s.abort, s.fail, s.done
+		canSend := page < s.ready && s.credits > 0
+		if canSend {
+			s.credits--
+		}
+		s.mu.Unlock()
+
+		switch {
+		case aborted:
+			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_AbortAck{
+				AbortAck: &batonv1.AbortAck{Reason: reason}}}); err != nil {
+				return fmt.Errorf("sending abort ack: %w", err)
+			}
+			return ErrAborted
+		case fail != nil:
+			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Error{Error: fail}}); err != nil {
+				return fmt.Errorf("sending error: %w", err)
+			}
+			return fmt.Errorf("transfer failed: %s", fail.GetMessage())
+		case canSend:
+			hi := min(lo+s.layersPer, s.layout.Layers)
+			chunk, err := s.chunk(seq, page, lo, hi)
+			if err != nil {
+				s.Fail(13, err.Error()) // INTERNAL
+				continue
+			}
+			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_KvChunk{KvChunk: chunk}}); err != nil {
+				return fmt.Errorf("sending chunk %d: %w", seq, err)
+			}
+			s.mu.Lock()
+			s.sent++
+			s.bytes += uint64(len(chunk.K) + len(chunk.V))
+			s.mu.Unlock()
+			seq++
+			if lo = hi; lo == s.layout.Layers {
+				page, lo = page+1, 0
+			}
+			continue
+		case done != nil && page == s.layout.PagesFor(s.promptTokens):
+			done.ChunksSent, done.BytesSent = s.Stats()
+			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_PrefillDone{PrefillDone: done}}); err != nil {
+				return fmt.Errorf("sending prefill done: %w", err)
+			}
+			return nil
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// tokensIn is the number of prompt tokens in page p.
+func (s *Sender) tokensIn(p int) int {
+	return min(s.layout.PageTokens, s.promptTokens-p*s.layout.PageTokens)
+}
+
+func (s *Sender) chunk(seq uint64, p, lo, hi int) (*batonv1.KVChunk, error) {
+	tokens := s.tokensIn(p)
+	n := (hi - lo) * tokens * s.layout.TokenBytes()
+	k, v := make([]byte, n), make([]byte, n)
+	if err := s.src.CopyPage(p, lo, hi, tokens, k, v); err != nil {
+		return nil, fmt.Errorf("reading page %d layers %d-%d: %w", p, lo, hi, err)
+	}
+	return &batonv1.KVChunk{
+		Seq: seq, PageIndex: uint32(p), LayerStart: uint32(lo), LayerEnd: uint32(hi),
+		Tokens: uint32(tokens), K: k, V: v, Checksum: Checksum(k, v),
+	}, nil
+}
