@@ -363,4 +363,3 @@ func TestLayout(t *testing.T) {
 		t.Error("checksum is not over the concatenation")
 	}
 }
-
