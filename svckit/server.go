@@ -181,6 +181,10 @@ func (s *Server) refreshHealth(ctx context.Context) {
 	s.Health.SetServingStatus("", st)
 }
 
+// healthRefresh is how often the gRPC health status is recomputed from the
+// readiness checks (/health/ready computes it on every request).
+const healthRefresh = 250 * time.Millisecond
+
 // exempt lists services that keep answering while a server drains, so that
 // probes see NOT_SERVING rather than an error.
 func exempt(fullMethod string) bool {
@@ -222,7 +226,7 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		s.refreshHealth(gctx)
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(healthRefresh)
 		defer t.Stop()
 		for {
 			select {

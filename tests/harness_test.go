@@ -264,6 +264,22 @@ func healthStatus(t *testing.T, conn *grpc.ClientConn, service string) healthpb.
 	return resp.GetStatus()
 }
 
+// waitServing polls the gRPC health service until service reports SERVING.
+func waitServing(t *testing.T, conn *grpc.ClientConn, service string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := healthStatus(t, conn, service)
+		if st == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health of %q = %v after 10s, want SERVING", service, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // oneLine asserts that a start-up failure printed one clear line: no stack
 // trace, no panic, and the expected words.
 func oneLine(t *testing.T, stderr string, want ...string) {

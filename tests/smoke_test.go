@@ -5,6 +5,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -14,66 +15,95 @@ import (
 	"testing"
 	"time"
 
-	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	"google.golang.org/grpc/status"
 )
 
 type service struct {
 	bin      string
 	services []string // gRPC services reflection must list
-	extra    []string
 }
 
 var services = []service{
-	{"router-svc", []string{"baton.v1.RouterService"}, []string{"--prefill", "127.0.0.1:1", "--decode", "127.0.0.1:2"}},
-	{"prefill-svc", []string{"baton.v1.PrefillService", "baton.v1.WorkerService"}, nil},
-	{"decode-svc", []string{"baton.v1.DecodeService", "baton.v1.WorkerService"}, nil},
+	{"prefill-svc", []string{"baton.v1.PrefillService", "baton.v1.WorkerService"}},
+	{"decode-svc", []string{"baton.v1.DecodeService", "baton.v1.WorkerService"}},
+	{"router-svc", []string{"baton.v1.RouterService"}},
 }
 
-// TestServiceLifecycle starts each service on free loopback ports and checks
-// what an operator relies on: gRPC health SERVING, /health/ready 200, /metrics
-// in Prometheus text format, reflection, UNIMPLEMENTED for behaviour not built
-// yet, and a clean exit 0 on SIGTERM.
+// TestServiceLifecycle starts the three services on free loopback ports (the
+// router pointing at the two workers) and checks what an operator relies on:
+// gRPC health SERVING, /health/ready 200, /metrics in Prometheus text format,
+// reflection, and a clean exit 0 on SIGTERM.
 func TestServiceLifecycle(t *testing.T) {
 	model := modelPath(t)
-	for _, svc := range services {
+	ports := freePorts(t, 6)
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	procs := map[string]*proc{}
+	for i, svc := range services {
+		args := []string{"--grpc-addr", addr(2 * i), "--http-addr", addr(2*i + 1), "--model", model, "--shutdown-timeout", "5s"}
+		if svc.bin == "router-svc" {
+			args = append(args, "--prefill", addr(0), "--decode", addr(2), "--load-interval", "100ms")
+		}
+		p := startProc(t, svc.bin, args...)
+		procs[svc.bin] = p
+		waitHTTP(t, p, "http://"+addr(2*i+1)+"/health/ready", 20*time.Second)
+	}
+	for i, svc := range services {
 		t.Run(svc.bin, func(t *testing.T) {
-			ports := freePorts(t, 2)
-			grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
-			httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-			args := append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--model", model, "--shutdown-timeout", "5s"}, svc.extra...)
-			p := startProc(t, svc.bin, args...)
-			waitHTTP(t, p, "http://"+httpAddr+"/health/ready", 20*time.Second)
-
-			conn := dial(t, grpcAddr)
+			conn := dial(t, addr(2*i))
 			for _, name := range append([]string{""}, svc.services...) {
-				if st := healthStatus(t, conn, name); st != healthpb.HealthCheckResponse_SERVING {
-					t.Errorf("health of %q = %v, want SERVING", name, st)
-				}
+				waitServing(t, conn, name)
 			}
-			checkMetrics(t, "http://"+httpAddr+"/metrics", svc.bin)
+			checkMetrics(t, "http://"+addr(2*i+1)+"/metrics", svc.bin)
 			listed := reflectServices(t, conn)
 			for _, want := range append([]string{"grpc.health.v1.Health"}, svc.services...) {
 				if !slices.Contains(listed, want) {
 					t.Errorf("reflection lists %v, missing %s", listed, want)
 				}
 			}
-			checkUnimplemented(t, conn, svc.bin)
-
-			p.signal(t, syscall.SIGTERM)
-			if code := p.wait(t, 10*time.Second); code != 0 {
-				t.Errorf("exit code after SIGTERM = %d, want 0\n%s", code, p.Stderr())
-			}
-			if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {
-				t.Errorf("no 'stopped' log line after SIGTERM:\n%s", p.Stderr())
-			}
 		})
+	}
+	// Stop the router first, as an operator draining a deployment would.
+	for _, bin := range []string{"router-svc", "prefill-svc", "decode-svc"} {
+		p := procs[bin]
+		p.signal(t, syscall.SIGTERM)
+		if code := p.wait(t, 10*time.Second); code != 0 {
+			t.Errorf("%s: exit code after SIGTERM = %d, want 0\n%s", bin, code, p.Stderr())
+		}
+		if !strings.Contains(p.Stderr(), `"msg":"stopped"`) {
+			t.Errorf("%s: no 'stopped' log line after SIGTERM:\n%s", bin, p.Stderr())
+		}
+	}
+}
+
+// TestRouterReadinessNeedsWorkers checks that readiness is earned: a router
+// whose workers are unreachable is alive but not ready, and says why.
+func TestRouterReadinessNeedsWorkers(t *testing.T) {
+	model := modelPath(t)
+	ports := freePorts(t, 4)
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	p := startProc(t, "router-svc", "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--model", model,
+		"--prefill", "127.0.0.1:"+strconv.Itoa(ports[2]), "--decode", "127.0.0.1:"+strconv.Itoa(ports[3]))
+	waitHTTP(t, p, "http://"+httpAddr+"/health", 20*time.Second)
+	resp, err := http.Get("http://" + httpAddr + "/health/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "no ready prefill worker") {
+		t.Errorf("/health/ready = %d %s, want 503 naming the missing workers", resp.StatusCode, body)
+	}
+	if st := healthStatus(t, dial(t, grpcAddr), ""); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health = %v, want NOT_SERVING", st)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit code %d", code)
 	}
 }
 
@@ -138,32 +168,6 @@ func reflectServices(t *testing.T, conn *grpc.ClientConn) []string {
 		names = append(names, s.GetName())
 	}
 	return names
-}
-
-// checkUnimplemented asserts that RPCs whose behaviour is not built yet say
-// so with UNIMPLEMENTED instead of pretending to succeed.
-func checkUnimplemented(t *testing.T, conn *grpc.ClientConn, bin string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var err error
-	switch bin {
-	case "router-svc":
-		_, err = batonv1.NewRouterServiceClient(conn).Complete(ctx, &batonv1.CompleteRequest{Request: &batonv1.GenerateRequest{Prompt: "Once"}})
-	case "decode-svc":
-		var s grpc.ServerStreamingClient[batonv1.DecodeServiceGenerateResponse]
-		if s, err = batonv1.NewDecodeServiceClient(conn).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{}); err == nil {
-			_, err = s.Recv()
-		}
-	case "prefill-svc":
-		var s grpc.BidiStreamingClient[batonv1.TransferKVRequest, batonv1.TransferKVResponse]
-		if s, err = batonv1.NewPrefillServiceClient(conn).TransferKV(ctx); err == nil {
-			_, err = s.Recv()
-		}
-	}
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "not implemented yet") {
-		t.Errorf("%s: got %v, want UNIMPLEMENTED saying so", bin, err)
-	}
 }
 
 // TestStartupErrors checks that bad start-up input gives one clear line and a
@@ -249,10 +253,7 @@ func TestBatonctlUp(t *testing.T) {
 		}
 	}
 	for i, want := range map[int]string{1: "baton.v1.RouterService", 2: "baton.v1.PrefillService", 4: "baton.v1.DecodeService"} {
-		conn := dial(t, fmt.Sprintf("127.0.0.1:%d", base+i))
-		if st := healthStatus(t, conn, want); st != healthpb.HealthCheckResponse_SERVING {
-			t.Errorf("port %d: health of %s = %v", base+i, want, st)
-		}
+		waitServing(t, dial(t, fmt.Sprintf("127.0.0.1:%d", base+i)), want)
 	}
 	checkMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", base), "router-svc")
 	checkMetrics(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", base+3), "prefill-svc")

@@ -1,16 +1,25 @@
 // Package router is Baton's router: RouterService over gRPC, its REST form
-// through grpc-gateway, and the worker list it routes to.
+// through grpc-gateway, and routing of each request to a (prefill, decode)
+// worker pair.
 package router
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/gen/openapi"
+	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -24,32 +33,73 @@ import (
 type Service struct {
 	batonv1.UnimplementedRouterServiceServer
 	svckit.ModelBase
-	prefill string
-	decode  string
 
-	prefillAddrs []string
-	decodeAddrs  []string
-	gwConn       *grpc.ClientConn
+	// Flags.
+	prefill, decode             string
+	prefillPolicyName, decPolicy string
+	maxNewTokens                int
+	contextLength               int
+	loadInterval                time.Duration
+
+	// Set by Validate and Open.
+	prefillAddrs, decodeAddrs   []string
+	prefillPolicy, decodePolicy workers.Policy
+	tok                         *tokenizer.Tokenizer
+	cfg                         model.Config
+	fingerprint                 string
+	modelID                     string
+
+	// Set by Register.
+	logger    *slog.Logger
+	Draining  func() bool
+	prefills  *workers.Set // nil in colocated mode
+	decodes   *workers.Set
+	inflight  *inflight
+	metrics   *metrics
+	gwConn    *grpc.ClientConn
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
 }
 
 // New returns an unconfigured router; svckit.Main configures and runs it.
-func New() *Service { return &Service{} }
+func New() *Service { return &Service{inflight: newInflight(), Draining: func() bool { return false }} }
 
 // AddFlags registers the router's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.ModelBase.AddFlags(fs)
-	fs.StringVar(&s.prefill, "prefill", "127.0.0.1:8082", "prefill workers' gRPC addresses, comma-separated host:port list")
+	fs.StringVar(&s.prefill, "prefill", "127.0.0.1:8082", `prefill workers' gRPC addresses, comma-separated host:port list, or "local" to have decode workers compute prompts themselves (colocated mode)`)
 	fs.StringVar(&s.decode, "decode", "127.0.0.1:8084", "decode workers' gRPC addresses, comma-separated host:port list")
+	fs.StringVar(&s.prefillPolicyName, "prefill-policy", "least-load", "how to choose a prefill worker: round-robin or least-load")
+	fs.StringVar(&s.decPolicy, "decode-policy", "least-load", "how to choose a decode worker: round-robin or least-load")
+	fs.IntVar(&s.maxNewTokens, "max-new-tokens", 256, "tokens generated when a request does not say (capped by the context window)")
+	fs.IntVar(&s.contextLength, "context-length", 0, "context window in tokens (0: the model's own); must match the workers'")
+	fs.DurationVar(&s.loadInterval, "load-interval", time.Second, "how often workers report their load")
 }
 
-// Validate checks the worker lists.
+// Validate checks the router's flags.
 func (s *Service) Validate() error {
 	var err error
-	if s.prefillAddrs, err = parseAddrList(s.prefill); err != nil {
-		return fmt.Errorf("--prefill: %w", err)
+	if strings.TrimSpace(s.prefill) != localPrefill {
+		if s.prefillAddrs, err = parseAddrList(s.prefill); err != nil {
+			return fmt.Errorf("--prefill: %w", err)
+		}
 	}
 	if s.decodeAddrs, err = parseAddrList(s.decode); err != nil {
 		return fmt.Errorf("--decode: %w", err)
+	}
+	if s.prefillPolicy, err = workers.NewPolicy(s.prefillPolicyName); err != nil {
+		return fmt.Errorf("--prefill-policy: %w", err)
+	}
+	if s.decodePolicy, err = workers.NewPolicy(s.decPolicy); err != nil {
+		return fmt.Errorf("--decode-policy: %w", err)
+	}
+	switch {
+	case s.maxNewTokens < 1:
+		return fmt.Errorf("--max-new-tokens: %d, want ≥ 1", s.maxNewTokens)
+	case s.contextLength < 0:
+		return fmt.Errorf("--context-length: %d, want ≥ 0", s.contextLength)
+	case s.loadInterval < 50*time.Millisecond:
+		return fmt.Errorf("--load-interval: %v, want ≥ 50ms", s.loadInterval)
 	}
 	return nil
 }
@@ -67,19 +117,76 @@ func parseAddrList(v string) ([]string, error) {
 		out = append(out, a)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("at least one host:port is required")
+		return nil, errors.New("at least one host:port is required")
 	}
 	return out, nil
 }
 
-// Register installs RouterService, its REST gateway and the OpenAPI document.
-func (s *Service) Register(srv *svckit.Server) error {
-	batonv1.RegisterRouterServiceServer(srv.GRPC, s)
-	srv.Logger.Info("workers", "prefill", s.prefillAddrs, "decode", s.decodeAddrs)
+// Open resolves the model and reads its tokenizer and hyper-parameters; the
+// router never loads the weights.
+func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
+	if err := s.ModelBase.Open(ctx, d); err != nil {
+		return err
+	}
+	f, err := gguf.Open(s.Model.Path)
+	if err != nil {
+		return fmt.Errorf("--model %s: %w", s.Model.Path, err)
+	}
+	defer f.Close()
+	if s.tok, err = tokenizer.FromGGUF(f); err != nil {
+		return fmt.Errorf("--model %s: %w", s.Model.Path, err)
+	}
+	if s.cfg, s.fingerprint, err = model.Inspect(f, s.contextLength); err != nil {
+		return fmt.Errorf("--model %s: %w", s.Model.Path, err)
+	}
+	s.modelID = svckit.ModelID(s.Model.Path)
+	return nil
+}
 
-	// The gateway reaches the service through the router's own gRPC port, so
-	// REST requests take the same path (interceptors, tracing, draining) as
-	// gRPC ones and streaming methods work.
+// Register installs RouterService, its REST gateway and the OpenAPI document,
+// and starts watching the workers.
+func (s *Service) Register(srv *svckit.Server) error {
+	s.logger = srv.Logger
+	s.Draining = srv.Draining
+	s.metrics = newMetrics(srv.Registry, s.inflight)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), srv.Tracing.DialOption()}
+	var err error
+	if s.prefillAddrs != nil {
+		if s.prefills, err = workers.NewSet(batonv1.WorkerRole_WORKER_ROLE_PREFILL, s.prefillAddrs, s.fingerprint, s.loadInterval, s.logger, dial...); err != nil {
+			return err
+		}
+	}
+	if s.decodes, err = workers.NewSet(batonv1.WorkerRole_WORKER_ROLE_DECODE, s.decodeAddrs, s.fingerprint, s.loadInterval, s.logger, dial...); err != nil {
+		return err
+	}
+	watchCtx, stop := context.WithCancel(context.Background())
+	s.stopWatch = stop
+	for _, set := range []*workers.Set{s.prefills, s.decodes} {
+		if set == nil {
+			continue
+		}
+		s.watching.Add(1)
+		go func() { defer s.watching.Done(); set.Watch(watchCtx) }()
+	}
+	srv.AddReadinessCheck("workers", func(context.Context) error {
+		if s.prefills != nil && len(s.prefills.Ready()) == 0 {
+			return errors.New("no ready prefill worker")
+		}
+		if len(s.decodes.Ready()) == 0 {
+			return errors.New("no ready decode worker")
+		}
+		return nil
+	})
+	srv.Logger.Info("workers", "prefill", s.prefill, "decode", s.decodeAddrs, "model", s.modelID, "fingerprint", s.fingerprint)
+
+	batonv1.RegisterRouterServiceServer(srv.GRPC, s)
+	return s.registerGateway(srv)
+}
+
+// registerGateway serves RouterService as REST. The gateway reaches the
+// service through the router's own gRPC port, so REST requests take the same
+// path (interceptors, tracing, draining) as gRPC ones and streaming works.
+func (s *Service) registerGateway(srv *svckit.Server) error {
 	conn, err := grpc.NewClient(srv.GRPCAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), srv.Tracing.DialOption())
 	if err != nil {
@@ -87,8 +194,7 @@ func (s *Service) Register(srv *svckit.Server) error {
 	}
 	s.gwConn = conn
 	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		MarshalOptions: protojson.MarshalOptions{UseProtoNames: true},
 	}))
 	if err := batonv1.RegisterRouterServiceHandlerClient(context.Background(), gw, batonv1.NewRouterServiceClient(conn)); err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -101,8 +207,17 @@ func (s *Service) Register(srv *svckit.Server) error {
 	return nil
 }
 
-// Close closes the gateway's connection.
+// Close stops watching workers and closes connections.
 func (s *Service) Close() error {
+	if s.stopWatch != nil {
+		s.stopWatch()
+		s.watching.Wait()
+	}
+	for _, set := range []*workers.Set{s.prefills, s.decodes} {
+		if set != nil {
+			set.Close()
+		}
+	}
 	if s.gwConn != nil {
 		return s.gwConn.Close()
 	}
@@ -111,25 +226,26 @@ func (s *Service) Close() error {
 
 // ListModels lists the served model.
 func (s *Service) ListModels(context.Context, *batonv1.ListModelsRequest) (*batonv1.ListModelsResponse, error) {
-	return &batonv1.ListModelsResponse{Object: "list", Data: []*batonv1.ModelInfo{s.ModelInfo()}}, nil
+	mi := s.ModelInfo()
+	mi.Fingerprint, mi.Architecture = s.fingerprint, s.cfg.Architecture
+	mi.ContextLength, mi.VocabSize = uint32(s.cfg.ContextLength), uint32(s.cfg.Vocab)
+	return &batonv1.ListModelsResponse{Object: "list", Data: []*batonv1.ModelInfo{mi}}, nil
 }
 
-// ListRequests lists in-flight requests: none can be admitted in this build.
+// ListRequests lists the router's in-flight requests, oldest first.
 func (s *Service) ListRequests(context.Context, *batonv1.ListRequestsRequest) (*batonv1.ListRequestsResponse, error) {
-	return &batonv1.ListRequestsResponse{}, nil
+	return &batonv1.ListRequestsResponse{Requests: s.inflight.list()}, nil
 }
 
-// Generate is not implemented in this build.
-func (s *Service) Generate(*batonv1.GenerateRequest, batonv1.RouterService_GenerateServer) error {
-	return status.Error(codes.Unimplemented, "RouterService.Generate is not implemented yet in this build of router-svc")
-}
-
-// Complete is not implemented in this build.
-func (s *Service) Complete(context.Context, *batonv1.CompleteRequest) (*batonv1.CompleteResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "RouterService.Complete is not implemented yet in this build of router-svc")
-}
-
-// Abort finds no request: none can be admitted in this build.
+// Abort cancels an in-flight request; cancelling its decode call aborts it on
+// every worker.
 func (s *Service) Abort(_ context.Context, req *batonv1.AbortRequest) (*batonv1.AbortResponse, error) {
-	return nil, status.Errorf(codes.NotFound, "request_id %q: no such in-flight request", req.GetRequestId())
+	r := s.inflight.get(req.GetRequestId())
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "request_id %q: no such in-flight request", req.GetRequestId())
+	}
+	st := batonv1.RequestState(r.state.Load())
+	s.logger.Info("abort", "request_id", r.id, "reason", req.GetReason(), "state", st.String())
+	r.cancel(fmt.Errorf("%w: %s", errAborted, req.GetReason()))
+	return &batonv1.AbortResponse{State: st}, nil
 }

@@ -1,0 +1,107 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// request is one in-flight request at the router. It is owned by the RPC
+// handler that created it; others only read its atomics or cancel it.
+type request struct {
+	id           string
+	start        time.Time
+	peer         string
+	traceID      string
+	promptTokens int
+	cancel       context.CancelCauseFunc
+
+	state     atomic.Int32 // batonv1.RequestState
+	generated atomic.Int64
+	progress  atomic.Int64 // unix nanos of the last progress
+	workers   atomic.Pointer[string]
+}
+
+func (r *request) setState(s batonv1.RequestState) {
+	r.state.Store(int32(s))
+	r.progress.Store(time.Now().UnixNano())
+}
+
+func (r *request) info(now time.Time) *batonv1.RequestInfo {
+	ri := &batonv1.RequestInfo{
+		RequestId:            r.id,
+		State:                batonv1.RequestState(r.state.Load()),
+		AgeSeconds:           now.Sub(r.start).Seconds(),
+		SinceProgressSeconds: now.Sub(time.Unix(0, r.progress.Load())).Seconds(),
+		Peer:                 r.peer,
+		TraceId:              r.traceID,
+		PromptTokens:         uint32(r.promptTokens),
+		GeneratedTokens:      uint32(r.generated.Load()),
+	}
+	if w := r.workers.Load(); w != nil {
+		ri.Workers = *w
+	}
+	return ri
+}
+
+// inflight is the router's table of in-flight requests, keyed by id.
+type inflight struct {
+	mu   sync.Mutex
+	reqs map[string]*request
+}
+
+func newInflight() *inflight { return &inflight{reqs: map[string]*request{}} }
+
+// add registers r; a duplicate id is ALREADY_EXISTS. The returned func
+// removes it and is the request's one release path at the router.
+func (t *inflight) add(r *request) (remove func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, dup := t.reqs[r.id]; dup {
+		return nil, status.Errorf(codes.AlreadyExists, "request_id %q is already in flight", r.id)
+	}
+	t.reqs[r.id] = r
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			delete(t.reqs, r.id)
+			t.mu.Unlock()
+		})
+	}, nil
+}
+
+func (t *inflight) get(id string) *request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reqs[id]
+}
+
+func (t *inflight) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.reqs)
+}
+
+// list returns every request, oldest first.
+func (t *inflight) list() []*batonv1.RequestInfo {
+	t.mu.Lock()
+	rs := make([]*request, 0, len(t.reqs))
+	for _, r := range t.reqs {
+		rs = append(rs, r)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(rs, func(a, b *request) int { return a.start.Compare(b.start) })
+	now := time.Now()
+	out := make([]*batonv1.RequestInfo, len(rs))
+	for i, r := range rs {
+		out[i] = r.info(now)
+	}
+	return out
+}

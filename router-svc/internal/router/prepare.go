@@ -1,0 +1,95 @@
+package router
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"unicode/utf8"
+
+	"github.com/baton-serving/baton/engine/tokenizer"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/apiconv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// prepare validates a client's request and returns the request the workers
+// get: with an id, the prompt as token ids, max_new_tokens set and a fixed
+// seed (so that prefill and decode draw the same random numbers, and a
+// request can be replayed). Every error is INVALID_ARGUMENT (NOT_FOUND for an
+// unknown model) naming the field.
+func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest, error) {
+	bad := func(format string, a ...any) error { return status.Errorf(codes.InvalidArgument, format, a...) }
+	if in == nil {
+		return nil, bad("request: missing")
+	}
+	req := proto.Clone(in).(*batonv1.GenerateRequest)
+	if m := req.GetModel(); m != "" && m != s.modelID {
+		return nil, status.Errorf(codes.NotFound, "model %q is not served here (this router serves %q)", m, s.modelID)
+	}
+	req.Model = s.modelID
+	if req.GetRequestId() == "" {
+		req.RequestId = newRequestID()
+	} else if err := apiconv.ValidRequestID(req.GetRequestId()); err != nil {
+		return nil, bad("%v", err)
+	}
+
+	vocab := s.cfg.Vocab
+	switch {
+	case req.GetPrompt() != "" && len(req.GetPromptTokenIds()) > 0:
+		return nil, bad("prompt: set prompt or prompt_token_ids, not both")
+	case len(req.GetPromptTokenIds()) > 0:
+		if _, err := apiconv.TokenIDs("prompt_token_ids", req.GetPromptTokenIds(), vocab); err != nil {
+			return nil, bad("%v", err)
+		}
+	default:
+		if !utf8.ValidString(req.GetPrompt()) {
+			return nil, bad("prompt: not valid UTF-8")
+		}
+		ids := s.tok.Encode(req.GetPrompt(), tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		if len(ids) == 0 {
+			return nil, bad("prompt: empty (the model adds no BOS token, so there is nothing to complete)")
+		}
+		req.PromptTokenIds = apiconv.WireIDs(ids)
+		req.Prompt = ""
+	}
+	n, ctxLen := len(req.GetPromptTokenIds()), s.cfg.ContextLength
+	if n >= ctxLen {
+		return nil, bad("prompt: %d tokens; the context window is %d tokens and at least one must be left to generate", n, ctxLen)
+	}
+	if req.Sampling == nil {
+		req.Sampling = &batonv1.SamplingParams{}
+	}
+	sp := req.Sampling
+	switch maxNew := int(sp.GetMaxNewTokens()); {
+	case maxNew == 0:
+		sp.MaxNewTokens = uint32(min(s.maxNewTokens, ctxLen-n))
+	case n+maxNew > ctxLen:
+		return nil, bad("sampling.max_new_tokens: %d tokens of prompt + %d new tokens exceed the context window of %d", n, maxNew, ctxLen)
+	}
+	if _, err := apiconv.Sampling(sp); err != nil {
+		return nil, bad("%v", err)
+	}
+	if _, err := apiconv.StopTokenIDs(sp, vocab); err != nil {
+		return nil, bad("%v", err)
+	}
+	if sp.Seed == nil {
+		seed := randomUint64()
+		sp.Seed = &seed
+	}
+	return req, nil
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+func randomUint64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+

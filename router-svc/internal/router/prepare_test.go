@@ -1,0 +1,123 @@
+package router
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/tokenizer"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// testRouter is a router with the shared model's tokenizer and
+// hyper-parameters, as Open would set them up.
+func testRouter(t *testing.T) *Service {
+	t.Helper()
+	path := filepath.Join("..", "..", "..", "..", "shared", "models", "stories260K.gguf")
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("shared model missing in CI: %v", err)
+		}
+		t.Skipf("shared model absent: %v", err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := New()
+	if s.tok, err = tokenizer.FromGGUF(f); err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg, s.fingerprint, err = model.Inspect(f, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.modelID, s.maxNewTokens = "stories260K", 256
+	return s
+}
+
+func TestPrepare(t *testing.T) {
+	s := testRouter(t)
+	req, err := s.prepare(&batonv1.GenerateRequest{Prompt: "Once upon a time"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := req.GetPromptTokenIds(); len(got) != 5 || got[0] != 1 || got[1] != 403 {
+		t.Errorf("prompt ids = %v, want [1 403 407 261 378]", got)
+	}
+	if req.GetPrompt() != "" || req.GetRequestId() == "" || req.GetModel() != "stories260K" {
+		t.Errorf("prepared = %v", req)
+	}
+	if req.GetSampling().Seed == nil {
+		t.Error("seed not fixed")
+	}
+	// Default max_new_tokens is capped by the context window (128 here).
+	if got := req.GetSampling().GetMaxNewTokens(); got != 128-5 {
+		t.Errorf("max_new_tokens = %d, want %d", got, 128-5)
+	}
+	// The empty prompt is BOS alone.
+	req, err = s.prepare(&batonv1.GenerateRequest{})
+	if err != nil || len(req.GetPromptTokenIds()) != 1 {
+		t.Errorf("empty prompt: %v, %v", req.GetPromptTokenIds(), err)
+	}
+	// The client's seed is kept.
+	req, _ = s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{Seed: proto.Uint64(9)}})
+	if req.GetSampling().GetSeed() != 9 {
+		t.Errorf("seed = %d", req.GetSampling().GetSeed())
+	}
+}
+
+func TestPrepareRejects(t *testing.T) {
+	s := testRouter(t)
+	long := strings.Repeat("Once upon a time ", 60)
+	cases := []struct {
+		name string
+		in   *batonv1.GenerateRequest
+		code codes.Code
+		want string
+	}{
+		{"unknown model", &batonv1.GenerateRequest{Model: "gpt-9", Prompt: "x"}, codes.NotFound, `model "gpt-9"`},
+		{"bad id", &batonv1.GenerateRequest{RequestId: "a b", Prompt: "x"}, codes.InvalidArgument, "request_id"},
+		{"both prompts", &batonv1.GenerateRequest{Prompt: "x", PromptTokenIds: []uint32{1}}, codes.InvalidArgument, "prompt: set prompt or prompt_token_ids"},
+		{"id beyond vocabulary", &batonv1.GenerateRequest{PromptTokenIds: []uint32{1, 9999}}, codes.InvalidArgument, "prompt_token_ids[1]"},
+		{"invalid utf-8", &batonv1.GenerateRequest{Prompt: "a\xffb"}, codes.InvalidArgument, "UTF-8"},
+		{"prompt fills the context", &batonv1.GenerateRequest{Prompt: long}, codes.InvalidArgument, "context window is 128"},
+		{"too many new tokens", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{MaxNewTokens: 500}}, codes.InvalidArgument, "sampling.max_new_tokens"},
+		{"bad temperature", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(3)}}, codes.InvalidArgument, "sampling.temperature"},
+		{"stop id beyond vocabulary", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{StopTokenIds: []uint32{512}}}, codes.InvalidArgument, "sampling.stop_token_ids[0]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := s.prepare(c.in)
+			st := status.Convert(err)
+			if st.Code() != c.code || !strings.Contains(st.Message(), c.want) {
+				t.Errorf("got %v, want %v naming %q", err, c.code, c.want)
+			}
+		})
+	}
+}
+
+func TestInflightRejectsDuplicates(t *testing.T) {
+	inf := newInflight()
+	remove, err := inf.add(&request{id: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.add(&request{id: "a"}); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("duplicate: %v", err)
+	}
+	remove()
+	remove()
+	if inf.len() != 0 {
+		t.Errorf("len after remove = %d", inf.len())
+	}
+	if _, err := inf.add(&request{id: "a"}); err != nil {
+		t.Errorf("re-adding a finished id: %v", err)
+	}
+}

@@ -1,0 +1,82 @@
+package apiconv
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestSamplingDefaults(t *testing.T) {
+	p, err := Sampling(&batonv1.SamplingParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Temperature != 1 || p.TopP != 1 || p.RepeatPenalty != 1 || p.TopK != 0 || p.MinP != 0 || p.Logprobs {
+		t.Errorf("defaults = %+v", p)
+	}
+	p, err = Sampling(&batonv1.SamplingParams{Temperature: proto.Float32(0), TopP: proto.Float32(0.9), TopK: 5, Seed: proto.Uint64(7), TopLogprobs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Temperature != 0 || p.TopP != 0.9 || p.TopK != 5 || p.Seed != 7 || !p.Logprobs || p.TopLogprobs != 3 {
+		t.Errorf("explicit = %+v", p)
+	}
+}
+
+func TestSamplingRejects(t *testing.T) {
+	long := strings.Repeat("x", MaxStopBytes+1)
+	cases := []struct {
+		in   *batonv1.SamplingParams
+		want string
+	}{
+		{&batonv1.SamplingParams{Temperature: proto.Float32(-0.1)}, "sampling.temperature"},
+		{&batonv1.SamplingParams{Temperature: proto.Float32(2.5)}, "sampling.temperature"},
+		{&batonv1.SamplingParams{TopP: proto.Float32(0)}, "sampling.top_p"},
+		{&batonv1.SamplingParams{TopP: proto.Float32(1.5)}, "sampling.top_p"},
+		{&batonv1.SamplingParams{MinP: -1}, "sampling.min_p"},
+		{&batonv1.SamplingParams{RepetitionPenalty: proto.Float32(0)}, "sampling.repetition_penalty"},
+		{&batonv1.SamplingParams{FrequencyPenalty: 3}, "sampling.frequency_penalty"},
+		{&batonv1.SamplingParams{PresencePenalty: -3}, "sampling.presence_penalty"},
+		{&batonv1.SamplingParams{TopLogprobs: 21}, "sampling.top_logprobs"},
+		{&batonv1.SamplingParams{Stop: make([]string, 17)}, "sampling.stop"},
+		{&batonv1.SamplingParams{Stop: []string{"ok", ""}}, "sampling.stop[1]"},
+		{&batonv1.SamplingParams{Stop: []string{long}}, "sampling.stop[0]"},
+		{&batonv1.SamplingParams{StopTokenIds: make([]uint32, 65)}, "sampling.stop_token_ids"},
+	}
+	for _, c := range cases {
+		_, err := Sampling(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, engine.ErrInvalidInput) {
+			t.Errorf("Sampling(%v) = %v, want an invalid-input error naming %s", c.in, err, c.want)
+		}
+	}
+}
+
+func TestTokenIDs(t *testing.T) {
+	if _, err := TokenIDs("prompt_token_ids", []uint32{1, 2, 512}, 512); err == nil || !strings.Contains(err.Error(), "prompt_token_ids[2]") {
+		t.Errorf("out-of-vocabulary id: %v", err)
+	}
+	ids, err := TokenIDs("x", []uint32{1, 511}, 512)
+	if err != nil || ids[1] != 511 {
+		t.Errorf("TokenIDs = %v, %v", ids, err)
+	}
+	if got := WireIDs([]int32{3, 4}); got[0] != 3 || got[1] != 4 {
+		t.Errorf("WireIDs = %v", got)
+	}
+	if _, err := StopTokenIDs(&batonv1.SamplingParams{StopTokenIds: []uint32{600}}, 512); err == nil {
+		t.Error("stop token beyond the vocabulary accepted")
+	}
+}
+
+func TestValidRequestID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"abc-123_x.y:z": true, "": false, strings.Repeat("a", 129): false, "has space": false, "ünï": false, "a/b": false,
+	} {
+		if err := ValidRequestID(id); (err == nil) != ok {
+			t.Errorf("ValidRequestID(%q) = %v, want ok=%v", id, err, ok)
+		}
+	}
+}
