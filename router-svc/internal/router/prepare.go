@@ -92,4 +92,3 @@ func randomUint64() uint64 {
 	_, _ = rand.Read(b[:])
 	return binary.LittleEndian.Uint64(b[:])
 }
-

@@ -35,11 +35,11 @@ type Service struct {
 	svckit.ModelBase
 
 	// Flags.
-	prefill, decode             string
+	prefill, decode              string
 	prefillPolicyName, decPolicy string
-	maxNewTokens                int
-	contextLength               int
-	loadInterval                time.Duration
+	maxNewTokens                 int
+	contextLength                int
+	loadInterval                 time.Duration
 
 	// Set by Validate and Open.
 	prefillAddrs, decodeAddrs   []string
