@@ -12,6 +12,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/baton-serving/baton/cmd/batonctl/internal/generate"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/runcmd"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/up"
 )
@@ -41,6 +42,9 @@ func commandTable() map[string]Command {
 		}},
 		"gen-model": {runcmd.GenModelSummary, func(ctx context.Context, e Env, args []string) int {
 			return runcmd.GenModel(ctx, e.Stdout, e.Stderr, args)
+		}},
+		"generate": {generate.Summary, func(ctx context.Context, e Env, args []string) int {
+			return generate.Run(ctx, e.Stdout, e.Stderr, args)
 		}},
 		"up": {"start router, prefill and decode on loopback and stop them on Ctrl-C", func(ctx context.Context, e Env, args []string) int {
 			return up.Run(ctx, e.Stdout, e.Stderr, args)
