@@ -3,7 +3,6 @@
 package prefill
 
 import (
-
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/workerapi"
