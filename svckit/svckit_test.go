@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,8 +142,13 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(&workerapi.Idle{Role: batonv1.WorkerRole_WORKER_ROLE_DECODE, Ready: srv.Ready}))
-	var broken error
-	checkErr := func(context.Context) error { return broken }
+	var broken atomic.Pointer[string] // the failing check's message, nil when passing
+	checkErr := func(context.Context) error {
+		if msg := broken.Load(); msg != nil {
+			return errors.New(*msg)
+		}
+		return nil
+	}
 	srv.AddReadinessCheck("scheduler", checkErr)
 
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -191,7 +197,8 @@ func TestServerLifecycle(t *testing.T) {
 
 	// A failing readiness check turns both health surfaces NOT_SERVING, and
 	// recovery turns them back.
-	broken = errors.New("no progress for 12s")
+	msg := "no progress for 12s"
+	broken.Store(&msg)
 	resp, err := http.Get("http://" + srv.HTTPAddr() + "/health/ready")
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +216,7 @@ func TestServerLifecycle(t *testing.T) {
 		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
-	broken = nil
+	broken.Store(nil)
 	waitFor(t, func() bool {
 		r, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
