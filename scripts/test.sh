@@ -35,12 +35,17 @@ go test -race -count=1 "${pkgs[@]}"
 
 step "fuzz (bounded)"
 fuzz() { # package target seconds
-  if go test -list "^$2\$" "$1" | grep -qx "$2"; then
-    go test -run='^$' -fuzz="^$2\$" -fuzztime="$3s" "$1"
+  local listed
+  listed=$(go test -list "^$2\$" "$1")
+  if ! grep -qx "$2" <<<"$listed"; then
+    echo "fuzz target $2 not found in $1" >&2
+    exit 1
   fi
+  go test -run='^$' -fuzz="^$2\$" -fuzztime="$3s" "$1"
 }
 fuzz ./engine/gguf FuzzOpen 20
 fuzz ./engine/tokenizer FuzzEncode 20
+fuzz ./engine/sample FuzzStopper 10
 
 step "end-to-end (real binaries)"
 go test -tags e2e -count=1 -v ./tests/...
