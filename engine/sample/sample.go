@@ -114,7 +114,14 @@ type Token struct {
 // concurrent use; make one per request.
 type Sampler struct {
 	p   Params
+	pcg *rand.PCG
 	rng *rand.Rand
+	// draws counts the tokens this sampler has chosen or skipped. Each
+	// token's random numbers come from a generator seeded by (Seed, draws),
+	// so the n-th token of a request is drawn alike by whichever worker
+	// samples it: a prefill worker that chose the first token and a decode
+	// worker that continues after Skip(1) reproduce a single worker's run.
+	draws uint64
 
 	history []int32 // accepted tokens, oldest first; trimmed to the window
 	counts  map[int32]int
@@ -134,9 +141,11 @@ func New(p Params) (*Sampler, error) {
 	}
 	// PCG's two words: the seed and a fixed odd stream constant, so that
 	// seeds 0 and 1 are as unrelated as any other two.
+	pcg := rand.NewPCG(p.Seed, 0)
 	return &Sampler{
 		p:      p,
-		rng:    rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15)),
+		pcg:    pcg,
+		rng:    rand.New(pcg),
 		counts: make(map[int32]int),
 	}, nil
 }
@@ -161,6 +170,15 @@ func (s *Sampler) penalizes() bool {
 	return s.p.RepeatPenalty != 1 || s.p.FrequencyPenalty != 0 || s.p.PresencePenalty != 0
 }
 
+// Skip advances the sampler past n tokens chosen elsewhere, so that its next
+// draw is the one a single sampler would make after choosing them. Pair it
+// with Accept for the skipped tokens' penalties.
+func (s *Sampler) Skip(n int) {
+	if n > 0 {
+		s.draws += uint64(n)
+	}
+}
+
 // Sample picks the next token from logits (one per vocabulary entry), which it
 // does not modify.
 func (s *Sampler) Sample(logits []float32) (Token, error) {
@@ -173,6 +191,11 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 		s.applyPenalties(s.work)
 		l = s.work
 	}
+	// Seed, stream: the request's seed, and a stream per token position
+	// (an odd constant mixed in so that seeds 0 and 1 are as unrelated as
+	// any other two).
+	s.pcg.Seed(s.p.Seed, s.draws*0x9e3779b97f4a7c15+0x632be59bd9b4e019)
+	s.draws++
 	var id int32
 	if s.p.Temperature == 0 {
 		id = Greedy(l)
