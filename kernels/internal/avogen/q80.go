@@ -1,0 +1,295 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// Block sizes in bytes.
+const (
+	q80Bytes = 34  // f16 d, 32 × int8
+	q40Bytes = 18  // f16 d, 16 bytes of nibbles
+	q8KBytes = 292 // f32 d, 256 × int8, 16 × int16 bsums
+	q4KBytes = 144 // f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
+	q6KBytes = 210 // 128 ql, 64 qh, 16 int8 scales, f16 d
+)
+
+// q80Tiles lists the rows × tokens tiles for the 32-value block types.
+func q80Tiles(s isa) [][2]int {
+	rg := 2 // AVX2: 8 accumulators + 2 rows of weights + 5 temporaries
+	if s.evex {
+		rg = 4
+	}
+	var ts [][2]int
+	for r := 1; r <= 4; r++ {
+		ts = append(ts, [2]int{r, 1})
+	}
+	for r := 1; r <= rg; r++ {
+		for t := 2; t <= 4; t++ {
+			ts = append(ts, [2]int{r, t})
+		}
+	}
+	return ts
+}
+
+func genQ80Kernels(s isa) {
+	tile := q80Tile
+	if s.evex {
+		tile = q80TileZ
+	}
+	for _, q4 := range []bool{false, true} {
+		tile(s, q4, 1, 1, true)
+		for _, rt := range q80Tiles(s) {
+			tile(s, q4, rt[0], rt[1], false)
+		}
+	}
+}
+
+// q80Tile emits the AVX2 R×T tile of Q8_0·Q8_0 (or, with q4, Q4_0·Q8_0)
+// block dot products. Per block the integer dot product is exact; it is
+// converted to float32 and multiplied by both block scales, and the
+// products are summed in float32 vector lanes.
+//
+// vpmaddubsw wants one unsigned operand: Q8_0 weights are made unsigned by
+// moving their sign onto the activations (vpsignb), Q4_0 nibbles are
+// unsigned already and the offset of 8 is taken off afterwards as 8·Σx.
+// The weight scales go to the stack, for lack of registers.
+func q80Tile(s isa, q4 bool, R, T int, ret bool) {
+	kind, wb := "Q8_0", q80Bytes
+	if q4 {
+		kind, wb = "Q4_0", q40Bytes
+	}
+	name := begin(s, kind, R, T, ret, "byte", "nb", 32*R, true)
+	q80Doc(name, kind, wb, R, T, ret)
+	wp := ptrs("w", "ws", R)
+	xp := ptrs("x", "xs", T)
+	nb := Load(Param("nb"), GP64())
+	s.beginKernel()
+	acc := newAcc(s, R, T, YMM)
+	dws := AllocLocal(32 * R)
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("block")
+	if T == 1 {
+		prefetch(wp, nil, 0, 0, wb)
+	}
+	wv := make([]VecVirtual, R) // Q8_0: |w|; Q4_0: the nibbles
+	for r := 0; r < R; r++ {
+		wv[r] = YMM()
+		if q4 {
+			// Low nibbles (values 0–15) in lane 0, high ones in lane 1.
+			t := YMM()
+			VBROADCASTI128(Mem{Base: wp[r], Disp: 2}, t)
+			t2 := YMM()
+			VPSRLW(U8(4), t, t2)
+			VINSERTI128(U8(1), t2.AsX(), t, wv[r])
+			VPAND(c0F, wv[r], wv[r])
+		} else {
+			VPABSB(Mem{Base: wp[r], Disp: 2}, wv[r])
+		}
+		d := YMM()
+		s.f16Bcast(Mem{Base: wp[r]}, d)
+		VMOVUPS(d, dws.Offset(32*r))
+	}
+	for t := 0; t < T; t++ {
+		xv := YMM()
+		VMOVDQU(Mem{Base: xp[t], Disp: 2}, xv)
+		dx := YMM()
+		s.f16Bcast(Mem{Base: xp[t]}, dx)
+		var corr VecVirtual
+		if q4 {
+			// corr = 8·(Σ of each 4 activations).
+			corr = YMM()
+			VMOVDQU(c01b, corr)
+			VPMADDUBSW(xv, corr, corr)
+			VPMADDWD(c01w, corr, corr)
+			VPSLLD(U8(3), corr, corr)
+		}
+		for r := 0; r < R; r++ {
+			p := YMM()
+			if q4 {
+				VPMADDUBSW(xv, wv[r], p)
+				VPMADDWD(c01w, p, p)
+				VPSUBD(corr, p, p)
+			} else {
+				VPSIGNB(Mem{Base: wp[r], Disp: 2}, xv, p)
+				VPMADDUBSW(p, wv[r], p)
+				VPMADDWD(c01w, p, p)
+			}
+			VCVTDQ2PS(p, p)
+			d := YMM()
+			VMULPS(dws.Offset(32*r), dx, d)
+			VFMADD231PS(p, d, acc[r][t])
+		}
+	}
+	for r := 0; r < R; r++ {
+		ADDQ(U32(wb), wp[r])
+	}
+	for t := 0; t < T; t++ {
+		ADDQ(U32(q80Bytes), xp[t])
+	}
+	DECQ(nb)
+	JNZ(LabelRef("block"))
+
+	Label("done")
+	finish(s, acc, ret)
+}
+
+func q80Doc(name, kind string, wb, R, T int, ret bool) {
+	wval := "int8(wq[2+j])"
+	notes := []string{"where f16 reads a little-endian binary16 value."}
+	if kind == "Q4_0" {
+		wval = "nibble(wq, j) - 8"
+		notes = []string{
+			"where f16 reads a little-endian binary16 value and nibble(wq, j) is the",
+			"low nibble of wq[2+j] for j < 16 and the high nibble of wq[2+j-16]",
+			"otherwise.",
+		}
+	}
+	body := []string{
+		"\t\t\tvar sum float32",
+		"\t\t\tfor b := 0; b < nb; b++ {",
+		fmt.Sprintf("\t\t\t\twq, xq := w[r*ws+%d*b:], x[t*xs+34*b:]", wb),
+		"\t\t\t\tvar dot int32",
+		"\t\t\t\tfor j := 0; j < 32; j++ {",
+		fmt.Sprintf("\t\t\t\t\tdot += int32(%s) * int32(int8(xq[2+j]))", wval),
+		"\t\t\t\t}",
+		"\t\t\t\tsum += float32(dot) * (f16(wq) * f16(xq))",
+		"\t\t\t}",
+	}
+	notes = append(notes,
+		"Activations must lie in −127..127, as QuantizeQ8_0 writes them. The",
+		"integer sums are exact; the float additions happen in vector lanes.")
+	kernelDoc(name, kind+" weights with Q8_0 activations", R, T, ret, body, notes...)
+}
+
+// q80TileZ is q80Tile for AVX-512: each zmm register holds two blocks (32
+// int8 values each), so every vpdpbusd does 64 multiply-adds. Both weight
+// types are made unsigned (Q8_0 by adding 128, Q4_0 nibbles as stored) and
+// each integer sum starts at −bias·Σx. Lanes 0–7 of a product belong to the
+// first block and lanes 8–15 to the second, and the scale vectors match.
+// An odd last block is processed as a pair with itself, its twin's scales
+// set to zero.
+func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
+	kind, wb := "Q8_0", q80Bytes
+	if q4 {
+		kind, wb = "Q4_0", q40Bytes
+	}
+	name := begin(s, kind, R, T, ret, "byte", "nb", 0, true)
+	q80Doc(name, kind, wb, R, T, ret)
+	wp := ptrs("w", "ws", R)
+	xp := ptrs("x", "xs", T)
+	nb := Load(Param("nb"), GP64())
+	s.beginKernel()
+	acc := newAcc(s, R, T, ZMM)
+	ones := ZMM()
+	VMOVDQU32(c01b, ones)
+	var hiLanes Op
+	if q4 {
+		// Quadwords 2–3 and 6–7: the 128-bit lanes that take high nibbles.
+		k := K()
+		m := GP32()
+		MOVL(U32(0xcc), m)
+		KMOVW(m, k)
+		hiLanes = k
+	}
+
+	// halves loads the f16 scales of two blocks at m and m+stride (or of one,
+	// the other half zero) and returns [d0 ×8, d1 ×8] as float32.
+	halves := func(m Mem, stride int, tail bool) VecVirtual {
+		y := YMM()
+		VPBROADCASTW(m, y)
+		x1 := XMM()
+		if tail {
+			VMOVDQA32(zeroReg.AsX(), x1)
+		} else {
+			VPBROADCASTW(m.Offset(stride), x1)
+		}
+		VINSERTI32X4(U8(1), x1, y, y)
+		z := ZMM()
+		VCVTPH2PS(y, z)
+		return z
+	}
+	body := func(tail bool) {
+		if T == 1 {
+			prefetch(wp, nil, 0, 0, 2*wb)
+		}
+		wv, dw := make([]VecVirtual, R), make([]VecVirtual, R)
+		for r := 0; r < R; r++ {
+			wv[r] = ZMM()
+			if q4 {
+				// [qA qA qB qB] → [qA&15, qA>>4, qB&15, qB>>4]: the values
+				// of block A in order, then those of block B.
+				t := wv[r]
+				VBROADCASTI32X4(Mem{Base: wp[r], Disp: 2}, t)
+				if !tail {
+					VINSERTI32X4(U8(2), Mem{Base: wp[r], Disp: 2 + wb}, t, t)
+					VINSERTI32X4(U8(3), Mem{Base: wp[r], Disp: 2 + wb}, t, t)
+				}
+				sh := ZMM()
+				VPSRLW(U8(4), t, sh)
+				VPBLENDMQ(sh, t, hiLanes, t)
+				VPANDD(c0F, t, t)
+			} else {
+				VBROADCASTI64X4(Mem{Base: wp[r], Disp: 2}, wv[r])
+				if !tail {
+					VINSERTI64X4(U8(1), Mem{Base: wp[r], Disp: 2 + wb}, wv[r], wv[r])
+				}
+				VPXORD(c80, wv[r], wv[r])
+			}
+			dw[r] = halves(Mem{Base: wp[r]}, wb, tail)
+		}
+		for t := 0; t < T; t++ {
+			xv := ZMM()
+			VBROADCASTI64X4(Mem{Base: xp[t], Disp: 2}, xv)
+			if !tail {
+				VINSERTI64X4(U8(1), Mem{Base: xp[t], Disp: 2 + q80Bytes}, xv, xv)
+			}
+			dx := halves(Mem{Base: xp[t]}, q80Bytes, tail)
+			// init = −bias·(Σ of each 4 activations).
+			sx := ZMM()
+			s.zero(sx)
+			VPDPBUSD(xv, ones, sx)
+			if q4 {
+				VPSLLD(U8(3), sx, sx)
+			} else {
+				VPSLLD(U8(7), sx, sx)
+			}
+			init := ZMM()
+			s.zero(init)
+			VPSUBD(sx, init, init)
+			for r := 0; r < R; r++ {
+				p := ZMM()
+				VMOVDQA32(init, p)
+				VPDPBUSD(xv, wv[r], p)
+				VCVTDQ2PS(p, p)
+				d := ZMM()
+				VMULPS(dw[r], dx, d)
+				VFMADD231PS(p, d, acc[r][t])
+			}
+		}
+	}
+	Label("pair")
+	CMPQ(nb, U8(2))
+	JL(LabelRef("last"))
+	body(false)
+	for r := 0; r < R; r++ {
+		ADDQ(U32(2*wb), wp[r])
+	}
+	for t := 0; t < T; t++ {
+		ADDQ(U32(2*q80Bytes), xp[t])
+	}
+	SUBQ(U8(2), nb)
+	JMP(LabelRef("pair"))
+
+	Label("last")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	body(true)
+
+	Label("done")
+	finish(s, acc, ret)
+}

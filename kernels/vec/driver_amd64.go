@@ -1,0 +1,286 @@
+//go:build amd64 && !purego
+
+package vec
+
+import "unsafe"
+
+// fTile and qTile are the signatures of the generated register tiles: an
+// R×T tile writes out[t·os/4 + r] for r < R, t < T, the dot product of
+// weight row r (at w + r·ws) with activation row t, strides in bytes.
+// Quantized tiles take nb blocks and find activation row t at x + t·xs.
+// Float tiles take n elements (a multiple of the vector width vl) and
+// activations packed by packTokens: vl values of token 0, vl values of
+// token 1, …, then the next vl values of each token. For one token that is
+// the plain row.
+type (
+	fTile func(w *byte, ws int, x *float32, n int, out *float32, os int)
+	qTile func(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+)
+
+// kernelTables gathers one ISA's kernels by shape; tiles_amd64.go fills it.
+type kernelTables struct {
+	dotF32, dotF16, dotBF16 func(w *byte, x *float32, n int) float32
+	dotQ                    [numQ]func(w, x *byte, nb int) float32
+	f32, f16, bf16          [5][5]fTile
+	q                       [numQ][5][5]qTile
+}
+
+// shape is the tiling used for one family of kernels: mmR×mmT tiles for
+// matrix-matrix products and mvR×1 for matrix-vector ones. Every smaller
+// tile must exist too, for the edges.
+type shape struct{ mmR, mmT, mvR int }
+
+type geometry struct {
+	vl             int // float32 lanes of the float kernels
+	chunk          int // row piece of float matrix-matrix products, a multiple of vl
+	float, q80, kq shape
+	main           *kernelTables // float, Q8_0 and Q4_0 kernels
+	kquant         *kernelTables // Q4_K and Q6_K kernels
+}
+
+// actBudget bounds the bytes of activations a matrix-matrix product works
+// on while it sweeps the weight rows once. Larger blocks mean fewer sweeps
+// of the weights through memory; the activations then stream from L2 or
+// L3, which keeps up with the tiles. For float weights it is also the size
+// of the packed copy of the activations that each call allocates.
+const actBudget = 512 << 10
+
+// tokenBlock returns how many tokens to process per sweep over the weight
+// rows: as many as fit in actBudget, in whole tiles.
+func tokenBlock(rowBytes, mmT int) int {
+	tb := actBudget / max(rowBytes, 1) / mmT * mmT
+	return max(tb, mmT)
+}
+
+// fKernels drives the float tiles of one weight type.
+type fKernels struct {
+	dot   func(w *byte, x *float32, n int) float32
+	tiles *[5][5]fTile
+	shape
+	vl, size int
+	chunk    int                                 // elements per row piece
+	tail     func(w []byte, x []float32) float32 // pure Go, for cols % vl
+}
+
+func (k *fKernels) dotRow(w []byte, x []float32) float32 {
+	n := len(x) &^ (k.vl - 1)
+	var s float32
+	if n > 0 {
+		s = k.dot(&w[0], &x[0], n)
+	}
+	if n < len(x) {
+		s += k.tail(w[n*k.size:], x[n:])
+	}
+	return s
+}
+
+func (k *fKernels) matVec(dst []float32, w []byte, x []float32, rows, cols int) {
+	rb := cols * k.size
+	n := cols &^ (k.vl - 1)
+	clear(dst[:rows]) // the tiles accumulate
+	if n > 0 {
+		for r := 0; r < rows; {
+			R := min(k.mvR, rows-r)
+			k.tiles[R][1](&w[r*rb], rb, &x[0], n, &dst[r], 0)
+			r += R
+		}
+	}
+	if n < cols {
+		for r := range dst[:rows] {
+			dst[r] += k.tail(w[r*rb+n*k.size:(r+1)*rb], x[n:])
+		}
+	}
+}
+
+// Matrix-matrix products work on pieces of the rows, so that a tile's
+// weights and activations stay in L1 while the tile moves across the
+// tokens instead of streaming from L2: qChunkBytes of activations per
+// token for quantized weights, geometry.chunk elements for float ones.
+const qChunkBytes = 4096
+
+func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+	for t := range tokens {
+		clear(dst[t*ldd : t*ldd+rows]) // the tiles accumulate
+	}
+	rb := cols * k.size
+	n := cols &^ (k.vl - 1)
+	if n > 0 {
+		tb := min(tokenBlock(4*n, k.mmT), tokens)
+		kc := k.chunk
+		packed := make([]float32, tb*n)
+		for t0 := 0; t0 < tokens; t0 += tb {
+			t1 := min(t0+tb, tokens)
+			for t := t0; t < t1; t += k.mmT {
+				T := min(k.mmT, t1-t)
+				packTokens(packed[(t-t0)*n:(t-t0+T)*n], x[t*cols:], cols, n, T, k.vl)
+			}
+			for r := 0; r < rows; r += k.mmR {
+				R := min(k.mmR, rows-r)
+				for c := 0; c < n; c += kc {
+					m := min(kc, n-c)
+					for t := t0; t < t1; t += k.mmT {
+						T := min(k.mmT, t1-t)
+						// Packed, a token tile's values c.. start at T·c.
+						k.tiles[R][T](&w[r*rb+c*k.size], rb, &packed[(t-t0)*n+T*c], m, &dst[t*ldd+r], 4*ldd)
+					}
+				}
+			}
+		}
+	}
+	if n < cols {
+		for t := range tokens {
+			xt := x[t*cols+n : (t+1)*cols]
+			out := dst[t*ldd : t*ldd+rows]
+			for r := range out {
+				out[r] += k.tail(w[r*rb+n*k.size:(r+1)*rb], xt)
+			}
+		}
+	}
+}
+
+// packTokens interleaves the first n values of T activation rows (row t at
+// x[t·cols:]) vl values at a time into dst (T·n values): dst holds values
+// k..k+vl of token 0, then of token 1, and so on, for k = 0, vl, 2·vl, ….
+func packTokens(dst, x []float32, cols, n, T, vl int) {
+	for t := range T {
+		row := x[t*cols : t*cols+n]
+		for k := 0; k < n; k += vl {
+			copy(dst[(k/vl*T+t)*vl:][:vl], row[k:k+vl])
+		}
+	}
+}
+
+// qKernels drives the tiles of one quantized weight type.
+type qKernels struct {
+	dot   func(w, x *byte, nb int) float32
+	tiles *[5][5]qTile
+	shape
+	wBytes, xBytes int
+}
+
+func (k *qKernels) dotRow(w, xq []byte, nb int) float32 {
+	if nb == 0 {
+		return 0
+	}
+	return k.dot(&w[0], &xq[0], nb)
+}
+
+func (k *qKernels) matVec(dst []float32, w, xq []byte, rows, nb int) {
+	clear(dst[:rows]) // the tiles accumulate
+	if nb == 0 {
+		return
+	}
+	rb := nb * k.wBytes
+	for r := 0; r < rows; {
+		R := min(k.mvR, rows-r)
+		k.tiles[R][1](&w[r*rb], rb, &xq[0], 0, nb, &dst[r], 0)
+		r += R
+	}
+}
+
+func (k *qKernels) matMul(dst []float32, ldd int, w, xq []byte, rows, nb, tokens int) {
+	for t := range tokens {
+		clear(dst[t*ldd : t*ldd+rows]) // the tiles accumulate
+	}
+	if nb == 0 {
+		return
+	}
+	rb, xr := nb*k.wBytes, nb*k.xBytes
+	tb := tokenBlock(xr, k.mmT)
+	// Blocks per chunk, even so that the AVX-512 kernels, which take
+	// blocks in pairs, see an odd count only at the end of a row.
+	kc := max(2, qChunkBytes/k.xBytes&^1)
+	for t0 := 0; t0 < tokens; t0 += tb {
+		t1 := min(t0+tb, tokens)
+		for r := 0; r < rows; r += k.mmR {
+			R := min(k.mmR, rows-r)
+			for c := 0; c < nb; c += kc {
+				m := min(kc, nb-c)
+				for t := t0; t < t1; t += k.mmT {
+					T := min(k.mmT, t1-t)
+					k.tiles[R][T](&w[r*rb+c*k.wBytes], rb, &xq[t*xr+c*k.xBytes], xr, m, &dst[t*ldd+r], 4*ldd)
+				}
+			}
+		}
+	}
+}
+
+// f32Bytes views float32 weights as their bytes (little-endian on amd64).
+func f32Bytes(w []float32) []byte {
+	if len(w) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w))
+}
+
+func tailF32(w []byte, x []float32) float32 {
+	return dotF32Go(unsafe.Slice((*float32)(unsafe.Pointer(&w[0])), len(x)), x)
+}
+
+func newAsmImpl(name string, g geometry) *impl {
+	kt := g.main
+	f := func(dot func(w *byte, x *float32, n int) float32, tiles *[5][5]fTile, size int,
+		tail func(w []byte, x []float32) float32) *fKernels {
+		return &fKernels{dot: dot, tiles: tiles, shape: g.float, vl: g.vl, size: size, chunk: g.chunk, tail: tail}
+	}
+	f32 := f(kt.dotF32, &kt.f32, 4, tailF32)
+	f16 := f(kt.dotF16, &kt.f16, 2, dotF16Go)
+	bf16 := f(kt.dotBF16, &kt.bf16, 2, dotBF16Go)
+	im := &impl{
+		name:    name,
+		dotF32:  func(a, b []float32) float32 { return f32.dotRow(f32Bytes(a), b) },
+		dotF16:  f16.dotRow,
+		dotBF16: bf16.dotRow,
+		matVecF32: func(dst, w, x []float32, rows, cols int) {
+			f32.matVec(dst, f32Bytes(w), x, rows, cols)
+		},
+		matVecF16:  f16.matVec,
+		matVecBF16: bf16.matVec,
+		matMulF32: func(dst []float32, ldd int, w, x []float32, rows, cols, tokens int) {
+			f32.matMul(dst, ldd, f32Bytes(w), x, rows, cols, tokens)
+		},
+		matMulF16:  f16.matMul,
+		matMulBF16: bf16.matMul,
+		quantQ8_0:  quantQ8_0Asm,
+		quantQ8_K:  quantQ8_KAsm,
+		expSum:     expSumAsm,
+	}
+	for q := range numQ {
+		sh, qt := g.q80, g.main
+		if q == q4_K || q == q6_K {
+			sh, qt = g.kq, g.kquant
+		}
+		k := &qKernels{dot: qt.dotQ[q], tiles: &qt.q[q], shape: sh,
+			wBytes: qinfo[q].wBytes, xBytes: qinfo[q].xBytes}
+		im.dotQ[q] = k.dotRow
+		im.matVecQ[q] = k.matVec
+		im.matMulQ[q] = k.matMul
+	}
+	return im
+}
+
+// The activation quantizers are AVX2 code, shared by both implementations.
+
+func quantQ8_0Asm(x []float32, dst []byte) {
+	if nb := len(x) / Q8_0Values; nb > 0 {
+		quantQ8_0AVX2(&x[0], &dst[0], nb)
+	}
+}
+
+func quantQ8_KAsm(x []float32, dst []byte) {
+	if nb := len(x) / Q8_KValues; nb > 0 {
+		quantQ8_KAVX2(&x[0], &dst[0], nb)
+	}
+}
+
+func expSumAsm(dst, x []float32, shift float32) float32 {
+	n := len(x) &^ 7
+	var s float32
+	if n > 0 {
+		s = expSumAVX2(&dst[0], &x[0], n, shift)
+	}
+	if n < len(x) {
+		s += expSumGo(dst[n:len(x)], x[n:], shift)
+	}
+	return s
+}

@@ -1,0 +1,346 @@
+package vec
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/baton-serving/baton/kernels/quant"
+)
+
+// The pure-Go twins of every kernel. They are the fallback on CPUs without
+// AVX2 and under the purego tag, and the reference the assembly is tested
+// against. Loops reslice to fixed-size arrays so the compiler drops bounds
+// checks, and keep several partial sums to shorten dependency chains.
+
+var genericImpl = &impl{
+	name:       "purego",
+	dotF32:     dotF32Go,
+	dotF16:     dotF16Go,
+	dotBF16:    dotBF16Go,
+	matVecF32:  matVecF32Go,
+	matVecF16:  matVecF16Go,
+	matVecBF16: matVecBF16Go,
+	matMulF32:  matMulF32Go,
+	matMulF16:  matMulF16Go,
+	matMulBF16: matMulBF16Go,
+	dotQ:       [numQ]func(w, xq []byte, nb int) float32{dotQ8_0Go, dotQ4_0Go, dotQ4_KGo, dotQ6_KGo},
+	matVecQ: [numQ]func(dst []float32, w, xq []byte, rows, nb int){
+		matVecQGo(q8_0, dotQ8_0Go), matVecQGo(q4_0, dotQ4_0Go),
+		matVecQGo(q4_K, dotQ4_KGo), matVecQGo(q6_K, dotQ6_KGo),
+	},
+	matMulQ: [numQ]func(dst []float32, ldd int, w, xq []byte, rows, nb, tokens int){
+		matMulQGo(q8_0, dotQ8_0Go), matMulQGo(q4_0, dotQ4_0Go),
+		matMulQGo(q4_K, dotQ4_KGo), matMulQGo(q6_K, dotQ6_KGo),
+	},
+	quantQ8_0: quantQ8_0Go,
+	quantQ8_K: quantQ8_KGo,
+	expSum:    expSumGo,
+}
+
+func f16At(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }
+
+func dotF32Go(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	for len(a) >= 8 {
+		x, y := (*[8]float32)(a), (*[8]float32)(b)
+		s0 += x[0] * y[0]
+		s1 += x[1] * y[1]
+		s2 += x[2] * y[2]
+		s3 += x[3] * y[3]
+		s4 += x[4] * y[4]
+		s5 += x[5] * y[5]
+		s6 += x[6] * y[6]
+		s7 += x[7] * y[7]
+		a, b = a[8:], b[8:]
+	}
+	for i, v := range a {
+		s0 += v * b[i]
+	}
+	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+}
+
+// dotHalfGo is the dot product of 16-bit floats with x, widened by conv.
+func dotHalfGo(w []byte, x []float32, conv func(uint16) float32) float32 {
+	w = w[:2*len(x)]
+	var s0, s1, s2, s3 float32
+	for len(x) >= 4 {
+		r, v := (*[8]byte)(w), (*[4]float32)(x)
+		s0 += conv(binary.LittleEndian.Uint16(r[0:])) * v[0]
+		s1 += conv(binary.LittleEndian.Uint16(r[2:])) * v[1]
+		s2 += conv(binary.LittleEndian.Uint16(r[4:])) * v[2]
+		s3 += conv(binary.LittleEndian.Uint16(r[6:])) * v[3]
+		w, x = w[8:], x[4:]
+	}
+	for i, v := range x {
+		s0 += conv(binary.LittleEndian.Uint16(w[2*i:])) * v
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func dotF16Go(w []byte, x []float32) float32  { return dotHalfGo(w, x, quant.F16ToF32) }
+func dotBF16Go(w []byte, x []float32) float32 { return dotHalfGo(w, x, quant.BF16ToF32) }
+
+func matVecF32Go(dst, w, x []float32, rows, cols int) {
+	for r := range dst[:rows] {
+		dst[r] = dotF32Go(w[r*cols:(r+1)*cols], x)
+	}
+}
+
+func matVecF16Go(dst []float32, w []byte, x []float32, rows, cols int) {
+	for r := range dst[:rows] {
+		dst[r] = dotF16Go(w[2*r*cols:2*(r+1)*cols], x)
+	}
+}
+
+func matVecBF16Go(dst []float32, w []byte, x []float32, rows, cols int) {
+	for r := range dst[:rows] {
+		dst[r] = dotBF16Go(w[2*r*cols:2*(r+1)*cols], x)
+	}
+}
+
+func matMulF32Go(dst []float32, ldd int, w, x []float32, rows, cols, tokens int) {
+	for t := range tokens {
+		xt := x[t*cols : (t+1)*cols]
+		out := dst[t*ldd : t*ldd+rows]
+		for r := range out {
+			out[r] = dotF32Go(w[r*cols:(r+1)*cols], xt)
+		}
+	}
+}
+
+func matMulF16Go(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+	for t := range tokens {
+		xt := x[t*cols : (t+1)*cols]
+		out := dst[t*ldd : t*ldd+rows]
+		for r := range out {
+			out[r] = dotF16Go(w[2*r*cols:2*(r+1)*cols], xt)
+		}
+	}
+}
+
+func matMulBF16Go(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+	for t := range tokens {
+		xt := x[t*cols : (t+1)*cols]
+		out := dst[t*ldd : t*ldd+rows]
+		for r := range out {
+			out[r] = dotBF16Go(w[2*r*cols:2*(r+1)*cols], xt)
+		}
+	}
+}
+
+func matVecQGo(q qtype, dot func(w, xq []byte, nb int) float32) func(dst []float32, w, xq []byte, rows, nb int) {
+	wb := qinfo[q].wBytes
+	return func(dst []float32, w, xq []byte, rows, nb int) {
+		rb := nb * wb
+		for r := range dst[:rows] {
+			dst[r] = dot(w[r*rb:(r+1)*rb], xq, nb)
+		}
+	}
+}
+
+func matMulQGo(q qtype, dot func(w, xq []byte, nb int) float32) func(dst []float32, ldd int, w, xq []byte, rows, nb, tokens int) {
+	wb, xb := qinfo[q].wBytes, qinfo[q].xBytes
+	return func(dst []float32, ldd int, w, xq []byte, rows, nb, tokens int) {
+		rb, xr := nb*wb, nb*xb
+		for t := range tokens {
+			xt := xq[t*xr : (t+1)*xr]
+			out := dst[t*ldd : t*ldd+rows]
+			for r := range out {
+				out[r] = dot(w[r*rb:(r+1)*rb], xt, nb)
+			}
+		}
+	}
+}
+
+// The block dot products below compute each block's integer sum exactly
+// and add it, times the float32 product of the scales, to a float32 total,
+// block by block — the arithmetic of ggml's scalar vec_dot functions.
+
+func dotQ8_0Go(w, xq []byte, nb int) float32 {
+	var sum float32
+	for b := range nb {
+		wb := (*[34]byte)(w[34*b:])
+		xb := (*[34]byte)(xq[34*b:])
+		var s0, s1, s2, s3 int32
+		for j := 2; j < 34; j += 4 {
+			s0 += int32(int8(wb[j])) * int32(int8(xb[j]))
+			s1 += int32(int8(wb[j+1])) * int32(int8(xb[j+1]))
+			s2 += int32(int8(wb[j+2])) * int32(int8(xb[j+2]))
+			s3 += int32(int8(wb[j+3])) * int32(int8(xb[j+3]))
+		}
+		sum += float32((s0+s1)+(s2+s3)) * (f16At(wb[0:]) * f16At(xb[0:]))
+	}
+	return sum
+}
+
+func dotQ4_0Go(w, xq []byte, nb int) float32 {
+	var sum float32
+	for b := range nb {
+		wb := (*[18]byte)(w[18*b:])
+		xb := (*[34]byte)(xq[34*b:])
+		var s0, s1 int32
+		for j := range 16 {
+			q := wb[2+j]
+			s0 += (int32(q&15) - 8) * int32(int8(xb[2+j]))
+			s1 += (int32(q>>4) - 8) * int32(int8(xb[18+j]))
+		}
+		sum += float32(s0+s1) * (f16At(wb[0:]) * f16At(xb[0:]))
+	}
+	return sum
+}
+
+// scaleMinK4 unpacks the 6-bit scale and min of Q4_K sub-block j from the
+// 12 packed bytes s (the layout of ggml's get_scale_min_k4).
+func scaleMinK4(j int, s *[12]byte) (sc, m int32) {
+	if j < 4 {
+		return int32(s[j] & 63), int32(s[j+4] & 63)
+	}
+	return int32(s[j+4]&15 | s[j-4]>>6<<4), int32(s[j+4]>>4 | s[j]>>6<<4)
+}
+
+func bsum(xb *[Q8_KBytes]byte, j int) int32 {
+	return int32(int16(binary.LittleEndian.Uint16(xb[260+2*j:])))
+}
+
+func dotQ4_KGo(w, xq []byte, nb int) float32 {
+	var sum float32
+	for b := range nb {
+		wb := (*[144]byte)(w[144*b:])
+		xb := (*[Q8_KBytes]byte)(xq[Q8_KBytes*b:])
+		scales := (*[12]byte)(wb[4:16])
+		var isum, msum int32
+		for c := range 4 {
+			qs := (*[32]byte)(wb[16+32*c:])
+			lo := (*[32]byte)(xb[4+64*c:])
+			hi := (*[32]byte)(xb[4+64*c+32:])
+			var d1, d2 int32
+			for l, q := range qs {
+				d1 += int32(q&15) * int32(int8(lo[l]))
+				d2 += int32(q>>4) * int32(int8(hi[l]))
+			}
+			sc1, m1 := scaleMinK4(2*c, scales)
+			sc2, m2 := scaleMinK4(2*c+1, scales)
+			isum += sc1*d1 + sc2*d2
+			msum += m1*(bsum(xb, 4*c)+bsum(xb, 4*c+1)) + m2*(bsum(xb, 4*c+2)+bsum(xb, 4*c+3))
+		}
+		d := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
+		sum += float32(isum) * (f16At(wb[0:]) * d)
+		sum -= float32(msum) * (f16At(wb[2:]) * d)
+	}
+	return sum
+}
+
+func dotQ6_KGo(w, xq []byte, nb int) float32 {
+	var sum float32
+	for b := range nb {
+		wb := (*[210]byte)(w[210*b:])
+		xb := (*[Q8_KBytes]byte)(xq[Q8_KBytes*b:])
+		var isum int32
+		for h := range 2 {
+			ql := (*[64]byte)(wb[64*h:])
+			qh := (*[32]byte)(wb[128+32*h:])
+			sc := (*[8]byte)(wb[192+8*h:])
+			y := (*[128]byte)(xb[4+128*h:])
+			// Values l, l+32, l+64, l+96 of the half; sub-block g = l/16
+			// of quarter k has scale sc[g+2k].
+			for g := range 2 {
+				var a0, a1, a2, a3 int32
+				for l := 16 * g; l < 16*g+16; l++ {
+					lo, hi, bits := ql[l], ql[l+32], qh[l]
+					a0 += (int32(lo&15|bits&3<<4) - 32) * int32(int8(y[l]))
+					a1 += (int32(hi&15|bits>>2&3<<4) - 32) * int32(int8(y[l+32]))
+					a2 += (int32(lo>>4|bits>>4&3<<4) - 32) * int32(int8(y[l+64]))
+					a3 += (int32(hi>>4|bits>>6<<4) - 32) * int32(int8(y[l+96]))
+				}
+				isum += int32(int8(sc[g]))*a0 + int32(int8(sc[g+2]))*a1 +
+					int32(int8(sc[g+4]))*a2 + int32(int8(sc[g+6]))*a3
+			}
+		}
+		d := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
+		sum += float32(isum) * (f16At(wb[208:]) * d)
+	}
+	return sum
+}
+
+// roundHalfAway rounds like C's roundf. Adding the largest float32 below ½
+// with p's sign and truncating is exact for every float32: sums that reach
+// the next integer do so only when p's fraction is at least ½.
+func roundHalfAway(p float32) int32 {
+	c := math.Float32frombits(math.Float32bits(p)&0x80000000 | 0x3effffff)
+	return int32(p + c)
+}
+
+// nearestInt rounds to nearest, ties to even, for |f| < 2²²: ggml's
+// nearest_int, which adds 1.5·2²³ so that the float32 addition itself
+// rounds away the fraction.
+func nearestInt(f float32) int32 {
+	v := f + 12582912
+	return int32(math.Float32bits(v)&0x7fffff) - 0x400000
+}
+
+func finite(v float32) bool { return math.Float32bits(v)&0x7f800000 != 0x7f800000 }
+
+const f16NaN = 0x7e00
+
+func quantQ8_0Go(x []float32, dst []byte) {
+	for b := range len(x) / Q8_0Values {
+		xb := (*[32]float32)(x[32*b:])
+		yb := (*[34]byte)(dst[34*b:])
+		var amax float32
+		ok := true
+		for _, v := range xb {
+			ok = ok && finite(v)
+			amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+		}
+		if !ok {
+			binary.LittleEndian.PutUint16(yb[0:], f16NaN)
+			clear(yb[2:])
+			continue
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint16(yb[0:], quant.F32ToF16(d))
+		for j, v := range xb {
+			yb[2+j] = byte(int8(roundHalfAway(float32(v * id))))
+		}
+	}
+}
+
+func quantQ8_KGo(x []float32, dst []byte) {
+	for b := range len(x) / Q8_KValues {
+		xb := (*[256]float32)(x[256*b:])
+		yb := (*[Q8_KBytes]byte)(dst[Q8_KBytes*b:])
+		var amax, vmax float32
+		ok := true
+		for _, v := range xb {
+			ok = ok && finite(v)
+			if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); a > amax {
+				amax, vmax = a, v
+			}
+		}
+		if !ok || amax == 0 {
+			d := float32(0)
+			if !ok {
+				d = nan32()
+			}
+			binary.LittleEndian.PutUint32(yb[0:], math.Float32bits(d))
+			clear(yb[4:])
+			continue
+		}
+		iscale := -127 / vmax
+		binary.LittleEndian.PutUint32(yb[0:], math.Float32bits(1/iscale))
+		for g := range 16 {
+			var s int32
+			for j := 16 * g; j < 16*g+16; j++ {
+				q := min(127, nearestInt(float32(iscale*xb[j])))
+				yb[4+j] = byte(int8(q))
+				s += q
+			}
+			binary.LittleEndian.PutUint16(yb[260+2*g:], uint16(int16(s)))
+		}
+	}
+}
