@@ -33,6 +33,9 @@ go vet -tags e2e ./tests/...
 step "go test -race"
 go test -race -count=1 "${pkgs[@]}"
 
+step "kernels, pure-Go build (the fallback every fast path is checked against)"
+go test -count=1 -tags purego ./kernels/...
+
 step "fuzz (bounded)"
 fuzz() { # package target seconds
   local listed

@@ -118,13 +118,24 @@ func (s *Set) Watch(ctx context.Context) {
 
 func (s *Set) watch(ctx context.Context, w *Worker) {
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
+	for failures := 0; ctx.Err() == nil; failures++ {
 		err := s.follow(ctx, w)
 		if ctx.Err() != nil {
 			return
 		}
 		w.setErr(err)
-		s.Logger.Warn("worker unavailable", "worker", w.Addr, "role", s.Role.String(), "err", err, "retry_in", backoff.String())
+		if w.updated.Load() != 0 {
+			failures = 0 // it had been reachable: this is news
+		}
+		// Workers starting alongside the router are refused for a moment;
+		// only a worker that stays unreachable, or one that was reachable,
+		// is worth a warning.
+		level := slog.LevelDebug
+		if failures == 0 && w.updated.Load() != 0 || failures == 5 || failures%50 == 49 {
+			level = slog.LevelWarn
+		}
+		s.Logger.Log(ctx, level, "worker unavailable", "worker", w.Addr, "role", s.Role.String(), "err", err, "attempts", failures+1, "retry_in", backoff.String())
+		w.updated.Store(0)
 		select {
 		case <-ctx.Done():
 			return
