@@ -363,3 +363,25 @@ func TestLayout(t *testing.T) {
 		t.Error("checksum is not over the concatenation")
 	}
 }
+
+func TestSenderGivesUpWithoutCredit(t *testing.T) {
+	stream := &discardStream{}
+	snd := NewSender(SenderConfig{Layout: testLayout, PromptTokens: 40, InitialCredits: 1, CreditTimeout: 50 * time.Millisecond},
+		patternPages{testLayout}, stream)
+	snd.PagesReady(3)
+	start := time.Now()
+	err := snd.Run(context.Background())
+	if !errors.Is(err, ErrStalled) {
+		t.Fatalf("Run = %v, want ErrStalled", err)
+	}
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Errorf("gave up after %v, before the credit timeout", took)
+	}
+	if stream.n != 1 {
+		t.Errorf("sent %d chunks on one credit", stream.n)
+	}
+}
+
+type discardStream struct{ n int }
+
+func (d *discardStream) Send(*batonv1.TransferKVResponse) error { d.n++; return nil }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
@@ -34,6 +35,7 @@ type Sender struct {
 	stream       SendStream
 	promptTokens int
 	layersPer    int
+	creditWait   time.Duration
 
 	wake chan struct{} // capacity 1: coalesced notifications
 
@@ -57,6 +59,9 @@ type SenderConfig struct {
 	InitialCredits int
 	// MaxChunkBytes bounds a chunk's K+V bytes (default 256 KiB).
 	MaxChunkBytes int
+	// CreditTimeout ends the transfer with ErrStalled when chunks are ready
+	// but decode grants no credit for this long (0: wait forever).
+	CreditTimeout time.Duration
 }
 
 // DefaultMaxChunkBytes keeps chunks well above gRPC's per-message overhead and
@@ -71,7 +76,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	}
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
-		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes),
+		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
 		credits:   cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
@@ -138,6 +143,9 @@ func (s *Sender) Abort(reason string) {
 // ErrAborted is returned by Run when decode aborted the transfer.
 var ErrAborted = errors.New("transfer aborted by decode")
 
+// ErrStalled is returned by Run when decode stopped granting credits.
+var ErrStalled = errors.New("transfer stalled: decode granted no credit")
+
 // Stats reports chunks and K/V bytes sent so far.
 func (s *Sender) Stats() (chunks, bytes uint64) {
 	s.mu.Lock()
@@ -152,9 +160,16 @@ func (s *Sender) Stats() (chunks, bytes uint64) {
 func (s *Sender) Run(ctx context.Context) error {
 	page, lo := 0, 0
 	var seq uint64
+	var starved *time.Timer // runs while chunks wait for credit
+	defer func() {
+		if starved != nil {
+			starved.Stop()
+		}
+	}()
 	for {
 		s.mu.Lock()
 		aborted, reason, fail, done := s.aborted, s.abort, s.fail, s.done
+		blocked := page < s.ready && s.credits == 0
 		canSend := page < s.ready && s.credits > 0
 		if canSend {
 			s.credits--
@@ -199,8 +214,21 @@ func (s *Sender) Run(ctx context.Context) error {
 			}
 			return nil
 		}
+		var starvedC <-chan time.Time
+		switch {
+		case blocked && s.creditWait > 0:
+			if starved == nil {
+				starved = time.NewTimer(s.creditWait)
+			}
+			starvedC = starved.C
+		case starved != nil:
+			starved.Stop()
+			starved = nil
+		}
 		select {
 		case <-s.wake:
+		case <-starvedC:
+			return fmt.Errorf("%w for %v with chunk %d ready", ErrStalled, s.creditWait, seq)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
