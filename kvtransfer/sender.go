@@ -77,7 +77,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
 		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
-		credits:   cfg.InitialCredits, wake: make(chan struct{}, 1),
+		credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
 
