@@ -10,4 +10,8 @@ replace (
 	github.com/baton-serving/baton/tracing => ../tracing
 )
 
-require github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
+require (
+	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
+	go.uber.org/goleak v1.3.0
+	pgregory.net/rapid v1.3.0
+)

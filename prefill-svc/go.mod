@@ -12,13 +12,15 @@ replace (
 )
 
 require (
+	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/kvtransfer v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.85.0
 )
 
 require (
-	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000 // indirect
+	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000 // indirect
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -44,7 +46,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect

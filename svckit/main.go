@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/tracing"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Service is what a Baton service plugs into Main.
@@ -33,9 +34,10 @@ type Service interface {
 
 // Deps is what Open gets: the logger and tracing set up from flags.
 type Deps struct {
-	Logger  *slog.Logger
-	Tracing *tracing.Provider
-	Config  Config
+	Logger   *slog.Logger
+	Tracing  *tracing.Provider
+	Config   Config
+	Registry *prometheus.Registry // the service's metrics registry
 }
 
 // Spec names a service for Main.
@@ -95,7 +97,7 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 	if err != nil {
 		return fail(1, err)
 	}
-	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg}); err != nil {
+	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg, Registry: srv.Registry}); err != nil {
 		srv.closeListeners()
 		return fail(1, err)
 	}

@@ -13,12 +13,14 @@ replace (
 
 require (
 	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000 // indirect
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -48,6 +50,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

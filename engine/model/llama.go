@@ -111,16 +111,23 @@ func (m *llama) Close() error {
 	return nil
 }
 
-// llamaState is the scratch space of one Forward call, sized for n tokens
-// and reused through m.states.
+// llamaState is the scratch space of one forward call, sized for its token
+// rows and reused through m.states.
 type llamaState struct {
-	x, xb          []float32 // residual stream and normalized input, n×Dim
-	q, att         []float32 // queries and attention output, n×QDim
-	k, v           []float32 // new keys and values, n×KVDim
-	gate, up       []float32 // feed-forward activations, n×Hidden
-	cos, sin       []float32 // RoPE tables, n×RopeDim/2
+	x, xb          []float32 // residual stream and normalized input, rows×Dim
+	q, att         []float32 // queries and attention output, rows×QDim
+	k, v           []float32 // new keys and values, rows×KVDim
+	gate, up       []float32 // feed-forward activations, rows×Hidden
+	cos, sin       []float32 // RoPE tables, rows×RopeDim/2
 	scores         [][]float32
-	normed, logits []float32
+	normed, logits []float32 // final norm and logits of the output rows
+
+	rows    []rowInfo // every token row of the step
+	act     []rowInfo // the rows going through the current block
+	outRows []int     // rows whose next-token logits are wanted
+	segs    []segment
+	paged   []pagedStore
+	contig  contigStore
 }
 
 func grow(s []float32, n int) []float32 {
@@ -130,12 +137,18 @@ func grow(s []float32, n int) []float32 {
 	return s[:n]
 }
 
-func (m *llama) state(n, ctx int) *llamaState {
+// state takes scratch space from the model's free list.
+func (m *llama) state() *llamaState {
 	s, _ := m.states.Get().(*llamaState)
 	if s == nil {
 		s = &llamaState{}
 	}
-	c := m.cfg
+	return s
+}
+
+// size makes room for n token rows, nOut of them producing logits, with
+// attention over at most ctx positions in each of parts worker parts.
+func (s *llamaState) size(c Config, parts, n, nOut, ctx int) {
 	s.x = grow(s.x, n*c.Dim)
 	s.xb = grow(s.xb, n*c.Dim)
 	s.q = grow(s.q, n*c.QDim())
@@ -146,14 +159,14 @@ func (m *llama) state(n, ctx int) *llamaState {
 	s.up = grow(s.up, n*c.Hidden)
 	s.cos = grow(s.cos, n*c.RopeDim/2)
 	s.sin = grow(s.sin, n*c.RopeDim/2)
-	if len(s.scores) < m.pool.n {
-		s.scores = make([][]float32, m.pool.n)
+	if len(s.scores) < parts {
+		s.scores = make([][]float32, parts)
 	}
 	for i := range s.scores {
 		s.scores[i] = grow(s.scores[i], ctx)
 	}
-	s.normed = grow(s.normed, c.Dim)
-	return s
+	s.normed = grow(s.normed, nOut*c.Dim)
+	s.logits = grow(s.logits, nOut*c.Vocab)
 }
 
 // Forward implements Model.
@@ -180,10 +193,8 @@ func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32
 		return fmt.Errorf("model: positions %d…%d exceed the KV cache's %d positions: %w",
 			pos, pos+n-1, cache.Cap(), engine.ErrKVCacheFull)
 	}
-	for i, t := range tokens {
-		if t < 0 || int(t) >= c.Vocab {
-			return fmt.Errorf("model: token %d (index %d) outside the vocabulary [0, %d): %w", t, i, c.Vocab, engine.ErrInvalidInput)
-		}
+	if err := m.checkTokens(tokens, ""); err != nil {
+		return err
 	}
 
 	m.mu.RLock()
@@ -196,95 +207,144 @@ func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32
 	if err := cache.SetLen(pos); err != nil {
 		return err
 	}
-	s := m.state(n, pos+n)
+	s := m.state()
 	defer m.states.Put(s)
-	if err := m.forward(s, tokens, pos, cache, logits); err != nil {
+	s.contig = contigStore{cache: cache, kvDim: c.KVDim()}
+	s.segs = append(s.segs[:0], segment{tokens: tokens, pos: pos, kv: &s.contig, logits: logits})
+	if err := m.forward(s); err != nil {
 		return err
 	}
 	return cache.SetLen(pos + n)
 }
 
-func (m *llama) forward(s *llamaState, tokens []int32, pos int, cache KVCache, logits []float32) error {
+func (m *llama) checkTokens(tokens []int32, what string) error {
+	for i, t := range tokens {
+		if t < 0 || int(t) >= m.cfg.Vocab {
+			return fmt.Errorf("model: %stoken %d (index %d) outside the vocabulary [0, %d): %w", what, t, i, m.cfg.Vocab, engine.ErrInvalidInput)
+		}
+	}
+	return nil
+}
+
+// forward runs the segments of s.segs through the model: every token row of
+// every segment through each block together, so that each weight matrix is
+// read once per call whatever the number of rows. Every operation is local
+// to a row (norms, products, RoPE, the residual adds) or to a (row, head)
+// pair (attention over the row's own sequence), so a row's results do not
+// depend on which other rows share the call.
+func (m *llama) forward(s *llamaState) error {
 	c := m.cfg
-	n := len(tokens)
 	dim, qDim, kvDim, hd := c.Dim, c.QDim(), c.KVDim(), c.HeadDim
 	half := c.RopeDim / 2
 
-	for t, id := range tokens {
-		if err := quant.Dequantize(m.tokEmbd.typ, m.tokEmbd.row(int(id)), s.x[t*dim:(t+1)*dim]); err != nil {
+	n, ctx := 0, 0
+	s.rows, s.outRows = s.rows[:0], s.outRows[:0]
+	for si := range s.segs {
+		seg := &s.segs[si]
+		for t := range seg.tokens {
+			s.rows = append(s.rows, rowInfo{seg: si, pos: seg.pos + t, row: n + t})
+		}
+		n += len(seg.tokens)
+		ctx = max(ctx, seg.pos+len(seg.tokens))
+		if seg.logits != nil {
+			s.outRows = append(s.outRows, n-1)
+		}
+	}
+	nOut := len(s.outRows)
+	s.size(c, m.pool.n, n, nOut, ctx)
+
+	for r, ri := range s.rows {
+		id := s.segs[ri.seg].tokens[ri.pos-s.segs[ri.seg].pos]
+		if err := quant.Dequantize(m.tokEmbd.typ, m.tokEmbd.row(int(id)), s.x[r*dim:(r+1)*dim]); err != nil {
 			return fmt.Errorf("model: embedding of token %d: %w", id, err)
 		}
-		kernels.RopeTable(s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half], pos+t, c.RopeBase, c.RopeScale, m.ropeFreqs)
+		kernels.RopeTable(s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.ropeFreqs)
 	}
 
+	group := c.Heads / c.KVHeads
 	for li := range m.layers {
 		l := &m.layers[li]
-		// Tokens t0…n-1 need the full block; the others only their keys
-		// and values. In the last layer only the last token's output
-		// matters, and nothing at all when no logits are wanted.
-		t0 := 0
-		if li == len(m.layers)-1 {
-			t0 = n
-			if logits != nil {
-				t0 = n - 1
-			}
+		for r := range n {
+			kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
 		}
-
-		for t := range n {
-			kernels.RMSNorm(s.xb[t*dim:(t+1)*dim], s.x[t*dim:(t+1)*dim], l.attnNorm, c.NormEps)
-		}
-		m.matmul(s.q[t0*qDim:n*qDim], &l.wq, l.bq, s.xb[t0*dim:n*dim], n-t0)
 		m.matmul(s.k[:n*kvDim], &l.wk, l.bk, s.xb[:n*dim], n)
 		m.matmul(s.v[:n*kvDim], &l.wv, l.bv, s.xb[:n*dim], n)
-		for t := range n {
-			cs, sn := s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half]
-			if t >= t0 {
-				for h := range c.Heads {
-					kernels.Rope(s.q[t*qDim+h*hd:t*qDim+(h+1)*hd], cs, sn, c.RopeLayout)
-				}
-			}
+		for r, ri := range s.rows {
+			cs, sn := s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half]
 			for h := range c.KVHeads {
-				kernels.Rope(s.k[t*kvDim+h*hd:t*kvDim+(h+1)*hd], cs, sn, c.RopeLayout)
+				kernels.Rope(s.k[r*kvDim+h*hd:r*kvDim+(h+1)*hd], cs, sn, c.RopeLayout)
 			}
-			cache.Put(li, pos+t, s.k[t*kvDim:(t+1)*kvDim], s.v[t*kvDim:(t+1)*kvDim])
-		}
-		if t0 == n {
-			break
+			s.segs[ri.seg].kv.put(li, ri.pos, s.k[r*kvDim:(r+1)*kvDim], s.v[r*kvDim:(r+1)*kvDim])
 		}
 
-		kc, vc := cache.View(li, pos+n)
-		group := c.Heads / c.KVHeads
-		// Each (token, head) pair costs about 2·positions·HeadDim
+		// Every row needs every block's keys and values, but in the last
+		// block only the rows whose logits are wanted need the rest:
+		// move them to the front and carry on with those alone.
+		s.act = append(s.act[:0], s.rows...)
+		if li == len(m.layers)-1 {
+			if nOut == 0 {
+				break
+			}
+			s.act = s.act[:0]
+			for i, r := range s.outRows {
+				copy(s.xb[i*dim:(i+1)*dim], s.xb[r*dim:(r+1)*dim])
+				copy(s.x[i*dim:(i+1)*dim], s.x[r*dim:(r+1)*dim])
+				s.act = append(s.act, s.rows[r])
+			}
+		}
+		na := len(s.act)
+
+		m.matmul(s.q[:na*qDim], &l.wq, l.bq, s.xb[:na*dim], na)
+		for i, ri := range s.act {
+			cs, sn := s.cos[ri.row*half:(ri.row+1)*half], s.sin[ri.row*half:(ri.row+1)*half]
+			for h := range c.Heads {
+				kernels.Rope(s.q[i*qDim+h*hd:i*qDim+(h+1)*hd], cs, sn, c.RopeLayout)
+			}
+		}
+		for si := range s.segs {
+			seg := &s.segs[si]
+			seg.kv.prepare(li, seg.pos+len(seg.tokens))
+		}
+		// Each (row, head) pair costs about 2·positions·HeadDim
 		// multiply-adds; keep parts at ≥ 32k of them.
-		grain := max(1, (1<<15)/((pos+n)*hd*2))
-		m.pool.parallel((n-t0)*c.Heads, grain, func(part, lo, hi int) {
+		grain := max(1, (1<<15)/(ctx*hd*2))
+		m.pool.parallel(na*c.Heads, grain, func(part, lo, hi int) {
 			scores := s.scores[part]
-			for i := lo; i < hi; i++ {
-				t, h := t0+i/c.Heads, i%c.Heads
-				off := (h / group) * hd
-				kernels.AttendHead(s.att[t*qDim+h*hd:t*qDim+(h+1)*hd], s.q[t*qDim+h*hd:t*qDim+(h+1)*hd],
-					kc[off:], vc[off:], pos+t+1, kvDim, scores)
+			for j := lo; j < hi; j++ {
+				i, h := j/c.Heads, j%c.Heads
+				ri := s.act[i]
+				s.segs[ri.seg].kv.attend(s.att[i*qDim+h*hd:i*qDim+(h+1)*hd], s.q[i*qDim+h*hd:i*qDim+(h+1)*hd],
+					h/group, ri.pos+1, scores)
 			}
 		})
-		m.matmul(s.xb[t0*dim:n*dim], &l.wo, l.bo, s.att[t0*qDim:n*qDim], n-t0)
-		kernels.Add(s.x[t0*dim:n*dim], s.x[t0*dim:n*dim], s.xb[t0*dim:n*dim])
+		m.matmul(s.xb[:na*dim], &l.wo, l.bo, s.att[:na*qDim], na)
+		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])
 
-		for t := t0; t < n; t++ {
-			kernels.RMSNorm(s.xb[t*dim:(t+1)*dim], s.x[t*dim:(t+1)*dim], l.ffnNorm, c.NormEps)
+		for i := range na {
+			kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
 		}
 		hid := c.Hidden
-		m.matmul(s.gate[t0*hid:n*hid], &l.ffnGate, nil, s.xb[t0*dim:n*dim], n-t0)
-		m.matmul(s.up[t0*hid:n*hid], &l.ffnUp, nil, s.xb[t0*dim:n*dim], n-t0)
-		kernels.SiLUMul(s.gate[t0*hid:n*hid], s.gate[t0*hid:n*hid], s.up[t0*hid:n*hid])
-		m.matmul(s.xb[t0*dim:n*dim], &l.ffnDwn, nil, s.gate[t0*hid:n*hid], n-t0)
-		kernels.Add(s.x[t0*dim:n*dim], s.x[t0*dim:n*dim], s.xb[t0*dim:n*dim])
+		m.matmul(s.gate[:na*hid], &l.ffnGate, nil, s.xb[:na*dim], na)
+		m.matmul(s.up[:na*hid], &l.ffnUp, nil, s.xb[:na*dim], na)
+		kernels.SiLUMul(s.gate[:na*hid], s.gate[:na*hid], s.up[:na*hid])
+		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
+		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])
 	}
 
-	if logits == nil {
+	if nOut == 0 {
 		return nil
 	}
-	kernels.RMSNorm(s.normed, s.x[(n-1)*dim:n*dim], m.outNorm, c.NormEps)
-	m.matmul(logits, &m.output, nil, s.normed, 1)
+	for i := range nOut {
+		kernels.RMSNorm(s.normed[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], m.outNorm, c.NormEps)
+	}
+	m.matmul(s.logits[:nOut*c.Vocab], &m.output, nil, s.normed[:nOut*dim], nOut)
+	i := 0
+	for si := range s.segs {
+		if lg := s.segs[si].logits; lg != nil {
+			copy(lg, s.logits[i*c.Vocab:(i+1)*c.Vocab])
+			i++
+		}
+	}
 	return nil
 }
 
@@ -295,6 +355,14 @@ const matmulBlock = 16
 
 // matmul computes dst[t] = w·x[t] (+ bias) for n tokens, splitting w's rows
 // over the pool. x holds n rows of w.cols, dst n rows of w.rows.
+//
+// It is the model's one seam to the matrix kernels: every product with a
+// weight matrix goes through it, so moving to faster kernels is a change
+// here alone. Whatever the kernel, each element of dst must be computed
+// the same way whatever n is and whichever rows x holds besides its own,
+// since a sequence's tokens must not depend on its neighbours in a batch
+// (and the thread count must not matter either: work is split by weight
+// rows, never inside a sum).
 func (m *llama) matmul(dst []float32, w *matrix, bias []float32, x []float32, n int) {
 	if n == 0 {
 		return

@@ -8,6 +8,11 @@
 // kernels read every supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)
 // in place, so loading copies nothing but the small normalization vectors.
 //
+// A sequence runs either alone over a contiguous KVCache (Forward) or, for
+// continuous batching, together with others over a paged KV cache
+// (ForwardBatch, with the pages of an engine/kvcache pool). Both paths share
+// the same layer code.
+//
 // A Model is safe for concurrent use: several sequences, each with its own
 // KVCache, can run Forward at the same time.
 package model
@@ -21,6 +26,7 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/kernels"
 )
 
@@ -39,6 +45,15 @@ type Model interface {
 	// (len(logits) must be Config().Vocab). A prompt is prefilled with many
 	// tokens in one call; decoding passes one.
 	Forward(tokens []int32, pos int, cache KVCache, logits []float32) error
+	// ForwardBatch runs one step of many sequences over the paged KV cache
+	// kv: every chunk's tokens go through each block together, so each
+	// weight matrix is read once per step. It stores each chunk's keys and
+	// values in its pages and, where a chunk asks, writes its next-token
+	// logits. The chunks must belong to different sequences (no page
+	// written twice); kv's layout must be Config().KVLayout's. A chunk's
+	// results are bit-identical whatever else the batch holds: they depend
+	// only on its own tokens, positions and cache contents.
+	ForwardBatch(kv *kvcache.Pool, batch []Chunk) error
 	// Close stops the model's worker goroutines. It waits for running
 	// Forward calls; later calls fail. It does not close the GGUF file, which
 	// the caller owns and must keep open until Close returns.

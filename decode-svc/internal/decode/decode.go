@@ -1,43 +1,150 @@
-// Package decode is the decode worker: DecodeService (Generate, Abort) and
-// WorkerService.
+// Package decode is the decode worker: DecodeService.Generate admits a
+// request by reserving its KV cache pages (the prealloc queue), pulls the
+// prompt's KV cache from the named prefill worker over TransferKV (or
+// computes it itself in colocated mode), then decodes it in the continuous
+// batch and streams its tokens.
 package decode
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"sync"
+	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/workerapi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Service is the decode worker.
 type Service struct {
 	batonv1.UnimplementedDecodeServiceServer
 	svckit.ModelBase
+	engine           enginehost.Flags
+	handshakeTimeout time.Duration
+	idleTimeout      time.Duration
+	abortTimeout     time.Duration
+	requestTimeout   time.Duration
+	creditWindow     int
+
+	host   *enginehost.Host
+	logger *slog.Logger
+	srv    *svckit.Server
+	peers  *peerPool
 }
 
 // New returns an unconfigured decode worker; svckit.Main configures and runs it.
 func New() *Service { return &Service{} }
 
+// AddFlags registers the worker's flags.
+func (s *Service) AddFlags(fs *flag.FlagSet) {
+	s.ModelBase.AddFlags(fs)
+	s.engine.AddFlags(fs)
+	fs.DurationVar(&s.handshakeTimeout, "handshake-timeout", 5*time.Second, "how long a prefill worker gets to accept a transfer")
+	fs.DurationVar(&s.idleTimeout, "transfer-idle-timeout", 10*time.Second, "abort a transfer when no message arrives from prefill for this long")
+	fs.DurationVar(&s.abortTimeout, "abort-ack-timeout", time.Second, "how long to wait for prefill to acknowledge an abort before releasing the pages anyway (the stream is closed first)")
+	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may run when its caller set no deadline")
+	fs.IntVar(&s.creditWindow, "credit-window", 32, "KV chunks prefill may send ahead of decode's consumption")
+}
+
+// Validate checks the flags.
+func (s *Service) Validate() error {
+	if s.handshakeTimeout <= 0 || s.idleTimeout <= 0 || s.abortTimeout <= 0 || s.requestTimeout <= 0 {
+		return errors.New("--handshake-timeout, --transfer-idle-timeout, --abort-ack-timeout and --request-timeout must be positive")
+	}
+	if s.creditWindow < 1 {
+		return errors.New("--credit-window: want ≥ 1")
+	}
+	return s.engine.Validate()
+}
+
+// Open loads the model and starts the scheduler.
+func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
+	if err := s.ModelBase.Open(ctx, d); err != nil {
+		return err
+	}
+	s.logger = d.Logger
+	s.peers = newPeerPool(grpc.WithTransportCredentials(insecure.NewCredentials()), d.Tracing.DialOption())
+	var err error
+	s.host, err = enginehost.Open(s.Model.Path, s.engine, batonv1.WorkerRole_WORKER_ROLE_DECODE, d.Logger, d.Registry)
+	return err
+}
+
 // Register installs DecodeService and WorkerService.
 func (s *Service) Register(srv *svckit.Server) error {
+	s.srv = srv
+	s.host.SetReady(srv.Ready)
 	batonv1.RegisterDecodeServiceServer(srv.GRPC, s)
-	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(&workerapi.Idle{
-		Role:  batonv1.WorkerRole_WORKER_ROLE_DECODE,
-		Model: s.ModelInfo(),
-		Ready: srv.Ready,
-	}))
+	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
+	srv.OnDrain(s.drain)
 	return nil
 }
 
-// Generate is not implemented in this build.
-func (s *Service) Generate(*batonv1.DecodeServiceGenerateRequest, batonv1.DecodeService_GenerateServer) error {
-	return status.Error(codes.Unimplemented, "DecodeService.Generate is not implemented yet in this build of decode-svc")
+// drain lets running requests finish until ctx's deadline; those still
+// running then are aborted by the scheduler's Close with a clear status.
+func (s *Service) drain(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for len(s.host.Sched.Snapshot().Requests) > 0 {
+		select {
+		case <-ctx.Done():
+			s.logger.Warn("drain timed out; aborting the remaining requests", "requests", len(s.host.Sched.Snapshot().Requests))
+			s.host.Sched.Close()
+			return
+		case <-t.C:
+		}
+	}
 }
 
-// Abort finds no request: none can be admitted in this build.
-func (s *Service) Abort(_ context.Context, req *batonv1.DecodeServiceAbortRequest) (*batonv1.DecodeServiceAbortResponse, error) {
-	return nil, status.Errorf(codes.NotFound, "request_id %q: no such in-flight request", req.GetRequestId())
+// Close stops the scheduler, unloads the model and closes prefill connections.
+func (s *Service) Close() error {
+	var errs []error
+	if s.host != nil {
+		errs = append(errs, s.host.Close())
+	}
+	if s.peers != nil {
+		errs = append(errs, s.peers.close())
+	}
+	return errors.Join(errs...)
+}
+
+// peerPool keeps one connection per prefill endpoint.
+type peerPool struct {
+	opts  []grpc.DialOption
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeerPool(opts ...grpc.DialOption) *peerPool {
+	return &peerPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peerPool) get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *peerPool) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for a, c := range p.conns {
+		errs = append(errs, c.Close())
+		delete(p.conns, a)
+	}
+	return errors.Join(errs...)
 }

@@ -1,36 +1,95 @@
-// Package prefill is the prefill worker: PrefillService (the TransferKV
-// stream) and WorkerService.
+// Package prefill is the prefill worker: PrefillService.TransferKV computes a
+// prompt in the continuous batch (prefill-only mode) and streams its KV cache
+// pages to the decode worker that asked, as they are completed, within the
+// credits decode grants.
 package prefill
 
 import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"time"
+
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/workerapi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Service is the prefill worker.
 type Service struct {
 	batonv1.UnimplementedPrefillServiceServer
 	svckit.ModelBase
+	engine           enginehost.Flags
+	handshakeTimeout time.Duration
+	idleTimeout      time.Duration
+
+	host   *enginehost.Host
+	logger *slog.Logger
+	srv    *svckit.Server
 }
 
 // New returns an unconfigured prefill worker; svckit.Main configures and runs it.
 func New() *Service { return &Service{} }
 
+// AddFlags registers the worker's flags.
+func (s *Service) AddFlags(fs *flag.FlagSet) {
+	s.ModelBase.AddFlags(fs)
+	s.engine.AddFlags(fs)
+	fs.DurationVar(&s.handshakeTimeout, "handshake-timeout", 5*time.Second, "how long a new TransferKV stream may take to send its handshake")
+	fs.DurationVar(&s.idleTimeout, "transfer-idle-timeout", 10*time.Second, "abort a transfer when decode grants no credit for this long while chunks are waiting")
+}
+
+// Validate checks the flags.
+func (s *Service) Validate() error {
+	if s.handshakeTimeout <= 0 || s.idleTimeout <= 0 {
+		return errors.New("--handshake-timeout and --transfer-idle-timeout must be positive")
+	}
+	return s.engine.Validate()
+}
+
+// Open loads the model and starts the scheduler.
+func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
+	if err := s.ModelBase.Open(ctx, d); err != nil {
+		return err
+	}
+	s.logger = d.Logger
+	var err error
+	s.host, err = enginehost.Open(s.Model.Path, s.engine, batonv1.WorkerRole_WORKER_ROLE_PREFILL, d.Logger, d.Registry)
+	return err
+}
+
 // Register installs PrefillService and WorkerService.
 func (s *Service) Register(srv *svckit.Server) error {
+	s.srv = srv
+	s.host.SetReady(srv.Ready)
 	batonv1.RegisterPrefillServiceServer(srv.GRPC, s)
-	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(&workerapi.Idle{
-		Role:  batonv1.WorkerRole_WORKER_ROLE_PREFILL,
-		Model: s.ModelInfo(),
-		Ready: srv.Ready,
-	}))
+	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
+	srv.OnDrain(s.drain)
 	return nil
 }
 
-// TransferKV is not implemented in this build.
-func (s *Service) TransferKV(batonv1.PrefillService_TransferKVServer) error {
-	return status.Error(codes.Unimplemented, "PrefillService.TransferKV is not implemented yet in this build of prefill-svc")
+// drain lets transfers already promised to decode workers finish: new
+// streams are refused by the server (UNAVAILABLE) from the moment draining
+// begins; this waits until the scheduler holds no request or ctx ends.
+func (s *Service) drain(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for len(s.host.Sched.Snapshot().Requests) > 0 {
+		select {
+		case <-ctx.Done():
+			s.logger.Warn("drain timed out; aborting the remaining transfers", "requests", len(s.host.Sched.Snapshot().Requests))
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the scheduler and unloads the model.
+func (s *Service) Close() error {
+	if s.host != nil {
+		return s.host.Close()
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-serving/baton/cmd/batonctl/internal/generate"
 	"github.com/baton-serving/baton/svckit"
 )
 
@@ -32,6 +33,7 @@ type Options struct {
 	ReadyTimeout time.Duration
 	StopTimeout  time.Duration
 	LogLevel     string
+	Demo         string
 }
 
 // Ports is the port layout for a base port P: router HTTP P, router gRPC P+1,
@@ -57,6 +59,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "how long each service gets to become ready")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 15*time.Second, "how long the services get to stop after SIGTERM before they are killed")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "services' log level: debug, info, warn or error")
+	fs.StringVar(&o.Demo, "demo", "", "once up, send this prompt through the router (greedy, 64 tokens) and print the completion")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc, prefill-svc and decode-svc on loopback and stops them on Ctrl-C.\n\nFlags:")
 		fs.PrintDefaults()
@@ -146,6 +149,14 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  router   gRPC  %s\n", addr(p.RouterGRPC))
 	fmt.Fprintf(stdout, "  prefill  gRPC  %s   HTTP http://%s\n", addr(p.PrefillGRPC), addr(p.PrefillHTTP))
 	fmt.Fprintf(stdout, "  decode   gRPC  %s   HTTP http://%s\n", addr(p.DecodeGRPC), addr(p.DecodeHTTP))
+
+	if o.Demo != "" {
+		fmt.Fprintf(stdout, "\nDemo request through the router (prefill computes the prompt, decode generates):\n> %s", o.Demo)
+		if code := generate.Run(ctx, stdout, stderr, []string{"--router", addr(p.RouterGRPC), "--prompt", o.Demo, "-n", "64", "--temperature", "0"}); code != 0 {
+			return fmt.Errorf("demo request failed (exit %d)", code)
+		}
+		fmt.Fprintf(stdout, "\nTry: batonctl generate --router %s --prompt \"Lily and Tom\"\n", addr(p.RouterGRPC))
+	}
 
 	died := make(chan *child, len(children))
 	for _, c := range children {

@@ -1,0 +1,422 @@
+// Package benchengine implements `batonctl bench-engine`: it measures the
+// inference engine's throughput in-process, with the same continuous
+// batching scheduler the services run, at one or more batch sizes.
+//
+// The flags follow llama-bench where they overlap (-p prompt tokens, -n
+// generated tokens, -r repetitions), so that prompt-processing and
+// token-generation tests read the same way; --batch is the number of
+// sequences running together.
+package benchengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/sample"
+	"github.com/baton-serving/baton/engine/sched"
+	"github.com/baton-serving/baton/engine/tokenizer"
+	"github.com/baton-serving/baton/kernels/quant"
+)
+
+// Summary is the one-line description of the command.
+const Summary = "measure the engine's batched throughput (prompt and generation tokens/s per batch size)"
+
+const help = `Usage: batonctl bench-engine --model PATH [--batch B[,B…]] [-n N] [-p P] [-r R] [flags]
+
+Runs the model in-process through the continuous-batching scheduler and
+reports aggregate throughput for each batch size B (B sequences running
+together, each with its own KV cache pages):
+
+  tgN  B sequences start from a one-token prompt and each generate N tokens
+       (end-of-generation tokens ignored); tg_tokens_per_second = B·N / time.
+  ppP  B sequences each prefill a P-token prompt (in batched chunks) and
+       sample one token; pp_tokens_per_second = B·P / time.
+
+Each test runs R times after one untimed warm-up; the mean and standard
+deviation are reported. Decode throughput grows with B because each step
+reads every weight matrix once for all B sequences.
+
+With --json one JSON object is printed:
+  {"model":…,"threads":…,"kv_type":…,"page_size":…,"load_average":[…],
+   "results":[{"batch":B,"test":"tg64","n_prompt":0,"n_gen":64,
+               "repetitions":R,"tg_tokens_per_second":…,"stddev":…,"samples":[…]}, …]}
+
+Flags:`
+
+// Exit codes, as the other batonctl commands use them.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+type options struct {
+	model            string
+	batches          []int
+	n, p, reps       int
+	threads          int
+	kvType           string
+	pageSize         int
+	json             bool
+	kvDType          quant.Type
+	maxBatch, maxLen int
+}
+
+// Result is one test at one batch size.
+type Result struct {
+	Batch       int       `json:"batch"`
+	Test        string    `json:"test"`
+	NPrompt     int       `json:"n_prompt"`
+	NGen        int       `json:"n_gen"`
+	Repetitions int       `json:"repetitions"`
+	TGPerSecond *float64  `json:"tg_tokens_per_second,omitempty"`
+	PPPerSecond *float64  `json:"pp_tokens_per_second,omitempty"`
+	Stddev      float64   `json:"stddev"`
+	Samples     []float64 `json:"samples"`
+}
+
+// Report is the whole output.
+type Report struct {
+	Model        string    `json:"model"`
+	Architecture string    `json:"architecture"`
+	Layers       int       `json:"layers"`
+	Dim          int       `json:"dim"`
+	Threads      int       `json:"threads"`
+	KVType       string    `json:"kv_type"`
+	PageSize     int       `json:"page_size"`
+	LoadAverage  []float64 `json:"load_average,omitempty"`
+	Results      []Result  `json:"results"`
+}
+
+// Run is the `batonctl bench-engine` command.
+func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
+	o := options{batches: []int{1}}
+	fs := flag.NewFlagSet("batonctl bench-engine", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.model, "model", "", "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf above the working directory)")
+	fs.Func("batch", "sequences running together; a comma-separated list runs each (default 1)", func(s string) error {
+		o.batches = o.batches[:0]
+		for f := range strings.SplitSeq(s, ",") {
+			b, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || b < 1 {
+				return fmt.Errorf("batch size %q: want an integer ≥ 1", f)
+			}
+			o.batches = append(o.batches, b)
+		}
+		return nil
+	})
+	fs.IntVar(&o.n, "n", 64, "tokens each sequence generates in the tg test (0 skips it)")
+	fs.IntVar(&o.p, "p", 0, "prompt tokens of each sequence in the pp test (0 skips it)")
+	fs.IntVar(&o.reps, "r", 1, "timed repetitions of each test")
+	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products (default: GOMAXPROCS)")
+	fs.StringVar(&o.kvType, "kv-type", "F32", "KV cache element type: F32 or F16")
+	fs.IntVar(&o.pageSize, "page-size", kvcache.DefaultPageSize, "KV cache positions per page")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, help)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "batonctl bench-engine: %v\n", err)
+		return exitUsage
+	}
+	if err := o.check(); err != nil {
+		fmt.Fprintf(stderr, "batonctl bench-engine: %v (see --help)\n", err)
+		return exitUsage
+	}
+	rep, err := bench(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "batonctl bench-engine: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+		if ctx.Err() != nil {
+			return exitInterrupted
+		}
+		return exitFailed
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "batonctl bench-engine: %v\n", err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	printTable(stdout, rep)
+	return exitOK
+}
+
+// parseFlags parses without printing the usage on a bad flag; -h prints it.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
+		return fmt.Errorf("%w (see --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	return nil
+}
+
+func (o *options) check() error {
+	switch {
+	case o.n < 0 || o.p < 0:
+		return fmt.Errorf("-n %d -p %d: want ≥ 0", o.n, o.p)
+	case o.n == 0 && o.p == 0:
+		return errors.New("-n 0 and -p 0 leave nothing to measure")
+	case o.reps < 1:
+		return fmt.Errorf("-r %d: want ≥ 1", o.reps)
+	case o.threads < 0:
+		return fmt.Errorf("--threads %d: want ≥ 0", o.threads)
+	case o.pageSize < 1:
+		return fmt.Errorf("--page-size %d: want ≥ 1", o.pageSize)
+	}
+	switch strings.ToUpper(o.kvType) {
+	case "F32":
+		o.kvDType = quant.F32
+	case "F16":
+		o.kvDType = quant.F16
+	default:
+		return fmt.Errorf("--kv-type %q: want F32 or F16", o.kvType)
+	}
+	for _, b := range o.batches {
+		o.maxBatch = max(o.maxBatch, b)
+	}
+	// The longest sequence: the tg test's 1-token prompt plus n, or the pp
+	// test's p plus its one sampled token.
+	o.maxLen = max(1+o.n, o.p+1)
+	return nil
+}
+
+func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
+	ref := modelfile.FromEnv(o.model)
+	if ref == "" {
+		return nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
+	}
+	path, err := modelfile.Resolve(ctx, ref, modelfile.Options{})
+	if err != nil {
+		return nil, err
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m, err := model.Load(f, model.Options{Threads: o.threads})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	cfg := m.Config()
+	if o.maxLen > cfg.ContextLength {
+		return nil, fmt.Errorf("sequences of %d positions do not fit the context window of %d: %w", o.maxLen, cfg.ContextLength, engine.ErrContextOverflow)
+	}
+	bos := int32(1)
+	if tok, err := tokenizer.FromGGUF(f); err == nil && tok.BOS() >= 0 && int(tok.BOS()) < cfg.Vocab {
+		bos = tok.BOS()
+	}
+	layout := cfg.KVLayout(o.pageSize, o.kvDType)
+	pool, err := kvcache.New(layout, o.maxBatch*layout.PagesFor(o.maxLen))
+	if err != nil {
+		return nil, err
+	}
+	threads := o.threads
+	if threads == 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	rep := &Report{
+		Model: path, Architecture: cfg.Architecture, Layers: cfg.Layers, Dim: cfg.Dim,
+		Threads: threads, KVType: o.kvDType.String(), PageSize: o.pageSize,
+		LoadAverage: loadAverage(), Results: []Result{},
+	}
+	for _, b := range o.batches {
+		s, err := sched.New(sched.Config{
+			Model: m, Pool: pool, MaxSeqs: b, MaxBatchTokens: max(sched.DefaultMaxBatchTokens, b),
+			EventBuffer: o.maxLen + 4, AuditInterval: -1,
+		})
+		if err != nil {
+			return nil, err
+		}
+		results, err := benchBatch(ctx, s, o, b, bos, cfg.Vocab)
+		s.Close()
+		if err != nil {
+			return nil, err
+		}
+		rep.Results = append(rep.Results, results...)
+		if !o.json {
+			for _, r := range results {
+				fmt.Fprintf(stderr, "batch %d %s: %.2f tokens/s\n", r.Batch, r.Test, mean(r.Samples))
+			}
+		}
+	}
+	return rep, nil
+}
+
+// benchBatch runs the tests at one batch size.
+func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos int32, vocab int) ([]Result, error) {
+	var out []Result
+	if o.p > 0 {
+		// A fixed pseudo-random prompt: token ids spread over the
+		// vocabulary, the same in every run.
+		prompt := make([]int32, o.p)
+		prompt[0] = bos
+		for i := 1; i < o.p; i++ {
+			prompt[i] = int32((i*7919 + 13) % vocab)
+		}
+		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: prompt, MaxTokens: 1, Params: greedy(), IgnoreEOS: true}, o.p)
+		if err != nil {
+			return nil, err
+		}
+		r.Test, r.NPrompt = fmt.Sprintf("pp%d", o.p), o.p
+		r.PPPerSecond = ptr(mean(r.Samples))
+		out = append(out, r)
+	}
+	if o.n > 0 {
+		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: []int32{bos}, MaxTokens: o.n, Params: greedy(), IgnoreEOS: true}, o.n)
+		if err != nil {
+			return nil, err
+		}
+		r.Test, r.NGen = fmt.Sprintf("tg%d", o.n), o.n
+		r.TGPerSecond = ptr(mean(r.Samples))
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// runTest runs b copies of req together, once to warm up and reps times
+// timed, counting perSeq tokens for each sequence.
+func runTest(ctx context.Context, s *sched.Scheduler, b, reps int, req sched.Request, perSeq int) (Result, error) {
+	res := Result{Batch: b, Repetitions: reps, Samples: []float64{}}
+	for rep := -1; rep < reps; rep++ {
+		start := time.Now()
+		if err := runOnce(ctx, s, b, req); err != nil {
+			return res, err
+		}
+		if rep >= 0 {
+			res.Samples = append(res.Samples, float64(b*perSeq)/time.Since(start).Seconds())
+		}
+	}
+	res.Stddev = stddev(res.Samples)
+	return res, nil
+}
+
+func runOnce(ctx context.Context, s *sched.Scheduler, b int, req sched.Request) error {
+	streams := make([]*sched.Stream, 0, b)
+	for range b {
+		st, err := s.Submit(ctx, req)
+		if err != nil {
+			return err
+		}
+		streams = append(streams, st)
+	}
+	errs := make([]error, b)
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		wg.Go(func() {
+			for ev := range st.Events() {
+				if ev.Kind == sched.EventDone && ev.Err != nil {
+					errs[i] = fmt.Errorf("sequence %d: %s: %w", i, ev.Finish, ev.Err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func greedy() sample.Params {
+	p := sample.Defaults()
+	p.Temperature = 0
+	return p
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func stddev(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	m := mean(xs)
+	var s float64
+	for _, x := range xs {
+		s += (x - m) * (x - m)
+	}
+	return math.Sqrt(s / float64(len(xs)-1))
+}
+
+// loadAverage reads the 1, 5 and 15 minute load averages where the system
+// publishes them (Linux); benchmarks on a shared machine are only
+// comparable with it.
+func loadAverage() []float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	var out []float64
+	for _, f := range strings.Fields(string(raw))[:3] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func printTable(w io.Writer, r *Report) {
+	fmt.Fprintf(w, "model: %s (%s, %d layers, dim %d), %d threads, KV cache %s in pages of %d",
+		r.Model, r.Architecture, r.Layers, r.Dim, r.Threads, r.KVType, r.PageSize)
+	if len(r.LoadAverage) == 3 {
+		fmt.Fprintf(w, ", load average %.2f %.2f %.2f", r.LoadAverage[0], r.LoadAverage[1], r.LoadAverage[2])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| %5s | %-7s | %20s |\n", "batch", "test", "tokens/s")
+	fmt.Fprintf(w, "| %5s | %-7s | %20s |\n", "----:", "-------", "-------------------:")
+	for _, res := range r.Results {
+		fmt.Fprintf(w, "| %5d | %-7s | %20s |\n", res.Batch, res.Test, fmt.Sprintf("%.2f ± %.2f", mean(res.Samples), res.Stddev))
+	}
+}

@@ -1,0 +1,358 @@
+// Package kvcache is the paged KV cache: a pool of fixed-size pages, each
+// holding the attention keys and values of PageSize consecutive positions of
+// one sequence in every layer, and per-sequence block tables that list a
+// sequence's pages in position order.
+//
+// # Byte layout
+//
+// A page is one contiguous byte range of Layout.PageBytes() bytes. Inside it,
+// layer by layer, come the keys and then the values of that layer:
+//
+//	page = K(layer 0) V(layer 0) K(layer 1) V(layer 1) … K(L-1) V(L-1)
+//
+// and each K or V block (Layout.BlockBytes() bytes) is
+//
+//	[token 0…PageSize-1][kv_head 0…KVHeads-1][head_dim 0…HeadDim-1]
+//
+// elements of Layout.DType (F32 or F16), little-endian, with keys already
+// rotated by RoPE. A slot that no position has been written to holds
+// undefined bytes. PageBytes returns one layer's K and V blocks of a page,
+// the unit in which the KV transfer streams pages between processes; both
+// ends must agree on the Layout, which Layout.String spells out.
+//
+// # Ownership
+//
+// Pages are reference counted so that block tables can share them (a later
+// prefix cache will). Alloc hands out pages with one reference, Retain adds
+// one, Release drops one and frees the page when none is left; each is O(1)
+// per page. The pool's bookkeeping is safe for concurrent use. The page
+// bytes are not guarded: whoever holds a page decides who writes it and when
+// (the scheduler writes through the model's forward pass; the transfer
+// reads complete pages, or writes reserved ones, while the scheduler keeps
+// them out of every batch).
+package kvcache
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
+)
+
+// DefaultPageSize is the number of positions per page unless configured.
+const DefaultPageSize = 16
+
+// maxPageSize bounds Layout.PageSize; pages of thousands of positions would
+// defeat the point of paging.
+const maxPageSize = 1 << 12
+
+// PageID names a page of a Pool: 0 … Stats().Total-1.
+type PageID int32
+
+// Layout is the shape of a pool's pages.
+type Layout struct {
+	Layers   int
+	KVHeads  int
+	HeadDim  int
+	PageSize int        // positions per page
+	DType    quant.Type // quant.F32 or quant.F16
+}
+
+// Validate checks that every dimension is positive, that a page has at most
+// 4096 positions and that DType is F32 or F16; the error wraps
+// engine.ErrInvalidInput.
+func (l Layout) Validate() error {
+	const maxDim = 1 << 16
+	switch {
+	case l.Layers <= 0 || l.Layers > maxDim, l.KVHeads <= 0 || l.KVHeads > maxDim, l.HeadDim <= 0 || l.HeadDim > maxDim:
+		return fmt.Errorf("kvcache: %d layers × %d KV heads × %d: each must be in [1, %d]: %w",
+			l.Layers, l.KVHeads, l.HeadDim, maxDim, engine.ErrInvalidInput)
+	case l.PageSize <= 0 || l.PageSize > maxPageSize:
+		return fmt.Errorf("kvcache: page size %d, want [1, %d]: %w", l.PageSize, maxPageSize, engine.ErrInvalidInput)
+	case kernels.KVElemSize(l.DType) == 0:
+		return fmt.Errorf("kvcache: element type %s, want F32 or F16: %w", l.DType, engine.ErrInvalidInput)
+	}
+	if uint64(l.PageSize)*uint64(l.Layers)*uint64(l.KVHeads)*uint64(l.HeadDim)*8 > math.MaxInt32 {
+		return fmt.Errorf("kvcache: a page of %s would exceed 2 GiB: %w", l, engine.ErrInvalidInput)
+	}
+	return nil
+}
+
+// ElemSize is the byte size of one stored element: 4 for F32, 2 for F16.
+func (l Layout) ElemSize() int { return kernels.KVElemSize(l.DType) }
+
+// RowElems is the number of elements of one position's keys (or values) in
+// one layer: every KV head side by side.
+func (l Layout) RowElems() int { return l.KVHeads * l.HeadDim }
+
+// RowBytes is the byte size of one position's keys (or values) in one layer.
+func (l Layout) RowBytes() int { return l.RowElems() * l.ElemSize() }
+
+// BlockBytes is the byte size of one page's keys (or values) in one layer.
+func (l Layout) BlockBytes() int { return l.PageSize * l.RowBytes() }
+
+// PageBytes is the byte size of a whole page: keys and values of every layer.
+func (l Layout) PageBytes() int { return 2 * l.Layers * l.BlockBytes() }
+
+// PagesFor returns the number of pages that hold positions 0 … tokens-1.
+func (l Layout) PagesFor(tokens int) int {
+	if tokens <= 0 || l.PageSize <= 0 {
+		return 0
+	}
+	return (tokens + l.PageSize - 1) / l.PageSize
+}
+
+// String describes the layout completely, e.g. "F16 pages of 16 positions ×
+// 12 layers × K,V × [12 kv heads × 64] (page 294912 bytes)".
+func (l Layout) String() string {
+	return fmt.Sprintf("%s pages of %d positions × %d layers × K,V × [%d kv heads × %d] (page %d bytes)",
+		l.DType, l.PageSize, l.Layers, l.KVHeads, l.HeadDim, l.PageBytes())
+}
+
+// Stats counts a pool's pages.
+type Stats struct {
+	Total, Free, Used int
+	// Shared counts the used pages with more than one reference.
+	Shared int
+}
+
+// Pool is a fixed set of pages of one Layout.
+type Pool struct {
+	layout    Layout
+	pageBytes int
+	data      []byte
+
+	mu     sync.Mutex
+	refs   []int32
+	free   []PageID // a stack: Alloc pops, the last reference pushes
+	shared int
+}
+
+// New allocates a pool of pages pages of layout l.
+func New(l Layout, pages int) (*Pool, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	if pages <= 0 || pages > math.MaxInt32 || pages > math.MaxInt/l.PageBytes() {
+		return nil, fmt.Errorf("kvcache: %d pages of %d bytes: want [1, %d]: %w",
+			pages, l.PageBytes(), min(math.MaxInt32, math.MaxInt/l.PageBytes()), engine.ErrInvalidInput)
+	}
+	p := &Pool{
+		layout:    l,
+		pageBytes: l.PageBytes(),
+		data:      make([]byte, pages*l.PageBytes()),
+		refs:      make([]int32, pages),
+		free:      make([]PageID, pages),
+	}
+	// Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2 …
+	for i := range p.free {
+		p.free[i] = PageID(pages - 1 - i)
+	}
+	return p, nil
+}
+
+// PagesForBudget returns how many pages of layout l fit in budget bytes.
+func PagesForBudget(l Layout, budget int64) int {
+	pb := int64(l.PageBytes())
+	if pb <= 0 || budget <= 0 {
+		return 0
+	}
+	return int(min(budget/pb, math.MaxInt32))
+}
+
+// NewForBudget allocates as many pages of layout l as fit in budget bytes.
+// The pool must hold at least one sequence of maxSeqLen positions (the
+// model's context window); otherwise the error, wrapping
+// engine.ErrInvalidInput, says how many bytes that needs.
+func NewForBudget(l Layout, budget int64, maxSeqLen int) (*Pool, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	pages := PagesForBudget(l, budget)
+	if need := l.PagesFor(max(maxSeqLen, 1)); pages < need {
+		return nil, fmt.Errorf("kvcache: a budget of %d bytes holds %d pages (%s), but one sequence of %d positions needs %d pages: give at least %d bytes: %w",
+			budget, pages, l, maxSeqLen, need, int64(need)*int64(l.PageBytes()), engine.ErrInvalidInput)
+	}
+	return New(l, pages)
+}
+
+// Layout returns the pool's page layout.
+func (p *Pool) Layout() Layout { return p.layout }
+
+// Stats returns the page counts.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{Total: len(p.refs), Free: len(p.free), Used: len(p.refs) - len(p.free), Shared: p.shared}
+}
+
+// Alloc takes n free pages, each with one reference, or none at all: when
+// fewer than n are free the error wraps engine.ErrKVCacheFull and names the
+// numbers.
+func (p *Pool) Alloc(n int) ([]PageID, error) {
+	return p.AppendAlloc(nil, n)
+}
+
+// AppendAlloc is Alloc appending the new pages to ids.
+func (p *Pool) AppendAlloc(ids []PageID, n int) ([]PageID, error) {
+	if n < 0 {
+		return ids, fmt.Errorf("kvcache: allocate %d pages: %w", n, engine.ErrInvalidInput)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n > len(p.free) {
+		return ids, fmt.Errorf("kvcache: %d pages needed, %d of %d free: %w", n, len(p.free), len(p.refs), engine.ErrKVCacheFull)
+	}
+	for range n {
+		id := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		p.refs[id] = 1
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (p *Pool) valid(id PageID) bool { return id >= 0 && int(id) < len(p.refs) }
+
+// Retain adds a reference to each page, which must be in use. On an error
+// (a page out of range or free) no reference is added.
+func (p *Pool) Retain(ids ...PageID) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		if !p.valid(id) || p.refs[id] == 0 {
+			return fmt.Errorf("kvcache: retain page %d, which is %s: %w", id, p.describe(id), engine.ErrInvalidInput)
+		}
+	}
+	for _, id := range ids {
+		if p.refs[id] == 1 {
+			p.shared++
+		}
+		p.refs[id]++
+	}
+	return nil
+}
+
+// Release drops a reference to each page and frees the pages left with
+// none. Releasing a free or unknown page is an error (a double free), and
+// then no reference is dropped.
+func (p *Pool) Release(ids ...PageID) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, id := range ids {
+		if !p.valid(id) || p.refs[id] == 0 {
+			err := fmt.Errorf("kvcache: release page %d, which is %s: %w", id, p.describe(id), engine.ErrInvalidInput)
+			p.undoRelease(ids[:i])
+			return err
+		}
+		p.refs[id]--
+		switch p.refs[id] {
+		case 0:
+			p.free = append(p.free, id)
+		case 1:
+			p.shared--
+		}
+	}
+	return nil
+}
+
+// undoRelease gives back the references that a failed Release dropped, in
+// reverse order, so that each freed page is again the top of the stack.
+func (p *Pool) undoRelease(ids []PageID) {
+	for _, id := range slices.Backward(ids) {
+		switch p.refs[id] {
+		case 0:
+			p.free = p.free[:len(p.free)-1]
+		case 1:
+			p.shared++
+		}
+		p.refs[id]++
+	}
+}
+
+func (p *Pool) describe(id PageID) string {
+	switch {
+	case !p.valid(id):
+		return fmt.Sprintf("outside [0, %d)", len(p.refs))
+	case p.refs[id] == 0:
+		return "free"
+	}
+	return fmt.Sprintf("held %d times", p.refs[id])
+}
+
+// Refs returns the number of references to page id (0 for a free or unknown
+// page).
+func (p *Pool) Refs(id PageID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.valid(id) {
+		return 0
+	}
+	return int(p.refs[id])
+}
+
+// Page returns the bytes of page id (Layout.PageBytes of them, laid out as
+// the package documentation describes), or nil for an unknown page. The
+// slice aliases the pool.
+func (p *Pool) Page(id PageID) []byte {
+	if !p.valid(id) {
+		return nil
+	}
+	off := int(id) * p.pageBytes
+	return p.data[off : off+p.pageBytes : off+p.pageBytes]
+}
+
+// PageBytes returns the keys and values of one layer of page id, each
+// Layout.BlockBytes bytes laid out [token][kv_head][head_dim], or nil, nil
+// for an unknown page or layer. The slices alias the pool: an exporter reads
+// them, an importer writes them.
+func (p *Pool) PageBytes(id PageID, layer int) (k, v []byte) {
+	if !p.valid(id) || layer < 0 || layer >= p.layout.Layers {
+		return nil, nil
+	}
+	bb := p.layout.BlockBytes()
+	off := int(id)*p.pageBytes + 2*layer*bb
+	return p.data[off : off+bb : off+bb], p.data[off+bb : off+2*bb : off+2*bb]
+}
+
+// Import copies one layer's keys and values of a page (as PageBytes returns
+// them) into page id. It checks the page, layer and lengths.
+func (p *Pool) Import(id PageID, layer int, k, v []byte) error {
+	dk, dv := p.PageBytes(id, layer)
+	if dk == nil {
+		return fmt.Errorf("kvcache: import into page %d layer %d: no such page or layer (%d pages, %d layers): %w",
+			id, layer, len(p.refs), p.layout.Layers, engine.ErrInvalidInput)
+	}
+	if len(k) != len(dk) || len(v) != len(dv) {
+		return fmt.Errorf("kvcache: import into page %d layer %d: %d key and %d value bytes, want %d each: %w",
+			id, layer, len(k), len(v), len(dk), engine.ErrInvalidInput)
+	}
+	copy(dk, k)
+	copy(dv, v)
+	return nil
+}
+
+// WriteRow stores the keys and values of the position in slot slot of page
+// id in layer, converting them to the pool's element type. len(k) ==
+// len(v) == Layout.RowElems(), a valid page, layer and slot are the
+// caller's contract: this is the model's hot path, and the model checks the
+// block table once per step.
+func (p *Pool) WriteRow(id PageID, layer, slot int, k, v []float32) {
+	kb, vb := p.PageBytes(id, layer)
+	rb := p.layout.RowBytes()
+	kernels.EncodeKV(kb[slot*rb:(slot+1)*rb], k, p.layout.DType)
+	kernels.EncodeKV(vb[slot*rb:(slot+1)*rb], v, p.layout.DType)
+}
+
+// ReadRow loads the keys and values of slot slot of page id in layer into
+// k and v, under WriteRow's contract.
+func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
+	kb, vb := p.PageBytes(id, layer)
+	rb := p.layout.RowBytes()
+	kernels.DecodeKV(k, kb[slot*rb:(slot+1)*rb], p.layout.DType)
+	kernels.DecodeKV(v, vb[slot*rb:(slot+1)*rb], p.layout.DType)
+}

@@ -1,0 +1,165 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
+)
+
+// Chunk is one sequence's part of a batched step over a paged KV cache:
+// consecutive tokens at positions Pos…Pos+len(Tokens)-1. A decoding
+// sequence contributes one token, a prefilling one a chunk of its prompt.
+type Chunk struct {
+	Tokens []int32
+	// Pos is the position of Tokens[0]; positions 0…Pos-1 must already be
+	// stored in Pages.
+	Pos int
+	// Pages is the sequence's block table: position i lives in slot
+	// i mod PageSize of page Pages[i/PageSize]. It must cover every
+	// position of the chunk.
+	Pages []kvcache.PageID
+	// Logits, when not nil, receives the next-token logits after the last
+	// token (Config().Vocab of them).
+	Logits []float32
+}
+
+// KVLayout returns the layout of paged KV cache pages for this
+// configuration: pageSize positions of dtype (F32 or F16) per page.
+func (c Config) KVLayout(pageSize int, dtype quant.Type) kvcache.Layout {
+	return kvcache.Layout{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: pageSize, DType: dtype}
+}
+
+// ForwardBatch implements Model.
+func (m *llama) ForwardBatch(kv *kvcache.Pool, batch []Chunk) error {
+	c := m.cfg
+	if kv == nil {
+		return fmt.Errorf("model: nil KV cache pool: %w", engine.ErrInvalidInput)
+	}
+	if len(batch) == 0 {
+		return fmt.Errorf("model: empty batch: %w", engine.ErrInvalidInput)
+	}
+	l := kv.Layout()
+	if l.Layers != c.Layers || l.KVHeads != c.KVHeads || l.HeadDim != c.HeadDim {
+		return fmt.Errorf("model: KV cache pages of %d layers × %d KV heads × %d, model needs %d × %d × %d: %w",
+			l.Layers, l.KVHeads, l.HeadDim, c.Layers, c.KVHeads, c.HeadDim, engine.ErrInvalidInput)
+	}
+	total := kv.Stats().Total
+	for i, ch := range batch {
+		n := len(ch.Tokens)
+		switch {
+		case n == 0:
+			return fmt.Errorf("model: batch chunk %d has no tokens: %w", i, engine.ErrInvalidInput)
+		case ch.Pos < 0:
+			return fmt.Errorf("model: batch chunk %d at position %d: %w", i, ch.Pos, engine.ErrInvalidInput)
+		case ch.Logits != nil && len(ch.Logits) != c.Vocab:
+			return fmt.Errorf("model: batch chunk %d: logits buffer of %d, want the vocabulary size %d: %w", i, len(ch.Logits), c.Vocab, engine.ErrInvalidInput)
+		case ch.Pos+n > c.ContextLength:
+			return fmt.Errorf("model: batch chunk %d: positions %d…%d exceed the context window of %d: %w",
+				i, ch.Pos, ch.Pos+n-1, c.ContextLength, engine.ErrContextOverflow)
+		case l.PagesFor(ch.Pos+n) > len(ch.Pages):
+			return fmt.Errorf("model: batch chunk %d: %d pages of %d positions cannot hold positions up to %d: %w",
+				i, len(ch.Pages), l.PageSize, ch.Pos+n-1, engine.ErrInvalidInput)
+		}
+		for _, id := range ch.Pages[:l.PagesFor(ch.Pos+n)] {
+			if id < 0 || int(id) >= total {
+				return fmt.Errorf("model: batch chunk %d: page %d outside the pool's %d pages: %w", i, id, total, engine.ErrInvalidInput)
+			}
+		}
+		if err := m.checkTokens(ch.Tokens, fmt.Sprintf("batch chunk %d: ", i)); err != nil {
+			return err
+		}
+	}
+
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	s := m.state()
+	defer m.states.Put(s)
+	if cap(s.paged) < len(batch) {
+		s.paged = make([]pagedStore, len(batch))
+	}
+	s.paged = s.paged[:len(batch)]
+	s.segs = s.segs[:0]
+	for i, ch := range batch {
+		p := &s.paged[i]
+		p.pool, p.pages, p.layout = kv, ch.Pages, l
+		s.segs = append(s.segs, segment{tokens: ch.Tokens, pos: ch.Pos, kv: p, logits: ch.Logits})
+	}
+	err := m.forward(s)
+	for i := range s.paged {
+		// Drop the references to the caller's pages and pool.
+		s.paged[i] = pagedStore{kp: s.paged[i].kp[:0], vp: s.paged[i].vp[:0]}
+	}
+	return err
+}
+
+// rowInfo locates one token row of a step: its segment, position, and row
+// index in the step (which its RoPE table is stored under).
+type rowInfo struct {
+	seg, pos, row int
+}
+
+// segment is one sequence's tokens in a forward call, with the store of its
+// keys and values.
+type segment struct {
+	tokens []int32
+	pos    int
+	kv     kvStore
+	logits []float32
+}
+
+// kvStore is where a segment's keys and values live: a contiguous KVCache
+// (Forward) or pages of a kvcache.Pool (ForwardBatch).
+type kvStore interface {
+	// put stores the rotated keys and the values of position pos in layer.
+	put(layer, pos int, k, v []float32)
+	// prepare readies layer's positions 0…n-1 for attend; it runs once per
+	// layer, before the attention of that layer starts.
+	prepare(layer, n int)
+	// attend computes one query head's attention over positions 0…n-1
+	// against KV head kvHead.
+	attend(out, q []float32, kvHead, n int, scores []float32)
+}
+
+type contigStore struct {
+	cache KVCache
+	kvDim int
+	k, v  []float32
+}
+
+func (c *contigStore) put(layer, pos int, k, v []float32) { c.cache.Put(layer, pos, k, v) }
+func (c *contigStore) prepare(layer, n int)               { c.k, c.v = c.cache.View(layer, n) }
+func (c *contigStore) attend(out, q []float32, kvHead, n int, scores []float32) {
+	off := kvHead * len(q)
+	kernels.AttendHead(out, q, c.k[off:], c.v[off:], n, c.kvDim, scores)
+}
+
+type pagedStore struct {
+	pool   *kvcache.Pool
+	pages  []kvcache.PageID
+	layout kvcache.Layout
+	kp, vp [][]byte // the prepared layer's pages
+}
+
+func (p *pagedStore) put(layer, pos int, k, v []float32) {
+	ps := p.layout.PageSize
+	p.pool.WriteRow(p.pages[pos/ps], layer, pos%ps, k, v)
+}
+
+func (p *pagedStore) prepare(layer, n int) {
+	p.kp, p.vp = p.kp[:0], p.vp[:0]
+	for _, id := range p.pages[:p.layout.PagesFor(n)] {
+		k, v := p.pool.PageBytes(id, layer)
+		p.kp = append(p.kp, k)
+		p.vp = append(p.vp, v)
+	}
+}
+
+func (p *pagedStore) attend(out, q []float32, kvHead, n int, scores []float32) {
+	kernels.AttendHeadPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, scores)
+}

@@ -1,0 +1,477 @@
+package sched
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/sample"
+)
+
+// plan is one step's batch: chunks[i] belongs to reqs[i].
+type plan struct {
+	chunks    []model.Chunk
+	reqs      []*request
+	decode    int // decode tokens
+	prefill   int // prompt tokens
+	preempted int
+	stalled   int // running sequences that waited for a page
+	admitted  int
+	gaps      []time.Duration
+	generated int
+}
+
+// step is one iteration of the owner: commands, plan, forward, results.
+func (s *Scheduler) step() (StepStats, bool) {
+	s.mu.Lock()
+	released := s.drainInbox()
+	start := time.Now()
+	p := &s.plan
+	s.makePlan(p)
+	if len(p.chunks) > 0 {
+		s.stepStart = start
+	}
+	s.mu.Unlock()
+
+	var err error
+	if len(p.chunks) > 0 {
+		// Unlocked: the forward pass only reads what the plan references,
+		// which nothing else writes until it returns.
+		err = s.cfg.Model.ForwardBatch(s.cfg.Pool, p.chunks)
+	}
+
+	s.mu.Lock()
+	end := time.Now()
+	stats := StepStats{
+		Start: start, Duration: end.Sub(start), Seqs: len(p.chunks),
+		DecodeTokens: p.decode, PrefillTokens: p.prefill,
+		Preempted: p.preempted, Stalled: p.stalled, Admitted: p.admitted, Err: err,
+	}
+	if len(p.chunks) > 0 {
+		s.apply(p, err, end)
+		s.steps++
+		s.lastStep = end
+		s.stepStart = time.Time{}
+		if p.generated > 0 {
+			s.window = append(s.window, throughputSample{at: end, tokens: p.generated})
+		}
+	}
+	stats.Generated, stats.TokenGaps = p.generated, p.gaps
+	// Without a batch or any change, the next step would plan the same
+	// nothing (waiting requests that do not fit, running ones stalled for
+	// a page): sleep until a command changes something.
+	busy := len(p.chunks) > 0 || released > 0 || p.admitted > 0 || p.preempted > 0
+	done := s.takeDone()
+	g := s.gauges(end)
+	s.mu.Unlock()
+
+	s.report(&stats, done, g)
+	return stats, busy
+}
+
+// report hands the step's numbers to the observer, outside the locks.
+func (s *Scheduler) report(st *StepStats, done []Summary, g Gauges) {
+	if st != nil && (st.Seqs > 0 || st.Stalled > 0 || st.Preempted > 0) {
+		s.obs.Step(*st)
+	}
+	for _, d := range done {
+		s.obs.RequestDone(d)
+	}
+	s.obs.Gauges(g)
+}
+
+func (s *Scheduler) takeDone() []Summary {
+	d := s.pendingDone
+	s.pendingDone = nil
+	return d
+}
+
+// drainInbox applies the commands callers sent, in order, and returns how
+// many requests they released.
+func (s *Scheduler) drainInbox() int {
+	s.inMu.Lock()
+	cmds := s.inbox
+	s.inbox = s.spare[:0]
+	s.inMu.Unlock()
+	released := 0
+	for _, c := range cmds {
+		if s.handle(c) {
+			released++
+		}
+	}
+	clear(cmds)
+	s.spare = cmds[:0]
+	return released
+}
+
+// handle applies one command and reports whether it released its request.
+func (s *Scheduler) handle(c command) bool {
+	r := c.r
+	if c.kind == cmdSubmit {
+		s.live = append(s.live, r) // arrival order: seq grows with the inbox
+		s.setState(r, StateWaiting)
+		return false
+	}
+	// Every other command comes after its request's submit: Submit queues
+	// the submit before any Stream method can be called, and registers the
+	// context watch while holding the inbox lock that the watch's post
+	// needs.
+	if r.state == StateFinished {
+		return false
+	}
+	switch c.kind {
+	case cmdCancel:
+		s.release(r, FinishCancelled, context.Cause(r.ctx))
+	case cmdHandover:
+		if r.state != StateHandingOver {
+			s.release(r, FinishError, fmt.Errorf("sched: request %q: Handover while %s, before its prompt was done: %w", r.id, r.state, engine.ErrInvalidInput))
+		} else {
+			s.release(r, FinishHandedOver, nil)
+		}
+	case cmdActivate:
+		if r.state != StateTransferring {
+			s.release(r, FinishError, fmt.Errorf("sched: request %q: Activate while %s, before its pages were reserved: %w", r.id, r.state, engine.ErrInvalidInput))
+			return true
+		}
+		s.activate(r, c.tok, time.Now())
+	}
+	return r.state == StateFinished
+}
+
+func (s *Scheduler) setState(r *request, st State) {
+	if r.state < numStates {
+		s.counts[r.state]--
+	}
+	s.counts[st]++
+	r.state = st
+}
+
+// makePlan admits, preempts and picks the step's chunks.
+func (s *Scheduler) makePlan(p *plan) {
+	clear(p.reqs)
+	clear(p.chunks)
+	*p = plan{chunks: p.chunks[:0], reqs: p.reqs[:0], gaps: p.gaps[:0]}
+	budget := s.cfg.MaxBatchTokens
+
+	// 1. Running sequences, oldest first, each get the page for the token
+	// they feed. When none is free, the youngest preemptable request gives
+	// its pages up, if it is younger than the sequence; otherwise the
+	// sequence sits this step out, keeping its pages: the pages it waits
+	// for are held by older requests, which progress and will either free
+	// them or preempt it, or by requests that cannot be preempted (a
+	// transfer in or out), whose owners release them. Preempting itself
+	// instead would only recompute the same pages over and over while
+	// starving those requests.
+	for i := 0; i < len(s.live) && budget > 0; i++ {
+		r := s.live[i]
+		if r.state != StateRunning {
+			continue
+		}
+		stalled := false
+		for r.table.Cap() <= r.computed {
+			if err := r.table.Grow(r.computed + 1); err == nil {
+				break
+			}
+			v := s.victim()
+			if v == nil || v.seq <= r.seq {
+				stalled = true
+				break
+			}
+			s.preempt(v)
+			p.preempted++
+		}
+		if stalled {
+			p.stalled++
+			continue
+		}
+		s.addChunk(p, r, r.computed, 1, true)
+		p.decode++
+		budget--
+	}
+
+	// 2. Admission, first come first served: a request waits for the pages
+	// of its whole prompt (decode's prealloc queue for imported ones).
+	active := s.counts[StatePrefilling] + s.counts[StateRunning] + s.counts[StateTransferring]
+	for _, r := range s.live {
+		if r.state != StateWaiting {
+			continue
+		}
+		if active >= s.cfg.MaxSeqs {
+			break
+		}
+		if err := r.table.Grow(r.prefillTarget()); err != nil {
+			break
+		}
+		active++
+		p.admitted++
+		if r.mode == ModeDecodeImported && !r.activated {
+			s.setState(r, StateTransferring)
+			s.emit(r, Event{Kind: EventReserved, Pages: r.table.Clone()})
+			continue
+		}
+		s.setState(r, StatePrefilling)
+	}
+
+	// 3. Prompt chunks fill the rest of the budget.
+	for i := 0; i < len(s.live) && budget > 0; i++ {
+		r := s.live[i]
+		if r.state != StatePrefilling {
+			continue
+		}
+		target := r.prefillTarget()
+		n := min(target-r.computed, budget)
+		s.addChunk(p, r, r.computed, n, r.computed+n == target && r.generated() == 0)
+		p.prefill += n
+		budget -= n
+	}
+}
+
+func (s *Scheduler) addChunk(p *plan, r *request, pos, n int, logits bool) {
+	ch := model.Chunk{Tokens: r.tokens[pos : pos+n], Pos: pos, Pages: r.table.Pages()}
+	if logits {
+		if r.logits == nil {
+			r.logits = make([]float32, s.mcfg.Vocab)
+		}
+		ch.Logits = r.logits
+	}
+	p.chunks = append(p.chunks, ch)
+	p.reqs = append(p.reqs, r)
+}
+
+// victim returns the youngest request whose pages may be taken, or nil.
+func (s *Scheduler) victim() *request {
+	for _, r := range slices.Backward(s.live) {
+		if r.preemptable() && r.table.Len() > 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// preempt frees r's pages and puts it back in the queue, at its place in
+// arrival order, to be recomputed: its tokens so far, sampler and stopper
+// are kept, so it continues exactly where it stopped.
+func (s *Scheduler) preempt(r *request) {
+	if err := r.table.Release(); err != nil {
+		s.violations++
+	}
+	r.computed = 0
+	r.preemptions++
+	s.setState(r, StateWaiting)
+}
+
+// apply takes the forward pass's results: progress, pages completed,
+// sampled tokens, finishes.
+func (s *Scheduler) apply(p *plan, err error, now time.Time) {
+	if err != nil {
+		for _, r := range p.reqs {
+			s.release(r, FinishError, fmt.Errorf("sched: forward pass: %w", err))
+		}
+		return
+	}
+	for i, r := range p.reqs {
+		ch := p.chunks[i]
+		if r.state == StateFinished {
+			continue
+		}
+		r.computed += len(ch.Tokens)
+		r.lastProgress = now
+		switch r.state {
+		case StatePrefilling:
+			if r.mode == ModePrefillOnly && !s.announcePages(r) {
+				continue
+			}
+			if r.computed < r.prefillTarget() {
+				continue
+			}
+			if r.generated() > 0 { // recomputed after a preemption
+				s.setState(r, StateRunning)
+				continue
+			}
+			tok, ok := s.sample(r, ch.Logits)
+			if !ok {
+				continue
+			}
+			if r.mode == ModePrefillOnly {
+				r.firstToken, r.lastToken = now, now
+				p.generated++
+				if s.emit(r, Event{Kind: EventToken, Token: tok}) {
+					r.tokens = append(r.tokens, tok.ID)
+					s.setState(r, StateHandingOver)
+				}
+				continue
+			}
+			s.setState(r, StateRunning)
+			s.accept(p, r, tok, now)
+		case StateRunning:
+			if tok, ok := s.sample(r, ch.Logits); ok {
+				s.accept(p, r, tok, now)
+			}
+		}
+	}
+}
+
+// announcePages sends EventPagesReady when more of a prefill-only request's
+// pages are complete. It reports false if the request was released.
+func (s *Scheduler) announcePages(r *request) bool {
+	ready := r.computed / s.layout.PageSize
+	if r.computed == r.nPrompt {
+		ready = r.table.Len()
+	}
+	if ready <= r.readyPages {
+		return true
+	}
+	r.readyPages = ready
+	return s.emit(r, Event{Kind: EventPagesReady, Pages: r.table.Clone(), Ready: ready})
+}
+
+func (s *Scheduler) sample(r *request, logits []float32) (sample.Token, bool) {
+	tok, err := r.sampler.Sample(logits)
+	if err != nil {
+		s.release(r, FinishError, fmt.Errorf("sched: request %q: %w", r.id, err))
+		return sample.Token{}, false
+	}
+	return tok, true
+}
+
+// accept takes a generated token of a generating request: it streams it
+// and finishes the request on a stop, at MaxTokens or at the end of the
+// context window.
+func (s *Scheduler) accept(p *plan, r *request, tok sample.Token, now time.Time) {
+	if !r.req.IgnoreEOS && s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOG(tok.ID) {
+		s.finish(r, FinishStop)
+		return
+	}
+	var text string
+	if r.dec != nil {
+		text = r.dec.Next(tok.ID)
+	}
+	text, stop := r.stopper.Push(tok.ID, text)
+	if r.firstToken.IsZero() {
+		r.firstToken = now
+	} else if p != nil {
+		p.gaps = append(p.gaps, now.Sub(r.lastToken))
+	}
+	r.lastToken = now
+	if p != nil {
+		p.generated++
+	}
+	if !s.emit(r, Event{Kind: EventToken, Token: tok, Text: text}) {
+		return
+	}
+	r.tokens = append(r.tokens, tok.ID)
+	r.sampler.Accept(tok.ID)
+	switch {
+	case stop:
+		s.finish(r, FinishStop)
+	case r.generated() >= r.req.MaxTokens:
+		s.finish(r, FinishLength)
+	case len(r.tokens) >= s.mcfg.ContextLength:
+		s.finish(r, FinishContext)
+	}
+}
+
+// finish ends a request that completed normally, releasing the text held
+// back for a possible stop string or an incomplete character.
+func (s *Scheduler) finish(r *request, reason FinishReason) {
+	var tail string
+	if !r.stopper.Stopped() {
+		var rest string
+		if r.dec != nil {
+			rest = r.dec.Flush()
+		}
+		text, stop := r.stopper.Push(-1, rest)
+		tail = text
+		if stop {
+			reason = FinishStop
+		} else {
+			tail += r.stopper.Flush()
+		}
+	}
+	s.releaseWith(r, reason, nil, tail)
+}
+
+// activate starts decoding an imported request whose pages now hold its
+// prompt.
+func (s *Scheduler) activate(r *request, first sample.Token, now time.Time) {
+	if first.ID < 0 || int(first.ID) >= s.mcfg.Vocab {
+		s.release(r, FinishError, fmt.Errorf("sched: request %q: first token %d outside the vocabulary [0, %d): %w",
+			r.id, first.ID, s.mcfg.Vocab, engine.ErrInvalidInput))
+		return
+	}
+	r.computed = r.nPrompt
+	r.activated = true
+	r.lastProgress = now
+	if r.req.Params.Temperature > 0 {
+		// Prefill drew one random number for the first token; draw one too,
+		// so that this sampler continues exactly as a colocated one would.
+		if r.logits == nil {
+			r.logits = make([]float32, s.mcfg.Vocab)
+		}
+		clear(r.logits)
+		if _, err := r.sampler.Sample(r.logits); err != nil {
+			s.release(r, FinishError, fmt.Errorf("sched: request %q: %w", r.id, err))
+			return
+		}
+	}
+	s.setState(r, StateRunning)
+	s.accept(nil, r, first, now)
+}
+
+// emit sends a non-final event. The last slot of the channel is kept for
+// EventDone; a consumer that lets the others fill up gets its request
+// aborted, so that the scheduler never blocks. It reports whether the
+// request is still live.
+func (s *Scheduler) emit(r *request, ev Event) bool {
+	if len(r.events) >= cap(r.events)-1 {
+		s.release(r, FinishAborted, ErrSlowConsumer)
+		return false
+	}
+	r.events <- ev
+	return true
+}
+
+func (s *Scheduler) release(r *request, reason FinishReason, err error) {
+	s.releaseWith(r, reason, err, "")
+}
+
+// releaseWith is the one way out: it frees the pages, leaves the lists,
+// stops watching the context, sends EventDone and closes the channel. It
+// does nothing the second time.
+func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail string) {
+	if r.state == StateFinished {
+		return
+	}
+	stage := r.state
+	r.stop()
+	if relErr := r.table.Release(); relErr != nil {
+		s.violations++
+	}
+	if i, ok := slices.BinarySearchFunc(s.live, r.seq, func(x *request, seq uint64) int {
+		return cmp.Compare(x.seq, seq)
+	}); ok {
+		s.live = slices.Delete(s.live, i, i+1)
+	}
+	s.setState(r, StateFinished)
+	r.finished = time.Now()
+	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	close(r.events)
+	s.inMu.Lock()
+	delete(s.ids, r.id)
+	s.inMu.Unlock()
+
+	sum := Summary{
+		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage,
+		Queued: r.queued, E2E: r.finished.Sub(r.queued), Usage: r.usage(),
+	}
+	if !r.firstToken.IsZero() {
+		sum.TTFT = r.firstToken.Sub(r.queued)
+	}
+	s.pendingDone = append(s.pendingDone, sum)
+	// Keep nothing big alive through the caller's Stream.
+	r.logits, r.sampler, r.dec = nil, nil, nil
+}

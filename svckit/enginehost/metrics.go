@@ -1,0 +1,108 @@
+package enginehost
+
+import (
+	"github.com/baton-serving/baton/engine/sched"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Buckets for LLM latencies.
+var (
+	latencyBuckets    = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}
+	interTokenBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+)
+
+// Metrics backs the scheduler's Observer with Prometheus metrics, under the
+// names operators of other PD serving systems already graph (baton: prefix).
+type Metrics struct {
+	running, queue, prefillInflight, prealloc, transfer, prefilling prometheus.Gauge
+	pagesUsed, pagesTotal, tokenUsage, genThroughput, leaked        prometheus.Gauge
+	violations                                                      prometheus.Gauge
+	ttft, e2e, itl, stepSeconds                                     prometheus.Histogram
+	finished                                                        *prometheus.CounterVec
+	aborts                                                          *prometheus.CounterVec
+	KVTransferBytes                                                 prometheus.Counter
+	KVTransferSeconds                                               prometheus.Histogram
+}
+
+func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	h := func(name, help string, b []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b})
+	}
+	m := &Metrics{
+		running:         g("baton:num_running_reqs", "Requests decoding in the running batch."),
+		queue:           g("baton:num_queue_reqs", "Requests waiting for KV cache pages to start computing."),
+		prefilling:      g("baton_num_prefilling_reqs", "Requests computing their prompt."),
+		prefillInflight: g("baton:num_prefill_inflight_queue_reqs", "Prefill: requests whose prompt is done and whose KV cache is being sent to decode."),
+		prealloc:        g("baton:num_decode_prealloc_queue_reqs", "Decode: requests waiting for KV cache pages to be reserved."),
+		transfer:        g("baton:num_decode_transfer_queue_reqs", "Decode: requests whose KV cache is arriving from prefill."),
+		pagesUsed:       g("baton_kv_pages_used", "KV cache pages in use."),
+		pagesTotal:      g("baton_kv_pages_total", "KV cache pages in all."),
+		tokenUsage:      g("baton:token_usage", "Fraction of KV cache pages in use."),
+		genThroughput:   g("baton:gen_throughput", "Generated tokens per second, recent average."),
+		leaked:          g("baton_kv_pages_leaked", "KV cache pages in use but owned by no live request, as the last audit found (must be 0)."),
+		violations:      g("baton_invariant_violations", "Scheduler invariant violations found by audits since start (must be 0)."),
+		ttft:            h("baton:time_to_first_token_seconds", "Time from a request's arrival at this worker to its first token.", latencyBuckets),
+		e2e:             h("baton:e2e_request_latency_seconds", "Time from a request's arrival at this worker to its release.", latencyBuckets),
+		itl:             h("baton:inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", interTokenBuckets),
+		stepSeconds:     h("baton_step_seconds", "Duration of one scheduler step (a batched forward pass).", interTokenBuckets),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_requests_finished_total",
+			Help: "Requests released by the scheduler, by finish reason."}, []string{"finish"}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_request_aborts_total",
+			Help: "Requests that ended early, by the stage they were in and the reason."}, []string{"stage", "reason"}),
+		KVTransferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton:kv_transfer_bytes_total",
+			Help: "KV cache bytes (K and V) moved between prefill and decode by this worker."}),
+		KVTransferSeconds: h("baton:kv_transfer_seconds", "Duration of a request's KV cache transfer, handshake to PrefillDone.", latencyBuckets),
+	}
+	reg.MustRegister(m.running, m.queue, m.prefilling, m.prefillInflight, m.prealloc, m.transfer,
+		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.violations,
+		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
+	_ = role
+	return m
+}
+
+// Gauges implements sched.Observer.
+func (m *Metrics) Gauges(g sched.Gauges) {
+	m.running.Set(float64(g.Running))
+	m.queue.Set(float64(g.Waiting))
+	m.prefilling.Set(float64(g.Prefilling))
+	m.prefillInflight.Set(float64(g.HandingOver))
+	m.prealloc.Set(float64(g.Prealloc))
+	m.transfer.Set(float64(g.Transferring))
+	m.pagesUsed.Set(float64(g.PagesUsed))
+	m.pagesTotal.Set(float64(g.PagesTotal))
+	m.tokenUsage.Set(g.TokenUsage)
+	m.genThroughput.Set(g.GenThroughput)
+}
+
+// Step implements sched.Observer.
+func (m *Metrics) Step(s sched.StepStats) {
+	if s.Seqs > 0 {
+		m.stepSeconds.Observe(s.Duration.Seconds())
+	}
+	for _, gap := range s.TokenGaps {
+		m.itl.Observe(gap.Seconds())
+	}
+}
+
+// RequestDone implements sched.Observer.
+func (m *Metrics) RequestDone(s sched.Summary) {
+	m.finished.WithLabelValues(s.Finish.String()).Inc()
+	if s.TTFT > 0 {
+		m.ttft.Observe(s.TTFT.Seconds())
+	}
+	m.e2e.Observe(s.E2E.Seconds())
+	switch s.Finish {
+	case sched.FinishCancelled, sched.FinishAborted, sched.FinishError:
+		m.aborts.WithLabelValues(s.Stage.String(), s.Finish.String()).Inc()
+	}
+}
+
+// Audit implements sched.Observer.
+func (m *Metrics) Audit(a sched.AuditReport) {
+	m.leaked.Set(float64(a.LeakedPages))
+	m.violations.Set(float64(a.TotalViolations))
+}
