@@ -65,6 +65,16 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	if s.Draining() {
 		return status.Error(codes.Unavailable, "router is shutting down")
 	}
+	release, err := s.limit.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	if t := s.limits.requestTimeout; t > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, t)
+		defer stop()
+	}
 	req, err := s.prepare(in)
 	if err != nil {
 		return err

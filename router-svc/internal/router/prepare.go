@@ -55,6 +55,9 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 		req.Prompt = ""
 	}
 	n, ctxLen := len(req.GetPromptTokenIds()), s.cfg.ContextLength
+	if lim := s.limits.maxPromptTokens; lim > 0 && n > lim {
+		return nil, bad("prompt: %d tokens; this router accepts at most %d (--max-prompt-tokens)", n, lim)
+	}
 	if n >= ctxLen {
 		return nil, bad("prompt: %d tokens; the context window is %d tokens and at least one must be left to generate", n, ctxLen)
 	}
@@ -62,9 +65,11 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 		req.Sampling = &batonv1.SamplingParams{}
 	}
 	sp := req.Sampling
-	switch maxNew := int(sp.GetMaxNewTokens()); {
+	switch maxNew, lim := int(sp.GetMaxNewTokens()), s.limits.maxNewTokens; {
 	case maxNew == 0:
 		sp.MaxNewTokens = uint32(min(s.maxNewTokens, ctxLen-n))
+	case lim > 0 && maxNew > lim:
+		return nil, bad("sampling.max_new_tokens: %d; this router generates at most %d tokens per request (--max-new-tokens-limit)", maxNew, lim)
 	case n+maxNew > ctxLen:
 		return nil, bad("sampling.max_new_tokens: %d tokens of prompt + %d new tokens exceed the context window of %d", n, maxNew, ctxLen)
 	}

@@ -1,6 +1,6 @@
 // Package router is Baton's router: RouterService over gRPC, its REST form
-// through grpc-gateway, and routing of each request to a (prefill, decode)
-// worker pair.
+// through grpc-gateway, the OpenAI-compatible API (package openai), and
+// routing of each request to a (prefill, decode) worker pair.
 package router
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/gen/openapi"
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -40,6 +41,7 @@ type Service struct {
 	maxNewTokens                 int
 	contextLength                int
 	loadInterval                 time.Duration
+	limits                       limitFlags
 
 	// Set by Validate and Open.
 	prefillAddrs, decodeAddrs   []string
@@ -48,6 +50,9 @@ type Service struct {
 	cfg                         model.Config
 	fingerprint                 string
 	modelID                     string
+	limit                       *limiter
+	keys                        *openai.Keys // nil: authentication off
+	chatTemplate                *openai.ChatTemplate
 
 	// Set by Register.
 	logger    *slog.Logger
@@ -74,6 +79,7 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.maxNewTokens, "max-new-tokens", 256, "tokens generated when a request does not say (capped by the context window)")
 	fs.IntVar(&s.contextLength, "context-length", 0, "context window in tokens (0: the model's own); must match the workers'")
 	fs.DurationVar(&s.loadInterval, "load-interval", time.Second, "how often workers report their load")
+	s.limits.addFlags(fs)
 }
 
 // Validate checks the router's flags.
@@ -101,6 +107,10 @@ func (s *Service) Validate() error {
 	case s.loadInterval < 50*time.Millisecond:
 		return fmt.Errorf("--load-interval: %v, want ≥ 50ms", s.loadInterval)
 	}
+	if err := s.limits.validate(s.maxNewTokens); err != nil {
+		return err
+	}
+	s.limit = newLimiter(s.limits.maxConcurrent)
 	return nil
 }
 
@@ -140,11 +150,11 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 		return fmt.Errorf("--model %s: %w", s.Model.Path, err)
 	}
 	s.modelID = svckit.ModelID(s.Model.Path)
-	return nil
+	return s.openAPI(d.Logger)
 }
 
-// Register installs RouterService, its REST gateway and the OpenAPI document,
-// and starts watching the workers.
+// Register installs RouterService, its REST gateway, the OpenAPI document and
+// the OpenAI-compatible API, and starts watching the workers.
 func (s *Service) Register(srv *svckit.Server) error {
 	s.logger = srv.Logger
 	s.Draining = srv.Draining
@@ -179,8 +189,14 @@ func (s *Service) Register(srv *svckit.Server) error {
 	})
 	srv.Logger.Info("workers", "prefill", s.prefill, "decode", s.decodeAddrs, "model", s.modelID, "fingerprint", s.fingerprint)
 
-	batonv1.RegisterRouterServiceServer(srv.GRPC, s)
-	return s.registerGateway(srv)
+	// With --api-keys-file, RouterService (and so the REST gateway, which
+	// forwards the Authorization header) requires a key; health and
+	// reflection stay open.
+	srv.GRPC.RegisterService(s.keys.Guard(&batonv1.RouterService_ServiceDesc), s)
+	if err := s.registerGateway(srv); err != nil {
+		return err
+	}
+	return s.registerOpenAI(srv)
 }
 
 // registerGateway serves RouterService as REST. The gateway reaches the
@@ -193,13 +209,15 @@ func (s *Service) registerGateway(srv *svckit.Server) error {
 		return fmt.Errorf("gateway connection: %w", err)
 	}
 	s.gwConn = conn
-	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-		MarshalOptions: protojson.MarshalOptions{UseProtoNames: true},
-	}))
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjson{&runtime.JSONPb{
+			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true},
+		}}),
+		runtime.WithErrorHandler(gatewayError))
 	if err := batonv1.RegisterRouterServiceHandlerClient(context.Background(), gw, batonv1.NewRouterServiceClient(conn)); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	srv.Mux.Handle("/v1/", gw)
+	srv.Mux.Handle("/v1/", openai.BodyLimit(s.limits.maxBodyBytes, gw))
 	srv.Mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)

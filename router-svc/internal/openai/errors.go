@@ -1,0 +1,188 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// OpenAI error types (the "type" field of an error object).
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typePermission     = "permission_error"
+	typeRateLimit      = "rate_limit_error"
+	typeServer         = "server_error"
+)
+
+// RetryAfterSeconds is what Retry-After says on 429 and 503 answers: the
+// router holds no queue, so a client should simply try again shortly.
+const RetryAfterSeconds = 1
+
+// statusClientClosed is the status recorded for a client that went away
+// (nginx's convention); the client never sees it.
+const statusClientClosed = 499
+
+// httpError is one error answer in OpenAI's shape.
+type httpError struct {
+	status  int
+	typ     string
+	message string
+	param   string // "" is JSON null
+	code    string // "" is JSON null
+}
+
+func (e *httpError) Error() string { return e.message }
+
+// invalid is a 400 naming the request field param.
+func invalid(param, format string, a ...any) *httpError {
+	return &httpError{status: http.StatusBadRequest, typ: typeInvalidRequest, param: param, message: fmt.Sprintf(format, a...)}
+}
+
+// withCode sets the error's machine-readable code.
+func (e *httpError) withCode(code string) *httpError {
+	e.code = code
+	return e
+}
+
+// codeTable maps the gRPC status codes a Generator returns to HTTP statuses
+// and OpenAI error types. It is the one place the mapping lives; the REST
+// gateway uses grpc-gateway's own table, which agrees with this one for every
+// code Baton produces.
+var codeTable = map[codes.Code]struct {
+	status int
+	typ    string
+	code   string // default machine-readable code; "" for none
+}{
+	codes.InvalidArgument:    {http.StatusBadRequest, typeInvalidRequest, ""},
+	codes.OutOfRange:         {http.StatusBadRequest, typeInvalidRequest, ""},
+	codes.FailedPrecondition: {http.StatusBadRequest, typeInvalidRequest, ""},
+	codes.Unauthenticated:    {http.StatusUnauthorized, typeInvalidRequest, "invalid_api_key"},
+	codes.PermissionDenied:   {http.StatusForbidden, typePermission, ""},
+	codes.NotFound:           {http.StatusNotFound, typeInvalidRequest, "not_found"},
+	codes.AlreadyExists:      {http.StatusConflict, typeInvalidRequest, "request_id_in_flight"},
+	codes.Aborted:            {http.StatusConflict, typeInvalidRequest, "aborted"},
+	codes.ResourceExhausted:  {http.StatusTooManyRequests, typeRateLimit, "rate_limit_exceeded"},
+	codes.Canceled:           {statusClientClosed, typeInvalidRequest, "cancelled"},
+	codes.Unimplemented:      {http.StatusNotImplemented, typeServer, "not_implemented"},
+	codes.Unavailable:        {http.StatusServiceUnavailable, typeServer, "service_unavailable"},
+	codes.DeadlineExceeded:   {http.StatusGatewayTimeout, typeServer, "timeout"},
+	codes.Internal:           {http.StatusInternalServerError, typeServer, ""},
+	codes.Unknown:            {http.StatusInternalServerError, typeServer, ""},
+	codes.DataLoss:           {http.StatusInternalServerError, typeServer, ""},
+}
+
+// HTTPStatus is the HTTP status the OpenAI API answers for a gRPC code.
+func HTTPStatus(c codes.Code) int {
+	if e, ok := codeTable[c]; ok {
+		return e.status
+	}
+	return http.StatusInternalServerError
+}
+
+// fieldPrefix matches the wire path that Baton's validation errors start
+// with ("sampling.temperature = 3: ...", "prompt: 130 tokens ...",
+// `model "x" is not served`).
+var fieldPrefix = regexp.MustCompile(`^([a-z_]+(?:\.[a-z_]+|\[[0-9]+\])*)(?:[ :=]|$)`)
+
+// wireParams maps a GenerateRequest field path to the OpenAI request field
+// it came from; promptParam stands for "prompt" or "messages".
+var wireParams = map[string]string{
+	"model":                       "model",
+	"request_id":                  "X-Request-Id",
+	"prompt":                      promptParam,
+	"prompt_token_ids":            promptParam,
+	"sampling.temperature":        "temperature",
+	"sampling.top_p":              "top_p",
+	"sampling.top_k":              "top_k",
+	"sampling.min_p":              "min_p",
+	"sampling.repetition_penalty": "repetition_penalty",
+	"sampling.frequency_penalty":  "frequency_penalty",
+	"sampling.presence_penalty":   "presence_penalty",
+	"sampling.max_new_tokens":     "max_tokens",
+	"sampling.stop":               "stop",
+	"sampling.stop_token_ids":     "stop",
+	"sampling.top_logprobs":       "top_logprobs",
+	"sampling.seed":               "seed",
+}
+
+const promptParam = "\x00prompt"
+
+// fromStatus converts an error from a Generator into the OpenAI error,
+// naming the request field when the message starts with a known wire path.
+// prompt is the request's prompt field ("prompt" or "messages").
+func fromStatus(err error, prompt string) *httpError {
+	st := status.Convert(err)
+	e, ok := codeTable[st.Code()]
+	if !ok {
+		e = codeTable[codes.Internal]
+	}
+	out := &httpError{status: e.status, typ: e.typ, code: e.code, message: st.Message()}
+	if m := fieldPrefix.FindStringSubmatch(st.Message()); m != nil {
+		path := m[1]
+		if i := indexOfBracket(path); i >= 0 {
+			path = path[:i]
+		}
+		if p, ok := wireParams[path]; ok {
+			if p == promptParam {
+				p = prompt
+			}
+			out.param = p
+			if p == "model" && st.Code() == codes.NotFound {
+				out.code = "model_not_found"
+			}
+		}
+	}
+	return out
+}
+
+func indexOfBracket(s string) int {
+	for i := range len(s) {
+		if s[i] == '[' {
+			return i
+		}
+	}
+	return -1
+}
+
+// errorBody is the JSON form of an error answer.
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *httpError) body() errorBody {
+	b := errorBody{Error: errorObject{Message: e.message, Type: e.typ}}
+	if e.param != "" {
+		b.Error.Param = &e.param
+	}
+	if e.code != "" {
+		b.Error.Code = &e.code
+	}
+	return b
+}
+
+// write sends e as a whole HTTP answer.
+func (e *httpError) write(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	switch e.status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		h.Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	case http.StatusUnauthorized:
+		h.Set("WWW-Authenticate", `Bearer realm="baton"`)
+	}
+	w.WriteHeader(e.status)
+	b, _ := json.Marshal(e.body())
+	_, _ = w.Write(append(b, '\n'))
+}

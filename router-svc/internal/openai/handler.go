@@ -1,0 +1,381 @@
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/baton-serving/baton/engine/tokenizer"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/apiconv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Generator runs one generation request and passes its events to send, in
+// order: the first carries prompt_token_ids, each carries the token ids and
+// text generated since the previous one, and the last carries finish_reason
+// and usage. It returns a gRPC status error when the request fails; it must
+// stop promptly, releasing everything the request holds, when ctx ends or
+// send returns an error. The router's Service implements it.
+type Generator interface {
+	Generate(ctx context.Context, req *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) error
+}
+
+// GeneratorFunc adapts a function to Generator.
+type GeneratorFunc func(ctx context.Context, req *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) error
+
+// Generate calls f.
+func (f GeneratorFunc) Generate(ctx context.Context, req *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) error {
+	return f(ctx, req, send)
+}
+
+// Model describes the served model.
+type Model struct {
+	ID            string // the name clients pass as "model"
+	Created       int64  // Unix seconds
+	OwnedBy       string
+	Architecture  string
+	Fingerprint   string // "sha256:<hex>"
+	ContextLength int
+	Tokenizer     *tokenizer.Tokenizer
+}
+
+// Limits bound what one request may ask for.
+type Limits struct {
+	// MaxBodyBytes bounds a request body; larger ones get 413.
+	MaxBodyBytes int64
+	// MaxPromptTokens bounds the prompt; 0 leaves only the context window.
+	MaxPromptTokens int
+	// DefaultMaxTokens is generated when a request does not say (capped by
+	// the context window).
+	DefaultMaxTokens int
+	// MaxNewTokens bounds max_tokens; 0 leaves only the context window.
+	MaxNewTokens int
+}
+
+// Options configure a Handler.
+type Options struct {
+	Model  Model
+	Limits Limits
+	// Template renders chat prompts; nil compiles the model's own
+	// tokenizer.chat_template (or the plain default).
+	Template *ChatTemplate
+	// Keys, when not nil, are the API keys every request must present.
+	Keys   *Keys
+	Logger *slog.Logger
+}
+
+// Handler serves the OpenAI-compatible API.
+type Handler struct {
+	gen         Generator
+	model       Model
+	limits      Limits
+	tmpl        *ChatTemplate
+	keys        *Keys
+	log         *slog.Logger
+	fingerprint string
+}
+
+// New returns a Handler that runs requests on gen.
+func New(gen Generator, opts Options) (*Handler, error) {
+	m := opts.Model
+	switch {
+	case gen == nil:
+		return nil, errors.New("openai: nil Generator")
+	case m.Tokenizer == nil:
+		return nil, errors.New("openai: the model has no tokenizer")
+	case m.ID == "" || m.ContextLength < 2:
+		return nil, fmt.Errorf("openai: model %q with context length %d", m.ID, m.ContextLength)
+	case opts.Limits.MaxBodyBytes <= 0 || opts.Limits.DefaultMaxTokens < 1 || opts.Limits.MaxPromptTokens < 0 || opts.Limits.MaxNewTokens < 0:
+		return nil, fmt.Errorf("openai: invalid limits %+v", opts.Limits)
+	}
+	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger}
+	if h.tmpl == nil {
+		var err error
+		if h.tmpl, err = ChatTemplateFor(m.Tokenizer, ""); err != nil {
+			return nil, fmt.Errorf("model %s: %w", m.ID, err)
+		}
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	fp := strings.TrimPrefix(m.Fingerprint, "sha256:")
+	if len(fp) > 12 {
+		fp = fp[:12]
+	}
+	if fp != "" {
+		h.fingerprint = "fp_" + fp
+	}
+	return h, nil
+}
+
+// Register mounts the API on mux: POST /v1/completions,
+// POST /v1/chat/completions, GET /v1/models and GET /v1/models/{model}.
+// The more specific patterns take precedence over a catch-all "/v1/" such as
+// the REST gateway's.
+func (h *Handler) Register(mux *http.ServeMux) {
+	auth := h.keys.Middleware
+	mux.Handle("POST /v1/completions", auth(http.HandlerFunc(h.completions)))
+	mux.Handle("POST /v1/chat/completions", auth(http.HandlerFunc(h.chatCompletions)))
+	mux.Handle("GET /v1/models", auth(http.HandlerFunc(h.listModels)))
+	mux.Handle("GET /v1/models/{model}", auth(http.HandlerFunc(h.getModel)))
+	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Allow", http.MethodPost)
+			(&httpError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest,
+				message: p + " accepts POST only"}).write(w)
+		})
+	}
+}
+
+// modelObject is an OpenAI model object with Baton's additions.
+type modelObject struct {
+	ID            string `json:"id"`
+	Object        string `json:"object"`
+	Created       int64  `json:"created"`
+	OwnedBy       string `json:"owned_by"`
+	Fingerprint   string `json:"fingerprint,omitempty"`
+	Architecture  string `json:"architecture,omitempty"`
+	ContextLength int    `json:"context_length"`
+	VocabSize     int    `json:"vocab_size"`
+}
+
+func (h *Handler) modelObject() modelObject {
+	owner := h.model.OwnedBy
+	if owner == "" {
+		owner = "baton"
+	}
+	return modelObject{ID: h.model.ID, Object: "model", Created: h.model.Created, OwnedBy: owner,
+		Fingerprint: h.model.Fingerprint, Architecture: h.model.Architecture,
+		ContextLength: h.model.ContextLength, VocabSize: h.model.Tokenizer.VocabSize()}
+}
+
+func (h *Handler) listModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Object string        `json:"object"`
+		Data   []modelObject `json:"data"`
+	}{"list", []modelObject{h.modelObject()}})
+}
+
+func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
+	if id := r.PathValue("model"); id != h.model.ID {
+		h.unknownModel(id).write(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, h.modelObject())
+}
+
+func (h *Handler) unknownModel(id string) *httpError {
+	return &httpError{status: http.StatusNotFound, typ: typeInvalidRequest, param: "model", code: "model_not_found",
+		message: fmt.Sprintf("model %q does not exist here; this server serves %q", id, h.model.ID)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		(&httpError{status: http.StatusInternalServerError, typ: typeServer, message: "encoding the response: " + err.Error()}).write(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// marshal is json.Marshal without HTML escaping: generated text is shown
+// as it is, "<" and all.
+func marshal(v any) ([]byte, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return []byte(strings.TrimSuffix(b.String(), "\n")), nil
+}
+
+// requestID is the client's X-Request-Id, validated, or a new id.
+func requestID(r *http.Request) (string, *httpError) {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:]), nil
+	}
+	if err := apiconv.ValidRequestID(id); err != nil {
+		return "", invalid("X-Request-Id", "X-Request-Id %q: want 1-%d characters of A-Z a-z 0-9 . _ : -", id, apiconv.MaxRequestIDLen)
+	}
+	return id, nil
+}
+
+// job is a validated request ready to run.
+type job struct {
+	req          *batonv1.GenerateRequest
+	stream       bool
+	includeUsage bool
+	promptParam  string // "prompt" or "messages"
+	created      int64
+}
+
+// completions serves POST /v1/completions.
+func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
+	var in completionRequest
+	j, herr := h.decode(w, r, &in)
+	if herr == nil {
+		herr = h.prepareCompletion(&in, j)
+	}
+	if herr != nil {
+		h.fail(w, r, j, herr)
+		return
+	}
+	h.serve(w, r, j, &completionFormat{h: h, j: j, logprobs: in.Logprobs != nil})
+}
+
+// chatCompletions serves POST /v1/chat/completions.
+func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var in chatRequest
+	j, herr := h.decode(w, r, &in)
+	if herr == nil {
+		herr = h.prepareChat(&in, j)
+	}
+	if herr != nil {
+		h.fail(w, r, j, herr)
+		return
+	}
+	h.serve(w, r, j, &chatFormat{h: h, j: j, logprobs: in.Logprobs != nil && *in.Logprobs})
+}
+
+// decode reads and decodes the body into v and starts the job.
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *httpError) {
+	j := &job{created: time.Now().Unix(), req: &batonv1.GenerateRequest{Model: h.model.ID}}
+	id, herr := requestID(r)
+	if herr != nil {
+		return j, herr
+	}
+	j.req.RequestId = id
+	w.Header().Set("X-Request-Id", id)
+	body, herr := readBody(w, r, h.limits.MaxBodyBytes)
+	if herr != nil {
+		return j, herr
+	}
+	return j, decodeJSON(body, v)
+}
+
+// fail answers a request that produced no output with herr.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, j *job, herr *httpError) {
+	level := slog.LevelInfo
+	if herr.status >= 500 {
+		level = slog.LevelWarn
+	}
+	h.log.Log(r.Context(), level, "openai request refused", "path", r.URL.Path, "request_id", j.req.GetRequestId(),
+		"status", herr.status, "param", herr.param, "err", herr.message)
+	if herr.status == statusClientClosed {
+		return // nobody is listening
+	}
+	herr.write(w)
+}
+
+// errAborted ends a generation whose last event says it was aborted.
+var errAborted = status.Error(codes.Aborted, "the request was aborted")
+
+// errNoFinish is a Generator that ended its stream without a last event.
+var errNoFinish = status.Error(codes.Internal, "generation ended without a finish reason")
+
+// format turns events into one endpoint's response objects.
+type format interface {
+	// whole is the non-streaming response.
+	whole(o *output) any
+	// opening is the first chunk of a stream, or nil.
+	opening() any
+	// chunks are the stream chunks for one event (the last event's include
+	// its finish reason).
+	chunks(ev *batonv1.GenerateEvent) []any
+	// usage is the extra chunk that carries usage when the client asked.
+	usage(u *usageObject) any
+}
+
+// remoteAddr is an HTTP client's address as a net.Addr.
+type remoteAddr string
+
+func (remoteAddr) Network() string  { return "tcp" }
+func (a remoteAddr) String() string { return string(a) }
+
+// serve runs j and answers in one piece or as server-sent events.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format) {
+	// The Generator sees the HTTP client as a gRPC client's peer, so that the
+	// router's in-flight list names who asked.
+	ctx := peer.NewContext(r.Context(), &peer.Peer{Addr: remoteAddr(r.RemoteAddr)})
+	out := &output{}
+	if !j.stream {
+		err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
+			if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
+				return errAborted
+			}
+			out.add(ev)
+			return nil
+		})
+		if err == nil && out.finish == batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			err = errNoFinish
+		}
+		if err != nil {
+			h.fail(w, r, j, fromStatus(err, j.promptParam))
+			return
+		}
+		writeJSON(w, http.StatusOK, f.whole(out))
+		return
+	}
+
+	// Headers wait for the first event, so that a request refused before
+	// any output (busy, duplicate id, no worker) still gets its real status.
+	s := newSSE(w)
+	err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
+		if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
+			return errAborted
+		}
+		out.add(ev)
+		if !s.started {
+			s.start()
+			if c := f.opening(); c != nil {
+				if err := s.send(c); err != nil {
+					return err
+				}
+			}
+		}
+		for _, c := range f.chunks(ev) {
+			if err := s.send(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil && out.finish == batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+		err = errNoFinish
+	}
+	switch {
+	case err != nil && !s.started:
+		h.fail(w, r, j, fromStatus(err, j.promptParam))
+	case err != nil:
+		if ctx.Err() != nil || s.err != nil {
+			h.log.Info("openai stream ended by the client", "request_id", j.req.GetRequestId())
+			return
+		}
+		herr := fromStatus(err, j.promptParam)
+		h.log.Warn("openai stream failed", "request_id", j.req.GetRequestId(), "status", herr.status, "err", herr.message)
+		_ = s.send(herr.body())
+	default:
+		if j.includeUsage {
+			if err := s.send(f.usage(out.usage(j.req))); err != nil {
+				return
+			}
+		}
+		_ = s.done()
+	}
+}

@@ -1,0 +1,267 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+)
+
+// commonRequest holds the fields completions and chat completions share.
+// Pointers tell an absent (or null) field from a zero one.
+type commonRequest struct {
+	Model            string             `json:"model"`
+	MaxTokens        *int64             `json:"max_tokens"`
+	Temperature      *float64           `json:"temperature"`
+	TopP             *float64           `json:"top_p"`
+	N                *int64             `json:"n"`
+	Stream           bool               `json:"stream"`
+	StreamOptions    *streamOptions     `json:"stream_options"`
+	Stop             json.RawMessage    `json:"stop"`
+	Seed             *int64             `json:"seed"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	LogitBias        map[string]float64 `json:"logit_bias"`
+	User             string             `json:"user"`
+
+	// Extensions many OpenAI-compatible servers accept.
+	TopK              *int64   `json:"top_k"`
+	MinP              *float64 `json:"min_p"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	IgnoreEOS         bool     `json:"ignore_eos"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	commonRequest
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int64          `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
+	BestOf   *int64          `json:"best_of"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	commonRequest
+	Messages            []chatMessage   `json:"messages"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int64          `json:"top_logprobs"`
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	Functions           json.RawMessage `json:"functions"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+// readBody reads a request body of at most limit bytes: 413 beyond it.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge(limit)
+		}
+		return nil, invalid("", "reading the request body: %v", err)
+	}
+	return body, nil
+}
+
+// decodeJSON decodes body into v. Every error is a 400 that names the
+// offending field by its JSON path (messages[1].role) where there is one.
+// Invalid UTF-8 is refused rather than silently replaced, as encoding/json
+// would do.
+func decodeJSON(body []byte, v any) *httpError {
+	if !utf8.Valid(body) {
+		off := invalidUTF8At(body)
+		return invalid(pathAt(body, int64(off)), "request body: invalid UTF-8 at byte offset %d", off)
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return invalid("", "malformed JSON at byte offset %d: %v", syn.Offset, syn)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "malformed JSON: unexpected end of input")
+	case errors.As(err, &typ):
+		p := pathAt(body, typ.Offset)
+		if p == "" {
+			return invalid("", "the request body must be a JSON object, not %s", article(typ.Value))
+		}
+		return invalid(p, "%s: expected %s, got %s", p, jsonKind(typ.Type.Kind().String()), article(typ.Value))
+	default:
+		return invalid("", "malformed JSON: %v", err)
+	}
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	}
+	return k
+}
+
+// article puts "a"/"an" before a JSON value kind as encoding/json names it
+// ("number 1.5", "string", "array").
+func article(v string) string {
+	if v == "" {
+		return "a value"
+	}
+	switch v[0] {
+	case 'a', 'e', 'i', 'o', 'u':
+		return "an " + v
+	}
+	return "a " + v
+}
+
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// pathAt returns the JSON path (e.g. "messages[1].content") of the innermost
+// value of body that contains byte offset off: for a scalar, off in
+// (start, end]; for an array or object, off just past its opening bracket,
+// which is where encoding/json reports a container of the wrong type. It
+// returns "" for the top-level value or when body cannot be walked that far.
+func pathAt(body []byte, off int64) string {
+	type frame struct {
+		obj     bool
+		key     string
+		idx     int
+		wantKey bool
+	}
+	var stack []*frame
+	path := func() string {
+		var b bytes.Buffer
+		for i, f := range stack {
+			if f.obj {
+				if f.wantKey {
+					continue // between members: the object itself
+				}
+				if i > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			} else {
+				b.WriteString("[" + strconv.Itoa(f.idx) + "]")
+			}
+		}
+		return b.String()
+	}
+	// Values complete in their parent: objects wait for the next key,
+	// arrays move to the next index.
+	advance := func() {
+		if n := len(stack); n > 0 {
+			if top := stack[n-1]; top.obj {
+				top.wantKey = true
+			} else {
+				top.idx++
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var prevEnd int64
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return path()
+		}
+		end := dec.InputOffset()
+		start := prevEnd
+		for start < end && (body[start] == ' ' || body[start] == '\t' || body[start] == '\n' || body[start] == '\r' || body[start] == ',' || body[start] == ':') {
+			start++
+		}
+		prevEnd = end
+		var top *frame
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if off == start+1 {
+					return path()
+				}
+				stack = append(stack, &frame{obj: t == '{', wantKey: t == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				advance()
+			}
+		default:
+			if top != nil && top.obj && top.wantKey {
+				top.key, _ = t.(string)
+				top.wantKey = false
+				if start < off && off < end {
+					return path()
+				}
+				continue
+			}
+			if start < off && off <= end {
+				return path()
+			}
+			advance()
+		}
+	}
+}
+
+// BodyLimit refuses request bodies over limit bytes with 413 (in OpenAI's
+// error shape) before next sees them, for handlers that read bodies
+// themselves, such as the REST gateway.
+func BodyLimit(limit int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			tooLarge(limit).write(w)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(limit int64) *httpError {
+	return &httpError{status: http.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
+		message: fmt.Sprintf("request body exceeds the limit of %d bytes (--max-body-bytes)", limit)}
+}

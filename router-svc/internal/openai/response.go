@@ -1,0 +1,292 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+)
+
+// output gathers a generation's events.
+type output struct {
+	promptIDs []uint32
+	ids       []uint32
+	text      strings.Builder
+	logprobs  []*batonv1.TokenLogprob
+	finish    batonv1.FinishReason
+	evUsage   *batonv1.Usage
+}
+
+func (o *output) add(ev *batonv1.GenerateEvent) {
+	if len(ev.GetPromptTokenIds()) > 0 {
+		o.promptIDs = ev.GetPromptTokenIds()
+	}
+	o.ids = append(o.ids, ev.GetTokenIds()...)
+	o.text.WriteString(ev.GetText())
+	o.logprobs = append(o.logprobs, ev.GetLogprobs()...)
+	if f := ev.GetFinishReason(); f != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+		o.finish = f
+		o.evUsage = ev.GetUsage()
+	}
+}
+
+// usage is the Generator's count, or one made from the events when it sent
+// none.
+func (o *output) usage(req *batonv1.GenerateRequest) *usageObject {
+	var u usageObject
+	if o.evUsage != nil {
+		u.PromptTokens, u.CompletionTokens = int(o.evUsage.GetPromptTokens()), int(o.evUsage.GetCompletionTokens())
+		u.PromptTokensDetails.CachedTokens = int(o.evUsage.GetCachedTokens())
+	} else {
+		u.PromptTokens, u.CompletionTokens = len(o.promptIDs), len(o.ids)
+		if u.PromptTokens == 0 {
+			u.PromptTokens = len(req.GetPromptTokenIds())
+		}
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return &u
+}
+
+type usageObject struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// finishReason is OpenAI's name for f; nil (JSON null) while unfinished.
+func finishReason(f batonv1.FinishReason) *string {
+	var s string
+	switch f {
+	case batonv1.FinishReason_FINISH_REASON_STOP:
+		s = "stop"
+	case batonv1.FinishReason_FINISH_REASON_LENGTH:
+		s = "length"
+	default:
+		return nil
+	}
+	return &s
+}
+
+// nullUsage is the usage of every chunk but the last when the client asked
+// for usage: present and null, as OpenAI sends it.
+var nullUsage = json.RawMessage("null")
+
+func streamUsage(j *job) any {
+	if j.includeUsage {
+		return nullUsage
+	}
+	return nil
+}
+
+// completionObject is a text completion or one chunk of a streamed one.
+type completionObject struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             any                `json:"usage,omitempty"`
+}
+
+type completionChoice struct {
+	Text         string              `json:"text"`
+	Index        int                 `json:"index"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+// completionLogprobs is the legacy completions log-probability object.
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+type completionFormat struct {
+	h        *Handler
+	j        *job
+	logprobs bool
+	offset   int // text offset of the next token
+}
+
+func (f *completionFormat) object(choices []completionChoice) *completionObject {
+	return &completionObject{ID: "cmpl-" + f.j.req.GetRequestId(), Object: "text_completion", Created: f.j.created,
+		Model: f.h.model.ID, SystemFingerprint: f.h.fingerprint, Choices: choices}
+}
+
+func (f *completionFormat) convert(lps []*batonv1.TokenLogprob) *completionLogprobs {
+	if !f.logprobs {
+		return nil
+	}
+	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	for _, lp := range lps {
+		out.Tokens = append(out.Tokens, lp.GetToken())
+		out.TokenLogprobs = append(out.TokenLogprobs, float64(lp.GetLogprob()))
+		top := make(map[string]float64, len(lp.GetTopLogprobs()))
+		for _, t := range lp.GetTopLogprobs() {
+			top[t.GetToken()] = float64(t.GetLogprob())
+		}
+		out.TopLogprobs = append(out.TopLogprobs, top)
+		out.TextOffset = append(out.TextOffset, f.offset)
+		f.offset += len(lp.GetToken())
+	}
+	return out
+}
+
+func (f *completionFormat) whole(o *output) any {
+	obj := f.object([]completionChoice{{Text: o.text.String(), Logprobs: f.convert(o.logprobs), FinishReason: finishReason(o.finish)}})
+	obj.Usage = o.usage(f.j.req)
+	return obj
+}
+
+func (f *completionFormat) opening() any { return nil }
+
+func (f *completionFormat) chunks(ev *batonv1.GenerateEvent) []any {
+	var out []any
+	if ev.GetText() != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
+		c := f.object([]completionChoice{{Text: ev.GetText(), Logprobs: f.convert(ev.GetLogprobs())}})
+		c.Usage = streamUsage(f.j)
+		out = append(out, c)
+	}
+	if fr := finishReason(ev.GetFinishReason()); fr != nil {
+		c := f.object([]completionChoice{{FinishReason: fr}})
+		c.Usage = streamUsage(f.j)
+		out = append(out, c)
+	}
+	return out
+}
+
+func (f *completionFormat) usage(u *usageObject) any {
+	c := f.object([]completionChoice{})
+	c.Usage = u
+	return c
+}
+
+// chatObject is a chat completion or one chunk of a streamed one.
+type chatObject struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             any          `json:"usage,omitempty"`
+}
+
+// chatChoice is a choice of a completion (Message) or of a chunk (Delta).
+type chatChoice struct {
+	Index        int             `json:"index"`
+	Message      *chatMessageOut `json:"message,omitempty"`
+	Delta        *chatDelta      `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs   `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+type chatMessageOut struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"`
+}
+
+type chatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float64          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// tokenBytes is a token's text as byte values: a token may be part of a
+// UTF-8 character, which its "token" string cannot show.
+func tokenBytes(s string) []int {
+	out := make([]int, len(s))
+	for i := range len(s) {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+type chatFormat struct {
+	h        *Handler
+	j        *job
+	logprobs bool
+}
+
+func (f *chatFormat) object(object string, choices []chatChoice) *chatObject {
+	return &chatObject{ID: "chatcmpl-" + f.j.req.GetRequestId(), Object: object, Created: f.j.created,
+		Model: f.h.model.ID, SystemFingerprint: f.h.fingerprint, Choices: choices}
+}
+
+func (f *chatFormat) convert(lps []*batonv1.TokenLogprob) *chatLogprobs {
+	if !f.logprobs {
+		return nil
+	}
+	out := &chatLogprobs{Content: []chatTokenLogprob{}}
+	for _, lp := range lps {
+		t := chatTokenLogprob{Token: lp.GetToken(), Logprob: float64(lp.GetLogprob()), Bytes: tokenBytes(lp.GetToken()),
+			TopLogprobs: []chatTopLogprob{}}
+		for _, top := range lp.GetTopLogprobs() {
+			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{Token: top.GetToken(), Logprob: float64(top.GetLogprob()), Bytes: tokenBytes(top.GetToken())})
+		}
+		out.Content = append(out.Content, t)
+	}
+	return out
+}
+
+func (f *chatFormat) whole(o *output) any {
+	obj := f.object("chat.completion", []chatChoice{{
+		Message:  &chatMessageOut{Role: "assistant", Content: o.text.String()},
+		Logprobs: f.convert(o.logprobs), FinishReason: finishReason(o.finish)}})
+	obj.Usage = o.usage(f.j.req)
+	return obj
+}
+
+func (f *chatFormat) chunk(c chatChoice) *chatObject {
+	obj := f.object("chat.completion.chunk", []chatChoice{c})
+	obj.Usage = streamUsage(f.j)
+	return obj
+}
+
+// opening announces the assistant's turn, as OpenAI's first chunk does.
+func (f *chatFormat) opening() any {
+	empty := ""
+	return f.chunk(chatChoice{Delta: &chatDelta{Role: "assistant", Content: &empty}})
+}
+
+func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
+	var out []any
+	if ev.GetText() != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
+		text := ev.GetText()
+		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &text}, Logprobs: f.convert(ev.GetLogprobs())}))
+	}
+	if fr := finishReason(ev.GetFinishReason()); fr != nil {
+		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
+	}
+	return out
+}
+
+func (f *chatFormat) usage(u *usageObject) any {
+	c := f.object("chat.completion.chunk", []chatChoice{})
+	c.Usage = u
+	return c
+}
