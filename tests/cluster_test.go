@@ -28,7 +28,7 @@ type golden struct {
 	} `json:"generations"`
 }
 
-func loadGolden(t *testing.T) golden {
+func loadGolden(t testing.TB) golden {
 	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
@@ -62,9 +62,14 @@ type cluster struct {
 
 // startCluster starts the services with extra flags per binary and waits
 // until all are ready.
-func startCluster(t *testing.T, extra map[string][]string) *cluster {
+func startCluster(t testing.TB, extra map[string][]string) *cluster {
 	t.Helper()
-	model := modelPath(t)
+	return startClusterModel(t, modelPath(t), extra)
+}
+
+// startClusterModel is startCluster on the given model file.
+func startClusterModel(t testing.TB, model string, extra map[string][]string) *cluster {
+	t.Helper()
 	ports := freePorts(t, 8)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &cluster{
@@ -90,12 +95,12 @@ func startCluster(t *testing.T, extra map[string][]string) *cluster {
 
 func (c *cluster) all() []*node { return []*node{&c.prefill, &c.decode, &c.router, &c.colocated} }
 
-func (c *cluster) client(t *testing.T, n node) batonv1.RouterServiceClient {
+func (c *cluster) client(t testing.TB, n node) batonv1.RouterServiceClient {
 	return batonv1.NewRouterServiceClient(dial(t, n.grpc))
 }
 
 // metrics scrapes a service's /metrics into name -> summed value.
-func metrics(t *testing.T, httpAddr string) map[string]float64 {
+func metrics(t testing.TB, httpAddr string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -130,7 +135,7 @@ var queueGauges = []string{
 
 // waitIdle waits up to within for every queue gauge of both workers and the
 // routers' in-flight count to read 0, and returns how long it took.
-func (c *cluster) waitIdle(t *testing.T, within time.Duration) time.Duration {
+func (c *cluster) waitIdle(t testing.TB, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {

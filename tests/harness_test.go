@@ -75,7 +75,7 @@ func repoRoot() (string, error) {
 }
 
 // modelPath is the shared test model; the suite needs it.
-func modelPath(t *testing.T) string {
+func modelPath(t testing.TB) string {
 	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
@@ -92,7 +92,7 @@ func modelPath(t *testing.T) string {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
 	var ports []int
@@ -111,7 +111,7 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 // consecutiveFreePorts finds a base port whose next n ports are free.
-func consecutiveFreePorts(t *testing.T, n int) int {
+func consecutiveFreePorts(t testing.TB, n int) int {
 	t.Helper()
 	for try := 0; try < 50; try++ {
 		base := 20000 + (os.Getpid()*7+try*97)%30000
@@ -147,14 +147,14 @@ type proc struct {
 	err    error
 }
 
-func startProc(t *testing.T, name string, args ...string) *proc {
+func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
 	return startProcEnv(t, name, nil, args...)
 }
 
 // startProcEnv starts a binary with extra environment variables. Tracing
 // export and BATON_MODEL are cleared so the host's environment cannot leak in.
-func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc {
+func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
@@ -203,7 +203,7 @@ func (p *proc) Stdout() string {
 }
 
 // wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T, within time.Duration) int {
+func (p *proc) wait(t testing.TB, within time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -213,7 +213,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %s: %v", p.name, err)
@@ -221,7 +221,7 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 }
 
 // waitHTTP polls url until it answers 200 or the process exits.
-func waitHTTP(t *testing.T, p *proc, url string, within time.Duration) {
+func waitHTTP(t testing.TB, p *proc, url string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
@@ -242,7 +242,7 @@ func waitHTTP(t *testing.T, p *proc, url string, within time.Duration) {
 }
 
 // dial opens a plain-text gRPC connection.
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -253,7 +253,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // healthStatus asks the standard gRPC health service about service ("" = the server).
-func healthStatus(t *testing.T, conn *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
+func healthStatus(t testing.TB, conn *grpc.ClientConn, service string) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -265,7 +265,7 @@ func healthStatus(t *testing.T, conn *grpc.ClientConn, service string) healthpb.
 }
 
 // waitServing polls the gRPC health service until service reports SERVING.
-func waitServing(t *testing.T, conn *grpc.ClientConn, service string) {
+func waitServing(t testing.TB, conn *grpc.ClientConn, service string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -282,7 +282,7 @@ func waitServing(t *testing.T, conn *grpc.ClientConn, service string) {
 
 // oneLine asserts that a start-up failure printed one clear line: no stack
 // trace, no panic, and the expected words.
-func oneLine(t *testing.T, stderr string, want ...string) {
+func oneLine(t testing.TB, stderr string, want ...string) {
 	t.Helper()
 	s := strings.TrimSpace(stderr)
 	if n := strings.Count(s, "\n"); n != 0 {
