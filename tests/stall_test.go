@@ -114,3 +114,30 @@ func TestTransferStall(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstTokenDeadline: whatever stalls before the first token — here a
+// prefill that never answers, with generous transfer deadlines — the
+// first-token deadline ends the request and both workers release.
+func TestFirstTokenDeadline(t *testing.T) {
+	g := loadGolden(t)
+	c := startCluster(t, map[string][]string{
+		"prefill": {"--kv-cache-bytes", "64MiB"},
+		"decode": {"--kv-cache-bytes", "64MiB", "--handshake-timeout", "30s", "--transfer-idle-timeout", "30s",
+			"--first-token-timeout", "400ms", "--abort-ack-timeout", "200ms"},
+	})
+	px := startProxy(t, c.prefill.grpc, 1)
+	decode := batonv1.NewDecodeServiceClient(dial(t, c.decode.grpc))
+	start := time.Now()
+	stream, err := decode.Generate(context.Background(), &batonv1.DecodeServiceGenerateRequest{
+		PrefillEndpoint: px.addr(),
+		Request: &batonv1.GenerateRequest{RequestId: "first-token", PromptTokenIds: longPrompt(g, 50),
+			Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), Seed: proto.Uint64(1), MaxNewTokens: 8}},
+	})
+	for err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "first-token-timeout") {
+		t.Errorf("got %v after %v, want DEADLINE_EXCEEDED naming --first-token-timeout", err, time.Since(start))
+	}
+	c.waitIdle(t, 3*time.Second)
+}

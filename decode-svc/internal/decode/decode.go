@@ -30,6 +30,7 @@ type Service struct {
 	idleTimeout      time.Duration
 	abortTimeout     time.Duration
 	requestTimeout   time.Duration
+	firstTokenTimout time.Duration
 	creditWindow     int
 
 	host   *enginehost.Host
@@ -49,13 +50,14 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.idleTimeout, "transfer-idle-timeout", 10*time.Second, "abort a transfer when no message arrives from prefill for this long")
 	fs.DurationVar(&s.abortTimeout, "abort-ack-timeout", time.Second, "how long to wait for prefill to acknowledge an abort before releasing the pages anyway (the stream is closed first)")
 	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may run when its caller set no deadline")
+	fs.DurationVar(&s.firstTokenTimout, "first-token-timeout", 2*time.Minute, "abort a request that has no first token this long after it arrived (prealloc wait, transfer and prefill included)")
 	fs.IntVar(&s.creditWindow, "credit-window", 32, "KV chunks prefill may send ahead of decode's consumption")
 }
 
 // Validate checks the flags.
 func (s *Service) Validate() error {
-	if s.handshakeTimeout <= 0 || s.idleTimeout <= 0 || s.abortTimeout <= 0 || s.requestTimeout <= 0 {
-		return errors.New("--handshake-timeout, --transfer-idle-timeout, --abort-ack-timeout and --request-timeout must be positive")
+	if s.handshakeTimeout <= 0 || s.idleTimeout <= 0 || s.abortTimeout <= 0 || s.requestTimeout <= 0 || s.firstTokenTimout <= 0 {
+		return errors.New("--handshake-timeout, --transfer-idle-timeout, --abort-ack-timeout, --request-timeout and --first-token-timeout must be positive")
 	}
 	if s.creditWindow < 1 {
 		return errors.New("--credit-window: want ≥ 1")

@@ -46,21 +46,37 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		schedCancel(err)
 		return err
 	}
+	// Until the first token, one more deadline covers the prealloc wait,
+	// the transfer and the prompt's computation.
+	errNoFirst := fmt.Errorf("no first token within --first-token-timeout %v", s.firstTokenTimout)
+	ftCtx, ftCancel := context.WithTimeoutCause(ctx, s.firstTokenTimout, errNoFirst)
+	defer ftCancel()
 	if req.Mode == sched.ModeDecodeImported {
-		if err := s.pull(ctx, log, in, st, timing, start); err != nil {
+		if err := s.pull(ftCtx, log, in, st, timing, start); err != nil {
+			if context.Cause(ftCtx) == errNoFirst {
+				err = status.Error(codes.DeadlineExceeded, errNoFirst.Error())
+			}
 			schedCancel(err)
 			drain(st)
 			return err
 		}
 	}
-	// Relay tokens until the request ends; a client that goes away cancels
-	// the scheduler request (nothing else writes its pages now).
-	stop := context.AfterFunc(ctx, func() { schedCancel(context.Cause(ctx)) })
-	defer stop()
+	// Relay tokens until the request ends; a client that goes away (or the
+	// first-token deadline) cancels the scheduler request — nothing else
+	// writes its pages now.
+	stop := context.AfterFunc(ftCtx, func() { schedCancel(context.Cause(ftCtx)) })
+	defer func() { stop() }()
+	first := true
 	decodeStart := time.Now()
 	for ev := range st.Events() {
 		switch ev.Kind {
 		case sched.EventToken:
+			if first {
+				// Only the request's own deadline and cancellation remain.
+				first = false
+				stop()
+				stop = context.AfterFunc(ctx, func() { schedCancel(context.Cause(ctx)) })
+			}
 			out := &batonv1.GenerateEvent{RequestId: req.ID, TokenIds: []uint32{uint32(ev.Token.ID)}, Text: ev.Text}
 			if req.Params.Logprobs {
 				out.Logprobs = []*batonv1.TokenLogprob{wireLogprob(ev.Token)}
@@ -73,6 +89,9 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		case sched.EventDone:
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
+			}
+			if context.Cause(ftCtx) == errNoFirst && ev.Finish == sched.FinishCancelled {
+				return status.Error(codes.DeadlineExceeded, errNoFirst.Error())
 			}
 			fr, err := finish(ev)
 			if err != nil {
