@@ -5,7 +5,9 @@ package tests
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +31,17 @@ func u32s(ids []int32) []uint32 {
 		out[i] = uint32(id)
 	}
 	return out
+}
+
+func httpGet(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func greedy(prompt string, n uint32) *batonv1.GenerateRequest {
@@ -238,6 +251,13 @@ func TestRequestErrors(t *testing.T) {
 	list, err := client.ListRequests(context.Background(), &batonv1.ListRequestsRequest{})
 	if err != nil || len(list.GetRequests()) != 1 || list.GetRequests()[0].GetRequestId() != "dup-1" {
 		t.Errorf("ListRequests = %v, %v", list, err)
+	}
+	// /debug/requests on the router and the decode worker show it too.
+	for _, n := range []node{c.router, c.decode} {
+		body := httpGet(t, "http://"+n.http+"/debug/requests")
+		if !strings.Contains(body, `"request_id":"dup-1"`) {
+			t.Errorf("%s /debug/requests lacks dup-1: %s", n.name, body)
+		}
 	}
 	if _, err := client.Abort(context.Background(), &batonv1.AbortRequest{RequestId: "dup-1", Reason: "test"}); err != nil {
 		t.Errorf("Abort: %v", err)

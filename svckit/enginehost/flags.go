@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -25,6 +26,7 @@ type Flags struct {
 	MaxBatchTokens int
 	MaxSeqs        int
 	MaxRequests    int
+	StallTimeout   time.Duration
 }
 
 // AddFlags registers the engine flags.
@@ -38,6 +40,7 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxBatchTokens, "max-batch-tokens", 512, "tokens in one forward step: decode tokens plus prompt chunks")
 	fs.IntVar(&f.MaxSeqs, "max-seqs", 128, "requests computing at once")
 	fs.IntVar(&f.MaxRequests, "max-requests", 4096, "requests in flight, queued ones included; beyond it new requests get RESOURCE_EXHAUSTED")
+	fs.DurationVar(&f.StallTimeout, "stall-timeout", 10*time.Second, "readiness turns NOT_SERVING when requests wait or run and no forward step completes for this long")
 }
 
 // Validate checks the engine flags.
@@ -55,6 +58,8 @@ func (f *Flags) Validate() error {
 		return fmt.Errorf("--max-batch-tokens: %d, want ≥ 1", f.MaxBatchTokens)
 	case f.MaxSeqs < 1:
 		return fmt.Errorf("--max-seqs: %d, want ≥ 1", f.MaxSeqs)
+	case f.StallTimeout <= 0:
+		return fmt.Errorf("--stall-timeout: must be positive")
 	case f.MaxRequests < 1:
 		return fmt.Errorf("--max-requests: %d, want ≥ 1", f.MaxRequests)
 	}

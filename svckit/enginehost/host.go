@@ -75,6 +75,7 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 		h.Layout.DType = batonv1.KVDataType_KV_DATA_TYPE_F16
 	}
 	h.Metrics = newMetrics(reg, role)
+	h.registerProgressMetrics(reg)
 	if h.Sched, err = sched.New(sched.Config{
 		Model: h.Model, Pool: h.Pool, Tokenizer: h.Tokenizer,
 		MaxBatchTokens: f.MaxBatchTokens, MaxSeqs: f.MaxSeqs, MaxRequests: f.MaxRequests,
@@ -107,8 +108,14 @@ func (h *Host) Close() error {
 	return errors.Join(errs...)
 }
 
-// SetReady gives the host the server's readiness, for load reports.
-func (h *Host) SetReady(ready func(context.Context) map[string]string) { h.ready = ready }
+// Attach wires the host into its server: load reports use the server's
+// readiness, readiness includes the progress watchdog, /debug/requests lists
+// the scheduler's requests, and shutdown stops the scheduler after drain.
+func (h *Host) Attach(srv *svckit.Server) {
+	h.ready = srv.Ready
+	srv.AddReadinessCheck("scheduler", h.Progress)
+	srv.HandleDebugRequests(h.Requests)
+}
 
 // Info describes the worker (WorkerService).
 func (h *Host) Info() *batonv1.InfoResponse {

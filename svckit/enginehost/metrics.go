@@ -17,7 +17,7 @@ var (
 type Metrics struct {
 	running, queue, prefillInflight, prealloc, transfer, prefilling prometheus.Gauge
 	pagesUsed, pagesTotal, tokenUsage, genThroughput, leaked        prometheus.Gauge
-	violations                                                      prometheus.Gauge
+	violations, stalled                                             prometheus.Gauge
 	ttft, e2e, itl, stepSeconds                                     prometheus.Histogram
 	finished                                                        *prometheus.CounterVec
 	aborts                                                          *prometheus.CounterVec
@@ -45,6 +45,7 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		genThroughput:   g("baton:gen_throughput", "Generated tokens per second, recent average."),
 		leaked:          g("baton_kv_pages_leaked", "KV cache pages in use but owned by no live request, as the last audit found (must be 0)."),
 		violations:      g("baton_invariant_violations", "Scheduler invariant violations found by audits since start (must be 0)."),
+		stalled:         g("baton_scheduler_stalled", "1 while work waits or runs and no forward step has completed for --stall-timeout (readiness is NOT_SERVING then)."),
 		ttft:            h("baton:time_to_first_token_seconds", "Time from a request's arrival at this worker to its first token.", latencyBuckets),
 		e2e:             h("baton:e2e_request_latency_seconds", "Time from a request's arrival at this worker to its release.", latencyBuckets),
 		itl:             h("baton:inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", interTokenBuckets),
@@ -58,7 +59,7 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		KVTransferSeconds: h("baton:kv_transfer_seconds", "Duration of a request's KV cache transfer, handshake to PrefillDone.", latencyBuckets),
 	}
 	reg.MustRegister(m.running, m.queue, m.prefilling, m.prefillInflight, m.prealloc, m.transfer,
-		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.violations,
+		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.violations, m.stalled,
 		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
 	_ = role
 	return m

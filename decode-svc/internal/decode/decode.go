@@ -80,7 +80,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 // Register installs DecodeService and WorkerService.
 func (s *Service) Register(srv *svckit.Server) error {
 	s.srv = srv
-	s.host.SetReady(srv.Ready)
+	s.host.Attach(srv)
 	batonv1.RegisterDecodeServiceServer(srv.GRPC, s)
 	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
 	srv.OnDrain(s.drain)

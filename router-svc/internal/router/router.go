@@ -193,6 +193,7 @@ func (s *Service) Register(srv *svckit.Server) error {
 	// forwards the Authorization header) requires a key; health and
 	// reflection stay open.
 	srv.GRPC.RegisterService(s.keys.Guard(&batonv1.RouterService_ServiceDesc), s)
+	srv.HandleDebugRequests(s.inflight.list)
 	if err := s.registerGateway(srv); err != nil {
 		return err
 	}
