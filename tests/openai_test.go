@@ -1,0 +1,233 @@
+//go:build e2e
+
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// post sends a JSON body and returns the response (the caller closes it).
+func post(ctx context.Context, t testing.TB, url, body string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// sseData reads an SSE stream and returns the data payloads, checking the
+// framing: every event is one "data: " line followed by a blank line, and
+// the stream ends with [DONE].
+func sseData(t testing.TB, r io.Reader) []string {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var out []string
+	expectBlank := false
+	for sc.Scan() {
+		line := sc.Text()
+		if expectBlank {
+			if line != "" {
+				t.Fatalf("SSE: want a blank line after each data line, got %q", line)
+			}
+			expectBlank = false
+			continue
+		}
+		if !strings.HasPrefix(line, "data: ") {
+			t.Fatalf("SSE: want a data line, got %q", line)
+		}
+		out = append(out, strings.TrimPrefix(line, "data: "))
+		expectBlank = true
+	}
+	if len(out) == 0 || out[len(out)-1] != "[DONE]" {
+		t.Fatalf("SSE stream does not end with [DONE]: %v", out)
+	}
+	return out[:len(out)-1]
+}
+
+// TestOpenAICompletions: against the real binaries in PD mode, completions
+// and chat completions return the golden greedy text, whole and streamed,
+// and the streamed deltas concatenate to the whole text.
+func TestOpenAICompletions(t *testing.T) {
+	g := loadGolden(t)
+	c := startCluster(t, workerFlags)
+	base := "http://" + c.router.http
+	for _, gen := range g.Generations {
+		if gen.Prompt == "" {
+			continue // the OpenAI API refuses empty prompts
+		}
+		want := gen.GeneratedText
+		n := len(gen.GeneratedIDs)
+		t.Run(gen.Prompt, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			body := fmt.Sprintf(`{"model":"stories260K","prompt":%q,"max_tokens":%d,"temperature":0}`, gen.Prompt, n)
+			resp := post(ctx, t, base+"/v1/completions", body)
+			var whole struct {
+				ID      string `json:"id"`
+				Object  string `json:"object"`
+				Created int64  `json:"created"`
+				Model   string `json:"model"`
+				Choices []struct {
+					Text         string `json:"text"`
+					FinishReason string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage struct{ PromptTokens, CompletionTokens, TotalTokens int } `json:"usage"`
+			}
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("completions: %s %s", resp.Status, b)
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&whole); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if whole.Object != "text_completion" || whole.ID == "" || whole.Created == 0 || len(whole.Choices) != 1 {
+				t.Errorf("completion object: %+v", whole)
+			}
+			if got := whole.Choices[0].Text; got != want {
+				t.Errorf("text %q\nwant %q", got, want)
+			}
+			if whole.Choices[0].FinishReason != "length" {
+				t.Errorf("finish_reason %q", whole.Choices[0].FinishReason)
+			}
+
+			resp = post(ctx, t, base+"/v1/completions", strings.TrimSuffix(body, "}")+`,"stream":true}`)
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+				t.Errorf("stream content type %q", ct)
+			}
+			var text strings.Builder
+			for _, d := range sseData(t, resp.Body) {
+				var chunk struct {
+					Choices []struct{ Text string } `json:"choices"`
+				}
+				if err := json.Unmarshal([]byte(d), &chunk); err != nil {
+					t.Fatalf("chunk %q: %v", d, err)
+				}
+				for _, ch := range chunk.Choices {
+					text.WriteString(ch.Text)
+				}
+			}
+			resp.Body.Close()
+			if text.String() != want {
+				t.Errorf("streamed text %q\nwant %q", text.String(), want)
+			}
+
+			chat := fmt.Sprintf(`{"model":"stories260K","messages":[{"role":"user","content":%q}],"max_tokens":%d,"temperature":0,"stream":true}`, gen.Prompt, n)
+			resp = post(ctx, t, base+"/v1/chat/completions", chat)
+			text.Reset()
+			for _, d := range sseData(t, resp.Body) {
+				var chunk struct {
+					Object  string `json:"object"`
+					Choices []struct {
+						Delta struct{ Content string } `json:"delta"`
+					} `json:"choices"`
+				}
+				if err := json.Unmarshal([]byte(d), &chunk); err != nil {
+					t.Fatal(err)
+				}
+				if chunk.Object != "chat.completion.chunk" {
+					t.Errorf("chunk object %q", chunk.Object)
+				}
+				for _, ch := range chunk.Choices {
+					text.WriteString(ch.Delta.Content)
+				}
+			}
+			resp.Body.Close()
+			// Without a chat template the user message is the prompt as is.
+			if text.String() != want {
+				t.Errorf("chat text %q\nwant %q", text.String(), want)
+			}
+		})
+	}
+	c.waitIdle(t, 2*time.Second)
+}
+
+// TestOpenAIErrors: bad inputs get the right status, error type and param
+// from the real router, and nothing is left in flight afterwards.
+func TestOpenAIErrors(t *testing.T) {
+	c := startCluster(t, workerFlags)
+	base := "http://" + c.router.http
+	cases := []struct {
+		path, body string
+		status     int
+		typ, param string
+	}{
+		{"/v1/completions", `{"model":"stories260K","prompt":`, 400, "invalid_request_error", ""},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","temperature":"hot"}`, 400, "invalid_request_error", "temperature"},
+		{"/v1/completions", `{"model":"gpt-9","prompt":"x"}`, 404, "invalid_request_error", "model"},
+		{"/v1/completions", `{"model":"stories260K","prompt":""}`, 400, "invalid_request_error", "prompt"},
+		{"/v1/chat/completions", `{"model":"stories260K","messages":[]}`, 400, "invalid_request_error", "messages"},
+		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"wizard","content":"x"}]}`, 400, "invalid_request_error", "messages[0].role"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","temperature":2.5}`, 400, "invalid_request_error", "temperature"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","top_p":0}`, 400, "invalid_request_error", "top_p"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":0}`, 400, "invalid_request_error", "max_tokens"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":100000}`, 400, "invalid_request_error", "max_tokens"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","n":2}`, 400, "invalid_request_error", "n"},
+	}
+	for _, cs := range cases {
+		resp := post(context.Background(), t, base+cs.path, cs.body)
+		var e struct {
+			Error struct {
+				Message, Type string
+				Param         *string
+			} `json:"error"`
+		}
+		err := json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		param := ""
+		if e.Error.Param != nil {
+			param = *e.Error.Param
+		}
+		if err != nil || resp.StatusCode != cs.status || e.Error.Type != cs.typ || param != cs.param || e.Error.Message == "" {
+			t.Errorf("%s %s: %d %+v (param %q), want %d %s param %q", cs.path, cs.body, resp.StatusCode, e.Error, param, cs.status, cs.typ, cs.param)
+		}
+	}
+	// A body over the limit: 413.
+	big := `{"model":"stories260K","prompt":"` + strings.Repeat("a", 5<<20) + `"}`
+	resp := post(context.Background(), t, base+"/v1/completions", big)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("oversized body: %d, want 413", resp.StatusCode)
+	}
+	c.waitIdle(t, 2*time.Second)
+}
+
+// TestOpenAIDisconnect: a client that goes away mid-stream leaves no
+// in-flight request on any service within 2 s.
+func TestOpenAIDisconnect(t *testing.T) {
+	c := startCluster(t, workerFlags)
+	base := "http://" + c.router.http
+	for i := range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		resp := post(ctx, t, base+"/v1/chat/completions",
+			`{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":400,"temperature":0.8,"stream":true}`)
+		r := bufio.NewReader(resp.Body)
+		for range 3 + i {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel()
+		resp.Body.Close()
+	}
+	took := c.waitIdle(t, 2*time.Second)
+	t.Logf("idle %v after the last disconnect", took)
+}
