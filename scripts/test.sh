@@ -50,5 +50,51 @@ fuzz ./engine/gguf FuzzOpen 20
 fuzz ./engine/tokenizer FuzzEncode 20
 fuzz ./engine/sample FuzzStopper 10
 
-step "end-to-end (real binaries)"
+step "jaeger (pinned in tools/jaeger, built once into .bin/)"
+# A cold build takes ~6.5 min on 2 cores; the binary is reused while
+# tools/jaeger/go.mod and go.sum are unchanged.
+jaeger_stamp=$(cat tools/jaeger/go.mod tools/jaeger/go.sum | sha256sum | cut -d' ' -f1)
+if [[ ! -x .bin/jaeger || "$(cat .bin/jaeger.stamp 2>/dev/null)" != "$jaeger_stamp" ]]; then
+  GOWORK=off go -C tools/jaeger build -o ../../.bin/ tool
+  echo "$jaeger_stamp" >.bin/jaeger.stamp
+fi
+
+step "end-to-end (real binaries, traces checked in a real Jaeger)"
+# listening PORT: whether something accepts connections on 127.0.0.1:PORT.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Ports nothing listens on now (the machine may be shared), unless set.
+for var in JAEGER_OTLP_GRPC_PORT JAEGER_OTLP_HTTP_PORT JAEGER_QUERY_PORT JAEGER_QUERY_GRPC_PORT JAEGER_HEALTH_PORT; do
+  if [[ -z "${!var:-}" ]]; then
+    for port in $(shuf -i 20000-60000 -n 50); do
+      listening "$port" || { export "$var=$port"; break; }
+    done
+  fi
+done
+jaeger_log=$(mktemp)
+.bin/jaeger --config tools/jaeger/config.yaml >"$jaeger_log" 2>&1 &
+jaeger_pid=$!
+stop_jaeger() {
+  local rc=$?
+  kill "$jaeger_pid" 2>/dev/null || true
+  wait "$jaeger_pid" 2>/dev/null || true
+  if [[ $rc -ne 0 ]]; then
+    echo "jaeger's log:" >&2
+    tail -n 50 "$jaeger_log" >&2
+  fi
+  rm -f "$jaeger_log"
+}
+# Jaeger is stopped however this script ends: tests failing, ^C, SIGTERM
+# (bash runs the trap once the command in the foreground has returned; a
+# CI cancel signals the whole process group, go test included).
+trap stop_jaeger EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+for _ in $(seq 100); do
+  listening "$JAEGER_QUERY_PORT" && listening "$JAEGER_OTLP_GRPC_PORT" && break
+  kill -0 "$jaeger_pid" 2>/dev/null || { echo "jaeger exited at start" >&2; exit 1; }
+  sleep 0.1
+done
+listening "$JAEGER_QUERY_PORT" || { echo "jaeger not listening after 10 s" >&2; exit 1; }
+export BATON_JAEGER_QUERY="http://127.0.0.1:$JAEGER_QUERY_PORT"
+export BATON_JAEGER_OTLP="http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT"
 go test -tags e2e -count=1 -v ./tests/...

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/tracing"
+	"github.com/baton-serving/baton/tracing/gpu"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -45,6 +46,7 @@ type Server struct {
 	onDrain  []func(ctx context.Context)
 	grpcLis  net.Listener
 	httpLis  net.Listener
+	gpus     *gpu.Monitor
 }
 
 type namedCheck struct {
@@ -72,6 +74,8 @@ func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provide
 	reflection.Register(s.GRPC)
 	// Not serving until Run has started both servers.
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.gpus = gpu.New(logger)
+	s.Registry.MustRegister(s.gpus)
 
 	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
 	s.Mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -210,7 +214,8 @@ func (s *Server) streamDrainGuard(srv any, ss grpc.ServerStream, info *grpc.Stre
 // the shutdown timeout to finish in-flight work, and the servers stop. It
 // returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
-	httpSrv := &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+	// REST and OpenAI requests honour an incoming traceparent.
+	httpSrv := &http.Server{Handler: s.Tracing.HTTPHandler(s.Mux), ReadHeaderTimeout: 10 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := s.GRPC.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -237,6 +242,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	})
+	g.Go(func() error { s.gpus.Run(gctx, gpu.DefaultRefresh); return nil })
 	s.Logger.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr())
 	g.Go(func() error {
 		<-gctx.Done()

@@ -35,6 +35,7 @@ type Host struct {
 	Metrics     *Metrics
 
 	flags  Flags
+	trace  traceState
 	logger *slog.Logger
 	ready  func(context.Context) map[string]string
 }
@@ -79,7 +80,7 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 	if h.Sched, err = sched.New(sched.Config{
 		Model: h.Model, Pool: h.Pool, Tokenizer: h.Tokenizer,
 		MaxBatchTokens: f.MaxBatchTokens, MaxSeqs: f.MaxSeqs, MaxRequests: f.MaxRequests,
-		Observer: h.Metrics,
+		Observer: stepObserver{h.Metrics, &h.trace.steps},
 	}); err != nil {
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func (h *Host) Requests() []*batonv1.RequestInfo {
 		out = append(out, &batonv1.RequestInfo{
 			RequestId: r.ID, State: wireState(r.Mode, r.State), AgeSeconds: r.Age.Seconds(),
 			SinceProgressSeconds: r.SinceProgress.Seconds(), PagesHeld: uint32(r.Pages),
-			PromptTokens: uint32(r.PromptTokens), GeneratedTokens: uint32(r.Generated),
+			PromptTokens: uint32(r.PromptTokens), GeneratedTokens: uint32(r.Generated), TraceId: h.traceID(r.ID),
 		})
 	}
 	return out

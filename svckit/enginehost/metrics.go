@@ -1,6 +1,8 @@
 package enginehost
 
 import (
+	"sync/atomic"
+
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +19,8 @@ var (
 type Metrics struct {
 	running, queue, prefillInflight, prealloc, transfer, prefilling prometheus.Gauge
 	pagesUsed, pagesTotal, tokenUsage, genThroughput, leaked        prometheus.Gauge
-	violations, stalled                                             prometheus.Gauge
+	stalled                                                         prometheus.Gauge
+	violations                                                      atomic.Uint64 // total since start, as the last audit counted
 	ttft, e2e, itl, stepSeconds                                     prometheus.Histogram
 	finished                                                        *prometheus.CounterVec
 	aborts                                                          *prometheus.CounterVec
@@ -44,7 +47,6 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		tokenUsage:      g("baton:token_usage", "Fraction of KV cache pages in use."),
 		genThroughput:   g("baton:gen_throughput", "Generated tokens per second, recent average."),
 		leaked:          g("baton_kv_pages_leaked", "KV cache pages in use but owned by no live request, as the last audit found (must be 0)."),
-		violations:      g("baton_invariant_violations", "Scheduler invariant violations found by audits since start (must be 0)."),
 		stalled:         g("baton_scheduler_stalled", "1 while work waits or runs and no forward step has completed for --stall-timeout (readiness is NOT_SERVING then)."),
 		ttft:            h("baton:time_to_first_token_seconds", "Time from a request's arrival at this worker to its first token.", latencyBuckets),
 		e2e:             h("baton:e2e_request_latency_seconds", "Time from a request's arrival at this worker to its release.", latencyBuckets),
@@ -59,8 +61,12 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		KVTransferSeconds: h("baton:kv_transfer_seconds", "Duration of a request's KV cache transfer, handshake to PrefillDone.", latencyBuckets),
 	}
 	reg.MustRegister(m.running, m.queue, m.prefilling, m.prefillInflight, m.prealloc, m.transfer,
-		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.violations, m.stalled,
+		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.stalled,
 		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
+	// The scheduler counts violations itself; the counter shows its count.
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_invariant_violations_total",
+		Help: "Scheduler invariant violations found by audits since start (must stay 0)."},
+		func() float64 { return float64(m.violations.Load()) }))
 	_ = role
 	return m
 }
@@ -105,5 +111,5 @@ func (m *Metrics) RequestDone(s sched.Summary) {
 // Audit implements sched.Observer.
 func (m *Metrics) Audit(a sched.AuditReport) {
 	m.leaked.Set(float64(a.LeakedPages))
-	m.violations.Set(float64(a.TotalViolations))
+	m.violations.Store(a.TotalViolations)
 }

@@ -11,6 +11,8 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +20,7 @@ import (
 const localPrefill = "local"
 
 // Generate runs one request: reserve pages, pull the KV cache, decode.
-func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream batonv1.DecodeService_GenerateServer) error {
+func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream batonv1.DecodeService_GenerateServer) (err error) {
 	ctx := stream.Context()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -31,6 +33,8 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	}
 	log := s.logger.With("request_id", req.ID, "prefill", in.GetPrefillEndpoint())
 	start := time.Now()
+	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(req.ID))
+	defer s.host.TraceRequest(ctx, req.ID)()
 
 	// The scheduler request outlives the RPC's context until any transfer
 	// into its pages has stopped: only then may its pages be released.
@@ -66,12 +70,27 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	// writes its pages now.
 	stop := context.AfterFunc(ftCtx, func() { schedCancel(context.Cause(ftCtx)) })
 	defer func() { stop() }()
+	dctx, dspan := tracing.Start(ctx, tracing.SpanDecode, trace.WithAttributes(
+		tracing.AttrMode.String(modeName(req.Mode)), tracing.AttrPromptTokens.Int(len(req.Prompt))))
+	tokens := 0
 	first := true
 	decodeStart := time.Now()
+	defer func() {
+		dspan.SetAttributes(tracing.AttrTokens.Int(tokens))
+		why := ctx // the first-token deadline no longer applies after the first token
+		if first {
+			why = ftCtx
+		}
+		tracing.EndAborted(why, dspan, tracing.SpanDecode, err)
+	}()
 	for ev := range st.Events() {
 		switch ev.Kind {
 		case sched.EventToken:
+			if tokens++; tokens%tracing.TokenEventEvery == 0 {
+				dspan.AddEvent(tracing.EventTokens, trace.WithAttributes(tracing.AttrTokens.Int(tokens)))
+			}
 			if first {
+				dspan.AddEvent(tracing.EventFirstToken)
 				// Only the request's own deadline and cancellation remain.
 				first = false
 				stop()
@@ -95,10 +114,11 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			}
 			fr, err := finish(ev)
 			if err != nil {
-				log.WarnContext(ctx, "request failed", "finish", ev.Finish.String(), "err", ev.Err)
+				log.WarnContext(dctx, "request failed", "finish", ev.Finish.String(), "err", ev.Err)
 				return err
 			}
 			timing.DecodeSeconds = time.Since(decodeStart).Seconds()
+			dspan.SetAttributes(tracing.AttrFinish.String(fr.String()))
 			u := ev.Usage
 			return stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: &batonv1.GenerateEvent{
 				RequestId: req.ID, Text: ev.Text, FinishReason: fr, Timing: timing,
@@ -108,6 +128,14 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		}
 	}
 	return status.Error(codes.Internal, "the scheduler closed the request's events without a final event")
+}
+
+// modeName names a request's mode in traces.
+func modeName(m sched.Mode) string {
+	if m == sched.ModeGenerate {
+		return "colocated"
+	}
+	return "pd"
 }
 
 // drain consumes a request's remaining events so that its release is

@@ -14,6 +14,8 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/tracing"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -23,13 +25,27 @@ import (
 // then streams the prompt's KV cache into them from the prefill worker and
 // activates the request with prefill's first token. When pull returns, no
 // transfer writes the pages any more, whatever happened.
-func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) error {
+func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (err error) {
 	endpoint := in.GetPrefillEndpoint()
+	_, wait := tracing.Start(ctx, tracing.SpanPreallocWait, trace.WithTimestamp(start))
 	pages, err := waitReserved(ctx, st)
 	if err != nil {
+		tracing.EndAborted(ctx, wait, tracing.SpanPreallocWait, err)
 		return err
 	}
+	wait.SetAttributes(tracing.AttrKVPages.Int(len(pages)))
+	wait.End()
 	timing.PreallocWaitSeconds = time.Since(start).Seconds()
+	// The transfer, the TransferKV call included, is the kv_receive span.
+	ctx, recv := tracing.Start(ctx, tracing.SpanKVReceive, trace.WithAttributes(tracing.AttrPrefill.String(endpoint),
+		tracing.AttrKVPages.Int(len(pages)), tracing.AttrPromptTokens.Int(len(in.GetRequest().GetPromptTokenIds()))))
+	var rcv *kvtransfer.Receiver
+	defer func() {
+		if rcv != nil {
+			recv.SetAttributes(tracing.AttrKVBytes.Int64(int64(rcv.Bytes())), tracing.AttrKVChunks.Int64(int64(rcv.Chunks())))
+		}
+		tracing.EndAborted(ctx, recv, tracing.SpanKVReceive, err)
+	}()
 	conn, err := s.peers.get(endpoint)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
@@ -58,7 +74,7 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		return status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
 	}
 	r := in.GetRequest()
-	rcv := kvtransfer.NewReceiver(s.host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &pageSink{pool: s.host.Pool, pages: pages})
+	rcv = kvtransfer.NewReceiver(s.host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &pageSink{pool: s.host.Pool, pages: pages})
 	hs := &batonv1.Handshake{
 		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
 		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
@@ -93,10 +109,10 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 	for {
 		select {
 		case <-ctx.Done():
-			s.abort(stream, msgs, context.Cause(ctx).Error())
+			s.abort(log, stream, msgs, context.Cause(ctx).Error())
 			return status.FromContextError(ctx.Err()).Err()
 		case <-idle.C:
-			s.abort(stream, msgs, "transfer idle")
+			s.abort(log, stream, msgs, "transfer idle")
 			return status.Errorf(codes.DeadlineExceeded, "prefill %s did not %s within %v", endpoint, waitingFor, s.idleTimeout)
 		case rm, ok := <-msgs:
 			if !ok {
@@ -120,10 +136,11 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 			waitingFor = "send the next KV chunk"
 			switch m := rm.m.Msg.(type) {
 			case *batonv1.TransferKVResponse_Accepted:
+				recv.AddEvent(tracing.EventAccepted)
 			case *batonv1.TransferKVResponse_KvChunk:
 				grant, err := rcv.Chunk(m.KvChunk)
 				if err != nil {
-					s.abort(stream, msgs, "bad chunk")
+					s.abort(log, stream, msgs, "bad chunk")
 					return status.Errorf(codes.DataLoss, "prefill %s: %v", endpoint, err)
 				}
 				if grant > 0 {
@@ -171,7 +188,7 @@ type transferMsg struct {
 // abort asks prefill to stop and waits, up to the abort timeout, for its
 // AbortAck or the end of the stream. Chunks still arriving are dropped: the
 // caller writes no page after abort returns.
-func (s *Service) abort(stream batonv1.PrefillService_TransferKVClient, msgs <-chan transferMsg, reason string) {
+func (s *Service) abort(log *slog.Logger, stream batonv1.PrefillService_TransferKVClient, msgs <-chan transferMsg, reason string) {
 	_ = stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Abort{Abort: &batonv1.Abort{Reason: reason}}})
 	_ = stream.CloseSend()
 	deadline := time.NewTimer(s.abortTimeout)
@@ -183,7 +200,7 @@ func (s *Service) abort(stream batonv1.PrefillService_TransferKVClient, msgs <-c
 				return
 			}
 		case <-deadline.C:
-			s.logger.Warn("prefill did not acknowledge an abort in time; closing the stream", "timeout", s.abortTimeout.String())
+			log.WarnContext(stream.Context(), "prefill did not acknowledge an abort in time; closing the stream", "timeout", s.abortTimeout.String())
 			return
 		}
 	}

@@ -364,11 +364,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 		h.fail(w, r, j, fromStatus(err, j.promptParam))
 	case err != nil:
 		if ctx.Err() != nil || s.err != nil {
-			h.log.Info("openai stream ended by the client", "request_id", j.req.GetRequestId())
+			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId())
 			return
 		}
 		herr := fromStatus(err, j.promptParam)
-		h.log.Warn("openai stream failed", "request_id", j.req.GetRequestId(), "status", herr.status, "err", herr.message)
+		h.log.WarnContext(r.Context(), "openai stream failed", "request_id", j.req.GetRequestId(), "status", herr.status, "err", herr.message)
 		_ = s.send(herr.body())
 	default:
 		if j.includeUsage {

@@ -10,6 +10,7 @@ import (
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
+	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -95,17 +96,24 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	}
 	defer remove()
 	log := s.logger.With("request_id", r.id)
+	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(r.id))
 
 	var tried []string
 	for attempt := 0; ; attempt++ {
+		actx, route := tracing.Start(ctx, tracing.SpanRoute, trace.WithAttributes(
+			tracing.AttrAttempt.Int(attempt), tracing.AttrRetry.Bool(attempt > 0),
+			tracing.AttrPolicy.String(s.prefillPolicyName+"/"+s.decPolicy)))
 		pf, dc, err := s.pick(tried)
 		if err != nil {
+			tracing.EndAborted(ctx, route, tracing.SpanRoute, err)
 			return err
 		}
+		route.SetAttributes(tracing.AttrPrefill.String(endpoint(pf)), tracing.AttrDecode.String(dc.Addr))
 		desc := fmt.Sprintf("prefill=%s decode=%s", endpoint(pf), dc.Addr)
 		r.workers.Store(&desc)
-		log.InfoContext(ctx, "routed", "prefill", endpoint(pf), "decode", dc.Addr, "attempt", attempt)
-		started, err := s.relay(ctx, r, req, pf, dc, start, send)
+		log.InfoContext(actx, "routed", "prefill", endpoint(pf), "decode", dc.Addr, "attempt", attempt)
+		started, err := s.relay(actx, r, req, pf, dc, start, send)
+		endRoute(ctx, route, started, err, attempt)
 		if err == nil {
 			return nil
 		}
@@ -116,7 +124,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		retry := !started && attempt == 0 && status.Code(err) == codes.Unavailable
-		log.WarnContext(ctx, "worker pair failed", "prefill", endpoint(pf), "decode", dc.Addr, "err", err, "retry", retry)
+		log.WarnContext(actx, "worker pair failed", "prefill", endpoint(pf), "decode", dc.Addr, "err", err, "retry", retry)
 		if !retry {
 			return err
 		}
@@ -188,6 +196,12 @@ func contains(xs []string, x string) bool {
 // relay runs the request on decode dc (pulling KV from pf) and forwards its
 // events. started reports whether any event reached the client.
 func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pf, dc *workers.Worker, start time.Time, send func(*batonv1.GenerateEvent) error) (started bool, err error) {
+	ctx, span := tracing.Start(ctx, tracing.SpanStream)
+	defer func() {
+		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))
+		tracing.RecordError(span, err)
+		span.End()
+	}()
 	releaseD := dc.Acquire()
 	defer releaseD()
 	if pf != nil {
@@ -214,6 +228,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 		if len(ev.GetTokenIds()) > 0 {
 			if first.IsZero() {
 				first = now
+				span.AddEvent(tracing.EventFirstToken)
 				s.metrics.ttft.Observe(now.Sub(start).Seconds())
 				r.setState(batonv1.RequestState_REQUEST_STATE_RUNNING)
 			}
@@ -237,6 +252,19 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 		}
 		started = true
 	}
+}
+
+// endRoute ends an attempt's route span. A failed attempt that is retried on
+// another pair is an error; one that ends the request (cancelled, aborted,
+// failed for good) is an abort in stage stream, where relay runs. The retry
+// test is run's.
+func endRoute(ctx context.Context, span trace.Span, started bool, err error, attempt int) {
+	if err != nil && ctx.Err() == nil && !started && attempt == 0 && status.Code(err) == codes.Unavailable {
+		tracing.RecordError(span, err)
+		span.End()
+		return
+	}
+	tracing.EndAborted(ctx, span, tracing.SpanStream, err)
 }
 
 // workerErr keeps a worker's status code and names the worker in the message.

@@ -258,13 +258,13 @@ func (s *Service) ListRequests(context.Context, *batonv1.ListRequestsRequest) (*
 
 // Abort cancels an in-flight request; cancelling its decode call aborts it on
 // every worker.
-func (s *Service) Abort(_ context.Context, req *batonv1.AbortRequest) (*batonv1.AbortResponse, error) {
+func (s *Service) Abort(ctx context.Context, req *batonv1.AbortRequest) (*batonv1.AbortResponse, error) {
 	r := s.inflight.get(req.GetRequestId())
 	if r == nil {
 		return nil, status.Errorf(codes.NotFound, "request_id %q: no such in-flight request", req.GetRequestId())
 	}
 	st := batonv1.RequestState(r.state.Load())
-	s.logger.Info("abort", "request_id", r.id, "reason", req.GetReason(), "state", st.String())
+	s.logger.InfoContext(ctx, "abort", "request_id", r.id, "reason", req.GetReason(), "state", st.String())
 	r.cancel(fmt.Errorf("%w: %s", errAborted, req.GetReason()))
 	return &batonv1.AbortResponse{State: st}, nil
 }
