@@ -45,7 +45,9 @@ func (r *Receiver) Chunks() uint64 { return r.nextSeq }
 
 // Chunk validates c and writes it into the pages. It returns how many credits
 // to grant now (0 most of the time: credits are returned in batches of half
-// the window to keep control messages rare).
+// the window to keep control messages rare). Chunk reads c's K and V only
+// during the call: once it returns, a chunk decoded by a Codec may be given
+// back with Codec.Release, whatever the result.
 func (r *Receiver) Chunk(c *batonv1.KVChunk) (grant int, err error) {
 	pages := r.layout.PagesFor(r.promptTokens)
 	lo, hi, p := int(c.GetLayerStart()), int(c.GetLayerEnd()), int(c.GetPageIndex())

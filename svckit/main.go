@@ -14,9 +14,12 @@ import (
 
 	"github.com/baton-serving/baton/tracing"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
-// Service is what a Baton service plugs into Main.
+// Service is what a Baton service plugs into Main. A Service may also have a
+// GRPCServerOptions() []grpc.ServerOption method, called after Validate, to
+// add options to its gRPC server (a codec, message size limits).
 type Service interface {
 	// AddFlags registers the service's own flags.
 	AddFlags(fs *flag.FlagSet)
@@ -93,7 +96,11 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 	}()
 	// Bind the ports first: a port conflict is reported at once, before a
 	// possibly long model load.
-	srv, err := NewServer(spec.Name, cfg, logger, tp, ServerOptions{})
+	var sopts ServerOptions
+	if o, ok := svc.(interface{ GRPCServerOptions() []grpc.ServerOption }); ok {
+		sopts.GRPCOptions = o.GRPCServerOptions()
+	}
+	srv, err := NewServer(spec.Name, cfg, logger, tp, sopts)
 	if err != nil {
 		return fail(1, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/workerapi"
@@ -37,6 +38,7 @@ type Service struct {
 	logger *slog.Logger
 	srv    *svckit.Server
 	peers  *peerPool
+	codec  *kvtransfer.Codec
 }
 
 // New returns an unconfigured decode worker; svckit.Main configures and runs it.
@@ -71,7 +73,8 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 		return err
 	}
 	s.logger = d.Logger
-	s.peers = newPeerPool(grpc.WithTransportCredentials(insecure.NewCredentials()), d.Tracing.DialOption())
+	s.codec = kvtransfer.NewCodec()
+	s.peers = newPeerPool(grpc.WithTransportCredentials(insecure.NewCredentials()), d.Tracing.DialOption(), s.codec.DialOption())
 	var err error
 	s.host, err = enginehost.Open(s.Model.Path, s.engine, batonv1.WorkerRole_WORKER_ROLE_DECODE, d.Logger, d.Registry)
 	return err

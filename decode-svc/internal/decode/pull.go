@@ -66,7 +66,7 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		tctx, c = context.WithDeadline(tctx, dl.Add(s.abortTimeout))
 		defer c()
 	}
-	stream, err := batonv1.NewPrefillServiceClient(conn).TransferKV(tctx)
+	stream, err := batonv1.NewPrefillServiceClient(conn).TransferKV(tctx, s.codec.CallOption())
 	if err != nil {
 		if context.Cause(tctx) == errNoAccept {
 			return status.Error(codes.DeadlineExceeded, errNoAccept.Error())
@@ -139,6 +139,7 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 				recv.AddEvent(tracing.EventAccepted)
 			case *batonv1.TransferKVResponse_KvChunk:
 				grant, err := rcv.Chunk(m.KvChunk)
+				s.codec.Release(m.KvChunk) // the bytes are in the pages now
 				if err != nil {
 					s.abort(log, stream, msgs, "bad chunk")
 					return status.Errorf(codes.DataLoss, "prefill %s: %v", endpoint, err)

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/workerapi"
+	"google.golang.org/grpc"
 )
 
 // Service is the prefill worker.
@@ -25,13 +27,20 @@ type Service struct {
 	handshakeTimeout time.Duration
 	idleTimeout      time.Duration
 
+	codec  *kvtransfer.Codec
 	host   *enginehost.Host
 	logger *slog.Logger
 	srv    *svckit.Server
 }
 
 // New returns an unconfigured prefill worker; svckit.Main configures and runs it.
-func New() *Service { return &Service{} }
+func New() *Service { return &Service{codec: kvtransfer.NewCodec()} }
+
+// GRPCServerOptions installs the KV codec: chunks are sent without copying
+// their pages into protobuf messages; other messages use the default codec.
+func (s *Service) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{s.codec.ServerOption()}
+}
 
 // AddFlags registers the worker's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {

@@ -91,7 +91,7 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	src := &pageSource{pool: s.host.Pool}
 	snd := kvtransfer.NewSender(kvtransfer.SenderConfig{
 		Layout: s.host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
-		CreditTimeout: s.idleTimeout,
+		CreditTimeout: s.idleTimeout, Codec: s.codec,
 	}, src, stream)
 
 	var wg sync.WaitGroup
