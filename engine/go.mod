@@ -15,3 +15,5 @@ require (
 	go.uber.org/goleak v1.3.0
 	pgregory.net/rapid v1.3.0
 )
+
+require golang.org/x/sys v0.50.0 // indirect

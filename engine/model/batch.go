@@ -5,7 +5,6 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/kvcache"
-	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -136,7 +135,7 @@ func (c *contigStore) put(layer, pos int, k, v []float32) { c.cache.Put(layer, p
 func (c *contigStore) prepare(layer, n int)               { c.k, c.v = c.cache.View(layer, n) }
 func (c *contigStore) attend(out, q []float32, kvHead, n int, scores []float32) {
 	off := kvHead * len(q)
-	kernels.AttendHead(out, q, c.k[off:], c.v[off:], n, c.kvDim, scores)
+	attendContig(out, q, c.k[off:], c.v[off:], n, c.kvDim, scores)
 }
 
 type pagedStore struct {
@@ -161,5 +160,5 @@ func (p *pagedStore) prepare(layer, n int) {
 }
 
 func (p *pagedStore) attend(out, q []float32, kvHead, n int, scores []float32) {
-	kernels.AttendHeadPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, scores)
+	attendPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, scores)
 }

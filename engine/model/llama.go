@@ -25,6 +25,7 @@ type llama struct {
 	layers    []llamaLayer
 
 	pool   *pool
+	mm     *matmuls
 	mu     sync.RWMutex // held shared by Forward, exclusively by Close
 	closed bool
 	states sync.Pool // *llamaState
@@ -93,7 +94,11 @@ func loadLlama(f *gguf.File, c Config, opts Options) (Model, error) {
 		return nil, err
 	}
 	m.fp = Fingerprint(f, m.cfg)
+	if opts.Numerics != NumericsDefault {
+		return withNumerics(f, m, opts.Numerics) // compat.go; runs without the pool
+	}
 	m.pool = newPool(opts.Threads)
+	m.mm = newMatmuls(m.pool)
 	return m, nil
 }
 
@@ -326,7 +331,7 @@ func (m *llama) forward(s *llamaState) error {
 		hid := c.Hidden
 		m.matmul(s.gate[:na*hid], &l.ffnGate, nil, s.xb[:na*dim], na)
 		m.matmul(s.up[:na*hid], &l.ffnUp, nil, s.xb[:na*dim], na)
-		kernels.SiLUMul(s.gate[:na*hid], s.gate[:na*hid], s.up[:na*hid])
+		siluMul(s.gate[:na*hid], s.up[:na*hid], hid)
 		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
 		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])
 	}
@@ -348,11 +353,6 @@ func (m *llama) forward(s *llamaState) error {
 	return nil
 }
 
-// matmulBlock is the number of weight rows a worker multiplies with every
-// token of the batch before moving on, so that a prefill batch reuses each
-// block of weights from cache instead of streaming the matrix per token.
-const matmulBlock = 16
-
 // matmul computes dst[t] = w·x[t] (+ bias) for n tokens, splitting w's rows
 // over the pool. x holds n rows of w.cols, dst n rows of w.rows.
 //
@@ -364,24 +364,5 @@ const matmulBlock = 16
 // (and the thread count must not matter either: work is split by weight
 // rows, never inside a sum).
 func (m *llama) matmul(dst []float32, w *matrix, bias []float32, x []float32, n int) {
-	if n == 0 {
-		return
-	}
-	// Aim for ≥ 64k multiply-adds per part: below that, handing work to a
-	// goroutine costs more than it saves.
-	grain := max(1, (1<<16)/(w.cols*n))
-	m.pool.parallel(w.rows, grain, func(_, lo, hi int) {
-		for b := lo; b < hi; b += matmulBlock {
-			e := min(b+matmulBlock, hi)
-			wb := w.data[b*w.rowBytes : e*w.rowBytes]
-			for t := range n {
-				quant.MatVec(w.typ, dst[t*w.rows+b:t*w.rows+e], wb, e-b, w.cols, x[t*w.cols:(t+1)*w.cols])
-			}
-		}
-	})
-	if bias != nil {
-		for t := range n {
-			kernels.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)
-		}
-	}
+	m.mm.product(dst, w, bias, x, n)
 }

@@ -68,6 +68,10 @@ type Options struct {
 	// ContextLength overrides the context window the GGUF declares
 	// ({arch}.context_length), as llama.cpp's -c does; 0 keeps the file's.
 	ContextLength int
+	// Numerics selects the arithmetic: NumericsDefault (the zero value), or
+	// NumericsLlamaCpp to reproduce llama.cpp's outputs exactly, for F32
+	// models and single-sequence Forward only (see Numerics).
+	Numerics Numerics
 }
 
 // Config holds a model's hyper-parameters as read from the GGUF metadata,

@@ -1,58 +1,130 @@
 package model
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // pool is a fixed set of worker goroutines that a model splits loops over.
-// The goroutine calling parallel works too, so a pool of n runs n-1
-// goroutines, and a pool of 1 runs none and does everything inline.
+// The goroutine calling run works too, so a pool of n runs n-1 goroutines,
+// and a pool of 1 runs none and does everything inline.
+//
+// A loop is cut into chunks that the participants claim one at a time from
+// a shared counter, so a participant that loses its core (another process,
+// the garbage collector) delays the loop by at most the chunk it holds
+// while the others take the rest. Waiting is blocking (channels and a
+// WaitGroup), never spinning: an idle worker costs nothing, and a pool
+// with more workers than free cores slows down instead of collapsing.
 // Tasks never wait on other tasks, so concurrent callers cannot deadlock.
 type pool struct {
 	n     int
-	tasks chan func()
+	wake  []chan *job // one per worker goroutine
 	wg    sync.WaitGroup
+	jobs  sync.Pool // *job
+	round atomic.Uint32
+}
+
+// task is a loop body: run handles items [lo, hi) as participant part
+// (0 ≤ part < pool.n, so that per-part scratch space can be indexed).
+// Passing a pointer to a long-lived struct as the task keeps a loop free
+// of allocations.
+type task interface {
+	run(part, lo, hi int)
+}
+
+// taskFunc adapts a function to task.
+type taskFunc func(part, lo, hi int)
+
+func (f taskFunc) run(part, lo, hi int) { f(part, lo, hi) }
+
+// job is one loop handed to the pool.
+type job struct {
+	t            task
+	total, chunk int
+	next         atomic.Int64 // index of the next unclaimed chunk
+	helpers      sync.WaitGroup
 }
 
 func newPool(n int) *pool {
-	p := &pool{n: max(n, 1), tasks: make(chan func())}
-	for range p.n - 1 {
+	p := &pool{n: max(n, 1)}
+	p.wake = make([]chan *job, p.n-1)
+	for i := range p.wake {
+		// One slot: a caller never blocks handing work to a busy worker.
+		ch := make(chan *job, 1)
+		p.wake[i] = ch
 		p.wg.Go(func() {
-			for f := range p.tasks {
-				f()
+			for j := range ch {
+				j.work(i + 1)
+				j.helpers.Done()
 			}
 		})
 	}
 	return p
 }
 
-// parallel splits [0, total) into at most p.n contiguous parts of at least
-// grain items each and calls fn(part, lo, hi) for each, concurrently; part
-// numbers are 0…parts-1 (to index per-part scratch space). It returns when
-// all parts are done.
-func (p *pool) parallel(total, grain int, fn func(part, lo, hi int)) {
+// work claims and runs chunks until none is left.
+func (j *job) work(part int) {
+	for {
+		lo := int(j.next.Add(1)-1) * j.chunk
+		if lo >= j.total {
+			return
+		}
+		j.t.run(part, lo, min(lo+j.chunk, j.total))
+	}
+}
+
+// run calls t.run over [0, total) in chunks of chunk items (the last may be
+// shorter), spread over the caller and the workers, and returns when every
+// chunk is done. Chunk boundaries are multiples of chunk whatever the
+// number of participants.
+func (p *pool) run(total, chunk int, t task) {
 	if total <= 0 {
 		return
 	}
-	parts := min(p.n, max(1, total/max(grain, 1)))
-	if parts == 1 {
-		fn(0, 0, total)
+	chunk = max(chunk, 1)
+	chunks := (total + chunk - 1) / chunk
+	if p.n == 1 || chunks == 1 {
+		t.run(0, 0, total)
 		return
 	}
-	var wg sync.WaitGroup
-	for i := 1; i < parts; i++ {
-		lo, hi := total*i/parts, total*(i+1)/parts
-		wg.Add(1)
-		p.tasks <- func() {
-			defer wg.Done()
-			fn(i, lo, hi)
+	j, _ := p.jobs.Get().(*job)
+	if j == nil {
+		j = new(job)
+	}
+	j.t, j.total, j.chunk = t, total, chunk
+	j.next.Store(0)
+	// Start with a different worker each time, so that concurrent callers
+	// with few chunks do not all queue on the first one.
+	helpers := min(p.n-1, chunks-1)
+	first := int(p.round.Add(1))
+	for k := range helpers {
+		j.helpers.Add(1)
+		select {
+		case p.wake[(first+k)%len(p.wake)] <- j:
+		default: // busy with another caller's loop: do without it
+			j.helpers.Done()
 		}
 	}
-	fn(0, 0, total/parts)
-	wg.Wait()
+	j.work(0)
+	j.helpers.Wait()
+	j.t = nil
+	p.jobs.Put(j)
 }
 
-// close stops the workers and waits for them to exit. No parallel call may
-// be running or start afterwards.
+// parallel splits [0, total) into chunks of at least grain items, a few
+// per participant so that uneven items balance out, and calls
+// fn(part, lo, hi) for each, concurrently; part numbers are 0…n-1 (to
+// index per-part scratch space). It returns when all chunks are done.
+func (p *pool) parallel(total, grain int, fn func(part, lo, hi int)) {
+	chunk := max(grain, 1, (total+4*p.n-1)/(4*p.n))
+	p.run(total, chunk, taskFunc(fn))
+}
+
+// close stops the workers and waits for them to exit. No run may be in
+// progress or start afterwards.
 func (p *pool) close() {
-	close(p.tasks)
+	for _, ch := range p.wake {
+		close(ch)
+	}
 	p.wg.Wait()
 }

@@ -425,7 +425,11 @@ func TestCancelEveryState(t *testing.T) {
 				done = ev
 			}
 			elapsed := time.Since(start)
-			if done.Kind != EventDone || done.Finish != FinishCancelled || !errors.Is(done.Err, context.Canceled) {
+			// On a loaded machine the running request can finish all its
+			// tokens before the cancel lands; such a round measures nothing
+			// (the count check below keeps enough rounds honest).
+			finishedFirst := c.state == StateRunning && done.Kind == EventDone && done.Finish == FinishLength
+			if !finishedFirst && (done.Kind != EventDone || done.Finish != FinishCancelled || !errors.Is(done.Err, context.Canceled)) {
 				t.Fatalf("%s: ended with %+v", c.state, done)
 			}
 			if stage(st.ID()) == c.state {

@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,22 +38,39 @@ import (
 // Summary is the one-line description of the command.
 const Summary = "measure the engine's batched throughput (prompt and generation tokens/s per batch size)"
 
-const help = `Usage: batonctl bench-engine --model PATH [--batch B[,B…]] [-n N] [-p P] [-r R] [flags]
+const help = `Usage: batonctl bench-engine --model PATH [-p 128] [-n 64] [--threads N] [-r 3] [--json]
+       batonctl bench-engine --model PATH --batch B[,B…] [-n N] [-p P] [-r R] [flags]
 
-Runs the model in-process through the continuous-batching scheduler and
-reports aggregate throughput for each batch size B (B sequences running
-together, each with its own KV cache pages):
+Without --batch it measures one sequence as llama-bench does, calling the
+model directly:
+
+  ppP  a P-token prompt in one forward call (logits of its last token);
+       pp_tokens_per_second = P / time.
+  tgN  N forward calls of one token each, after an untimed one-token
+       prompt; tg_tokens_per_second = N / time.
+
+One untimed warm-up (a prompt and one generated token) precedes R timed
+repetitions; mean and sample standard deviation are reported, with every
+sample. With --json one object is printed:
+  {"model":…,"threads":…,"kernels":…,"n_prompt":…,"n_gen":…,
+   "pp_tokens_per_second":…,"pp_stddev":…,"pp_samples":[…],
+   "tg_tokens_per_second":…,"tg_stddev":…,"tg_samples":[…],
+   "bytes_per_token":…,"tg_gb_per_second":…,
+   "max_rss_bytes_after_load":…,"load_average":[…], …}
+
+With --batch it runs the model in-process through the continuous-batching
+scheduler and reports aggregate throughput for each batch size B (B
+sequences running together, each with its own KV cache pages; -p defaults
+to 0 there):
 
   tgN  B sequences start from a one-token prompt and each generate N tokens
        (end-of-generation tokens ignored); tg_tokens_per_second = B·N / time.
   ppP  B sequences each prefill a P-token prompt (in batched chunks) and
        sample one token; pp_tokens_per_second = B·P / time.
 
-Each test runs R times after one untimed warm-up; the mean and standard
-deviation are reported. Decode throughput grows with B because each step
-reads every weight matrix once for all B sequences.
-
-With --json one JSON object is printed:
+Each test runs R times after one untimed warm-up. Decode throughput grows
+with B because each step reads every weight matrix once for all B
+sequences. With --json one JSON object is printed:
   {"model":…,"threads":…,"kv_type":…,"page_size":…,"load_average":[…],
    "results":[{"batch":B,"test":"tg64","n_prompt":0,"n_gen":64,
                "repetitions":R,"tg_tokens_per_second":…,"stddev":…,"samples":[…]}, …]}
@@ -77,6 +95,11 @@ type options struct {
 	json             bool
 	kvDType          quant.Type
 	maxBatch, maxLen int
+	// batched is set by --batch: the scheduler mode.
+	batched bool
+	pSet    bool // -p was given
+
+	cpuProfile string
 }
 
 // Result is one test at one batch size.
@@ -112,7 +135,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.model, "model", "", "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf above the working directory)")
 	fs.Func("batch", "sequences running together; a comma-separated list runs each (default 1)", func(s string) error {
-		o.batches = o.batches[:0]
+		o.batches, o.batched = o.batches[:0], true
 		for f := range strings.SplitSeq(s, ",") {
 			b, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || b < 1 {
@@ -123,12 +146,13 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return nil
 	})
 	fs.IntVar(&o.n, "n", 64, "tokens each sequence generates in the tg test (0 skips it)")
-	fs.IntVar(&o.p, "p", 0, "prompt tokens of each sequence in the pp test (0 skips it)")
-	fs.IntVar(&o.reps, "r", 1, "timed repetitions of each test")
-	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products (default: GOMAXPROCS)")
+	fs.IntVar(&o.p, "p", 0, "prompt tokens of each sequence in the pp test (0 skips it; default 128 without --batch)")
+	fs.IntVar(&o.reps, "r", 3, "timed repetitions of each test")
+	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products and attention (default: GOMAXPROCS, the usable cores)")
 	fs.StringVar(&o.kvType, "kv-type", "F32", "KV cache element type: F32 or F16")
 	fs.IntVar(&o.pageSize, "page-size", kvcache.DefaultPageSize, "KV cache positions per page")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (go tool pprof format) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, help)
 		fs.PrintDefaults()
@@ -140,11 +164,31 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %v\n", err)
 		return exitUsage
 	}
+	fs.Visit(func(f *flag.Flag) { o.pSet = o.pSet || f.Name == "p" })
 	if err := o.check(); err != nil {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %v (see --help)\n", err)
 		return exitUsage
 	}
-	rep, err := bench(ctx, o, stderr)
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "batonctl bench-engine: %v\n", err)
+			return exitFailed
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			fmt.Fprintf(stderr, "batonctl bench-engine: CPU profile: %v\n", err)
+			return exitFailed
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var rep any
+	var err error
+	if o.batched {
+		rep, err = bench(ctx, o, stderr)
+	} else {
+		rep, err = single(ctx, o)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		if ctx.Err() != nil {
@@ -161,7 +205,11 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		}
 		return exitOK
 	}
-	printTable(stdout, rep)
+	if r, ok := rep.(*Report); ok {
+		printTable(stdout, r)
+	} else {
+		printSingle(stdout, rep.(*SingleReport))
+	}
 	return exitOK
 }
 
@@ -192,6 +240,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 func (o *options) check() error {
+	if !o.pSet && !o.batched {
+		o.p = 128
+	}
 	switch {
 	case o.n < 0 || o.p < 0:
 		return fmt.Errorf("-n %d -p %d: want ≥ 0", o.n, o.p)
@@ -216,21 +267,41 @@ func (o *options) check() error {
 		o.maxBatch = max(o.maxBatch, b)
 	}
 	// The longest sequence: the tg test's 1-token prompt plus n, or the pp
-	// test's p plus its one sampled token.
+	// test's p plus (in the scheduler) its one sampled token.
 	o.maxLen = max(1+o.n, o.p+1)
+	if !o.batched {
+		o.maxLen = max(1+o.n, o.p)
+	}
 	return nil
 }
 
-func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
+// openModel resolves --model (or $BATON_MODEL) and opens the file.
+func openModel(ctx context.Context, o options) (string, *gguf.File, error) {
 	ref := modelfile.FromEnv(o.model)
 	if ref == "" {
-		return nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
+		return "", nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
 	}
 	path, err := modelfile.Resolve(ctx, ref, modelfile.Options{})
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	f, err := gguf.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return path, f, nil
+}
+
+// effectiveThreads is the thread count model.Load uses for --threads.
+func effectiveThreads(threads int) int {
+	if threads == 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return threads
+}
+
+func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
+	path, f, err := openModel(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -253,10 +324,7 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	threads := o.threads
-	if threads == 0 {
-		threads = runtime.GOMAXPROCS(0)
-	}
+	threads := effectiveThreads(o.threads)
 	rep := &Report{
 		Model: path, Architecture: cfg.Architecture, Layers: cfg.Layers, Dim: cfg.Dim,
 		Threads: threads, KVType: o.kvDType.String(), PageSize: o.pageSize,

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -79,7 +81,7 @@ func TestBenchJSON(t *testing.T) {
 
 func TestBenchTable(t *testing.T) {
 	path := storiesModel(t)
-	code, out, stderr := run("--model", path, "-n", "3")
+	code, out, stderr := run("--model", path, "--batch", "1", "-n", "3", "-r", "1")
 	if code != 0 || !strings.Contains(out, "|     1 | tg3     |") || !strings.Contains(stderr, "batch 1 tg3") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
@@ -89,7 +91,8 @@ func TestBenchFlags(t *testing.T) {
 	tests := [][]string{
 		{"--batch", "0"},
 		{"--batch", "1,x"},
-		{"-n", "0"},
+		{"-n", "0", "-p", "0"},
+		{"--batch", "2", "-n", "0"},
 		{"-n", "-1"},
 		{"-r", "0"},
 		{"--kv-type", "Q8_0"},
@@ -107,7 +110,45 @@ func TestBenchFlags(t *testing.T) {
 	}
 	// A context window too small for the test is an error, not a crash.
 	path := storiesModel(t)
-	if code, _, stderr := run("--model", path, "-n", "500"); code != 1 || !strings.Contains(stderr, "context window") {
-		t.Errorf("-n 500: exit %d, %q", code, stderr)
+	for _, args := range [][]string{{"-n", "500"}, {"--batch", "1", "-n", "500"}} {
+		if code, _, stderr := run(append([]string{"--model", path}, args...)...); code != 1 || !strings.Contains(stderr, "context window") {
+			t.Errorf("%v: exit %d, %q", args, code, stderr)
+		}
+	}
+}
+
+// TestSingleJSON checks the llama-bench-style mode (no --batch): one object
+// with the speeds, their spread, every sample and the memory figures.
+func TestSingleJSON(t *testing.T) {
+	path := storiesModel(t)
+	code, out, stderr := run("--model", path, "-p", "16", "-n", "8", "-r", "2", "--threads", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep SingleReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if rep.Threads != 1 || rep.NPrompt != 16 || rep.NGen != 8 || rep.Repetitions != 2 || rep.WeightType != "F32" || rep.Kernels == "" {
+		t.Fatalf("report %+v", rep)
+	}
+	if len(rep.PPSamples) != 2 || len(rep.TGSamples) != 2 || rep.PPPerSecond <= 0 || rep.TGPerSecond <= 0 {
+		t.Fatalf("samples: pp %v tg %v", rep.PPSamples, rep.TGSamples)
+	}
+	if m := (rep.TGSamples[0] + rep.TGSamples[1]) / 2; math.Abs(m-rep.TGPerSecond) > 1e-9*m {
+		t.Errorf("tg mean %v, samples %v", rep.TGPerSecond, rep.TGSamples)
+	}
+	// stories260K: 292,800 parameters, all F32, with an output matrix of
+	// its own, so a decode step reads one row of the 512×64 embedding.
+	if rep.Params != 292800 || rep.BytesPerToken != 4*(292800-512*64+64) || rep.FileBytes < rep.BytesPerToken {
+		t.Errorf("params %d, bytes per token %d, file %d", rep.Params, rep.BytesPerToken, rep.FileBytes)
+	}
+	if rep.TGGBPerSecond <= 0 || (runtime.GOOS == "linux" && (rep.MaxRSSAfterLoad <= 0 || rep.MaxRSS < rep.MaxRSSAfterLoad)) {
+		t.Errorf("bandwidth %v, max RSS %d then %d", rep.TGGBPerSecond, rep.MaxRSSAfterLoad, rep.MaxRSS)
+	}
+	// The table form, with the defaults -p 128 -n 64 -r 3 shortened.
+	code, out, stderr = run("--model", path, "-n", "4", "-r", "1")
+	if code != 0 || !strings.Contains(out, "pp128") || !strings.Contains(out, "tg4") || !strings.Contains(out, "ru_maxrss") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }

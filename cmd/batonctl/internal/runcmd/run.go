@@ -50,6 +50,7 @@ type runOptions struct {
 	seed              string
 	stops             []string
 	json, noParseSpec bool
+	numerics          model.Numerics
 }
 
 type runResult struct {
@@ -84,6 +85,8 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&o.seed, "seed", "", "random seed, an unsigned integer (default: random)")
 	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products (default: GOMAXPROCS)")
 	fs.IntVar(&o.ctx, "ctx-size", 0, "context window (default: the model's context_length)")
+	fs.TextVar(&o.numerics, "numerics", model.NumericsDefault,
+		"arithmetic: default, or llamacpp to reproduce llama.cpp's outputs exactly (F32 models only, slow, --threads ignored)")
 	fs.Func("stop", "stop at this text, which is not printed (repeatable)", func(s string) error {
 		if s == "" {
 			return errors.New("empty stop string")
@@ -176,7 +179,7 @@ func run(ctx context.Context, o runOptions, stdout, stderr io.Writer) (*runResul
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(f, model.Options{Threads: o.threads, ContextLength: o.ctx})
+	m, err := model.Load(f, model.Options{Threads: o.threads, ContextLength: o.ctx, Numerics: o.numerics})
 	if err != nil {
 		return nil, err
 	}

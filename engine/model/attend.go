@@ -1,0 +1,129 @@
+package model
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/kernels/vec"
+)
+
+// Attention of one query head over a sequence's cached positions, on the
+// vector kernels of kernels/vec: a dot product per position, the
+// exponentials of the softmax, and a weighted sum of value rows.
+//
+// The contiguous cache (Forward) and F32 pages (ForwardBatch) feed the same
+// float32 rows to the same operations in the same order, so the two give
+// bit-identical results, as the batch equivalence tests require; F16 pages
+// are widened exactly first. Each (token, head) is computed on its own, so
+// the result does not depend on the batch or on how the heads are split
+// across threads.
+
+// maxStackHead is the largest head dimension whose rows are widened on the
+// stack; larger heads (none of the supported models) allocate.
+const maxStackHead = 256
+
+// attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
+// key(t) and val(t) return the rows of position t (d float32 values each);
+// a row val returns must stay valid until val has been called for three
+// more positions. scores is scratch space of at least n elements.
+func attendRows(out, q []float32, n int, scores []float32, key, val func(t int) []float32) {
+	d := len(q)
+	out = out[:d]
+	scale := float32(1 / math.Sqrt(float64(d)))
+	scores = scores[:n]
+	for t := range n {
+		scores[t] = vec.DotF32(q, key(t)) * scale
+	}
+	sum := vec.ExpSum(scores, scores, vec.MaxF32(scores))
+	clear(out)
+	// Four value rows per pass over out: a quarter of the loads and
+	// stores of out that one row at a time takes. Positions are grouped
+	// from 0, so a position's group depends only on n.
+	t := 0
+	for ; t+4 <= n; t += 4 {
+		axpy4(out, scores[t:t+4], val(t), val(t+1), val(t+2), val(t+3))
+	}
+	for ; t < n; t++ {
+		vec.Axpy(scores[t], val(t), out)
+	}
+	vec.Scale(1/sum, out)
+}
+
+// axpy4 adds e[0]·v0 + e[1]·v1 + e[2]·v2 + e[3]·v3 to out.
+func axpy4(out, e, v0, v1, v2, v3 []float32) {
+	e0, e1, e2, e3 := e[0], e[1], e[2], e[3]
+	v0, v1, v2, v3 = v0[:len(out)], v1[:len(out)], v2[:len(out)], v3[:len(out)]
+	for i := range out {
+		out[i] += (e0*v0[i] + e1*v1[i]) + (e2*v2[i] + e3*v3[i])
+	}
+}
+
+// attendContig is one head's attention over a contiguous cache: k and v
+// hold rows of stride elements, this head's d starting at each row's
+// beginning.
+func attendContig(out, q, k, v []float32, n, stride int, scores []float32) {
+	d := len(q)
+	attendRows(out, q, n, scores,
+		func(t int) []float32 { return k[t*stride : t*stride+d] },
+		func(t int) []float32 { return v[t*stride : t*stride+d] })
+}
+
+// attendPaged is one head's attention over a paged cache: kPages[i] and
+// vPages[i] hold positions i·pageSize… as rows of stride elements of typ
+// (F32 or F16, little-endian), this head's elements starting off elements
+// into each row.
+func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride, off int, typ quant.Type, scores []float32) {
+	d := len(q)
+	es := 4
+	if typ == quant.F16 {
+		es = 2
+	} else if typ != quant.F32 {
+		for i := range out[:d] {
+			out[i] = float32(math.NaN())
+		}
+		return
+	}
+	row := func(pages [][]byte, t int) []byte {
+		start := ((t%pageSize)*stride + off) * es
+		return pages[t/pageSize][start : start+d*es]
+	}
+	// Rows that cannot be read in place are widened into these: one key
+	// row, and one value row for each of the four that attendRows takes
+	// at a time.
+	var kbuf []float32
+	var vbuf [4][]float32
+	if d <= maxStackHead {
+		var kb [maxStackHead]float32
+		var vb [4][maxStackHead]float32
+		kbuf = kb[:d]
+		for i := range vbuf {
+			vbuf[i] = vb[i][:d]
+		}
+	} else {
+		kbuf = make([]float32, d)
+		for i := range vbuf {
+			vbuf[i] = make([]float32, d)
+		}
+	}
+	inPlace := typ == quant.F32 && littleEndian()
+	widen := func(dst []float32, b []byte) []float32 {
+		if inPlace && uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+			return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), d)
+		}
+		if typ == quant.F32 {
+			for i := range dst {
+				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			}
+			return dst
+		}
+		for i := range dst {
+			dst[i] = quant.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+		return dst
+	}
+	attendRows(out, q, n, scores,
+		func(t int) []float32 { return widen(kbuf, row(kPages, t)) },
+		func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) })
+}

@@ -1,0 +1,260 @@
+package model
+
+import (
+	"encoding/binary"
+	"sync"
+	"unsafe"
+
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/kernels/vec"
+)
+
+// Weight products run on the kernels of kernels/vec: float weights (F32,
+// F16, BF16) multiply the float activations directly; quantized weights
+// multiply activations quantized once per call (Q8_0 blocks for Q8_0 and
+// Q4_0 weights, Q8_K blocks for Q4_K and Q6_K), with integer block dot
+// products, as llama.cpp does.
+//
+// A token's results must not depend on the batch it is computed in, nor
+// on the thread count: decode (one token) must reproduce prefill (many)
+// bit for bit, and a sequence must not notice its neighbours. The vec
+// kernels sum each output element in the same order whatever the tile it
+// falls in, with two exceptions that this file works around, and which
+// TestMatmulBatchInvariance pins down on every implementation the CPU
+// runs:
+//
+//   - Matrix-vector kernels (and matrix-matrix ones for float weights with
+//     a one-token tile) unroll over several accumulators, which
+//     matrix-matrix tiles of more tokens do not. So every product goes
+//     through the matrix-matrix kernels, and a float product whose token
+//     count would leave a one-token tile (n ≡ 1 mod mmTokens) gets a zero
+//     token added.
+//   - The widest register tiles (4 rows, AVX-512) reduce their sums in
+//     another order than the narrower edge tiles. So the rows are split
+//     into chunks at multiples of rowAlign, which every tile height
+//     divides: each row then falls in the same tile whatever the split.
+const (
+	// mmTokens is the token width of vec's matrix-matrix register tiles.
+	mmTokens = 4
+	// rowAlign is a multiple of every register tile height of vec (1 to 4).
+	rowAlign = 16
+	// chunkBytes is the target size of the weights in one chunk of rows: a
+	// piece that stays in L2 while a prompt's tokens move across it, and
+	// small enough that idle participants can take over the rest of a
+	// product from a stalled one.
+	chunkBytes = 256 << 10
+	// floatChunkBytes is chunkBytes for float weights and one or two
+	// tokens.
+	floatChunkBytes = 1 << 20
+	// floatChunkRows is the least number of rows in a chunk of a float
+	// product of more tokens that is split into more chunks than
+	// participants.
+	floatChunkRows = 512
+	// minChunkMACs is the least work worth handing to another goroutine.
+	minChunkMACs = 1 << 16
+)
+
+// refPath is a type value that no kernel claims, selecting the reference
+// dot products.
+const refPath = quant.Type(1<<31 - 1)
+
+// padFloat reports whether float products must add a token to n tokens.
+// The pure-Go kernels compute every element with the same dot product, so
+// only the assembly ones need it.
+func padFloat(n int) bool {
+	return n%mmTokens == 1 && vec.Implementation() != "purego"
+}
+
+// littleEndian reports whether float32 weights can be read in place: the
+// file stores them little-endian.
+func littleEndian() bool {
+	return binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+}
+
+// matmuls is the model's weight-product machinery: per-call scratch space,
+// recycled so that the steady state allocates nothing.
+type matmuls struct {
+	pool    *pool
+	scratch sync.Pool // *mmCall
+	inPlace bool      // float32 weights can be viewed in place
+}
+
+func newMatmuls(p *pool) *matmuls {
+	return &matmuls{pool: p, inPlace: littleEndian()}
+}
+
+// mmCall is one product in flight: the operands, and the buffers that
+// outlive it for the next call. It is the task the pool runs over rows.
+type mmCall struct {
+	w    *matrix
+	dst  []float32 // n rows of ldd = w.rows outputs
+	x    []float32 // float activations (n or n+1 rows)
+	xq   []byte    // quantized activations, n rows
+	n    int
+	wf32 []float32 // w.data viewed as float32 (F32 weights)
+	ref  bool      // use the reference dot products
+
+	// Buffers kept across calls.
+	qbuf []byte
+	xpad []float32
+	opad []float32
+	quan quantizeTask
+}
+
+// quantizeTask quantizes token rows of activations.
+type quantizeTask struct {
+	x     []float32
+	xq    []byte
+	cols  int
+	xRow  int // bytes per quantized row
+	kquan bool
+}
+
+func (q *quantizeTask) run(_, lo, hi int) {
+	x, xq := q.x[lo*q.cols:hi*q.cols], q.xq[lo*q.xRow:hi*q.xRow]
+	var err error
+	if q.kquan {
+		err = vec.QuantizeQ8_K(x, xq)
+	} else {
+		err = vec.QuantizeQ8_0(x, xq)
+	}
+	if err != nil {
+		// Unreachable: the weight types guarantee the block multiple. Poison
+		// the output rather than compute with stale activations.
+		clear(xq)
+	}
+}
+
+func (c *mmCall) run(_, lo, hi int) {
+	w := c.w
+	rows := hi - lo
+	dst := c.dst[lo:]
+	wd := w.data[lo*w.rowBytes : hi*w.rowBytes]
+	typ := w.typ
+	if c.ref {
+		typ = refPath
+	}
+	switch typ {
+	case quant.F32:
+		vec.MatMulF32(dst, w.rows, c.wf32[lo*w.cols:hi*w.cols], c.x, rows, w.cols, c.n)
+	case quant.F16:
+		vec.MatMulF16(dst, w.rows, wd, c.x, rows, w.cols, c.n)
+	case quant.BF16:
+		vec.MatMulBF16(dst, w.rows, wd, c.x, rows, w.cols, c.n)
+	case quant.Q8_0:
+		vec.MatMulQ8_0(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q4_0:
+		vec.MatMulQ4_0(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q4_K:
+		vec.MatMulQ4_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q6_K:
+		vec.MatMulQ6_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	default:
+		// Types without a vec kernel, and float32 weights that cannot be
+		// read in place: the reference dot products, a token at a time
+		// (the same arithmetic for any n).
+		for t := range c.n {
+			quant.MatVec(w.typ, c.dst[t*w.rows+lo:t*w.rows+hi], wd, rows, w.cols, c.x[t*w.cols:(t+1)*w.cols])
+		}
+	}
+}
+
+// chunkRows picks the rows per chunk of a product of n tokens with w.
+func (mm *matmuls) chunkRows(w *matrix, n int) int {
+	threads := mm.pool.n
+	var c int
+	if _, _, q := quantized(w); q {
+		// Cache-sized pieces, and enough of them for the participants to
+		// balance their shares.
+		c = min(chunkBytes/max(w.rowBytes, 1), (w.rows+4*threads-1)/(4*threads))
+	} else if n <= mmTokens {
+		// Decoding: the same, in larger pieces, since vec's float kernels
+		// copy (and allocate) the activations in a tile-friendly order on
+		// every call, which costs about as much as reading a few dozen
+		// rows of weights.
+		c = min(floatChunkBytes/max(w.rowBytes, 1), (w.rows+2*threads-1)/(2*threads))
+	} else {
+		// More tokens make that copy dearer still: give each
+		// participant one chunk, or a few of at least floatChunkRows
+		// rows.
+		per := max(1, w.rows/(threads*floatChunkRows))
+		c = (w.rows + threads*per - 1) / (threads * per)
+	}
+	// Enough work in each to pay for the hand-off.
+	c = max(c, minChunkMACs/max(w.cols*n, 1))
+	return (c + rowAlign - 1) / rowAlign * rowAlign
+}
+
+// quantized returns the activation block type that w's kernels take:
+// (kquant, bytes per row of cols activations), ok false for float weights.
+func quantized(w *matrix) (kquant bool, xRow int, ok bool) {
+	switch w.typ {
+	case quant.Q8_0, quant.Q4_0:
+		return false, w.cols / vec.Q8_0Values * vec.Q8_0Bytes, true
+	case quant.Q4_K, quant.Q6_K:
+		return true, w.cols / vec.Q8_KValues * vec.Q8_KBytes, true
+	}
+	return false, 0, false
+}
+
+func growBytes(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+// product computes dst[t·w.rows + r] = w_r · x_t (+ bias[r]) for n tokens:
+// x holds n rows of w.cols, dst n rows of w.rows.
+func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	c, _ := mm.scratch.Get().(*mmCall)
+	if c == nil {
+		c = new(mmCall)
+	}
+	c.w, c.dst, c.x, c.xq, c.n, c.ref = w, dst[:n*w.rows], x[:n*w.cols], nil, n, false
+	padded := false
+
+	if kq, xRow, ok := quantized(w); ok {
+		// Quantize every token's activations once, before the rows are
+		// split, in parallel by tokens for a long prompt.
+		c.qbuf = growBytes(c.qbuf, n*xRow)
+		c.quan = quantizeTask{x: c.x, xq: c.qbuf, cols: w.cols, xRow: xRow, kquan: kq}
+		mm.pool.run(n, max(1, (n+mm.pool.n-1)/mm.pool.n), &c.quan)
+		c.quan.x = nil
+		c.xq = c.qbuf
+	} else if w.typ == quant.F32 || w.typ == quant.F16 || w.typ == quant.BF16 {
+		if w.typ == quant.F32 {
+			if !mm.inPlace || len(w.data) == 0 || uintptr(unsafe.Pointer(&w.data[0]))%4 != 0 {
+				// Misaligned or big-endian data: the reference path
+				// decodes it.
+				c.ref = true
+			} else {
+				c.wf32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.data[0])), len(w.data)/4)
+			}
+		}
+		if !c.ref && padFloat(n) {
+			padded = true
+			c.xpad = grow(c.xpad, (n+1)*w.cols)
+			copy(c.xpad, c.x)
+			clear(c.xpad[n*w.cols:])
+			c.opad = grow(c.opad, (n+1)*w.rows)
+			c.x, c.dst, c.n = c.xpad, c.opad, n+1
+		}
+	}
+
+	mm.pool.run(w.rows, mm.chunkRows(w, c.n), c)
+	if padded {
+		copy(dst[:n*w.rows], c.opad[:n*w.rows])
+	}
+	if bias != nil {
+		for t := range n {
+			kernels.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)
+		}
+	}
+	c.w, c.dst, c.x, c.xq, c.wf32 = nil, nil, nil, nil, nil
+	mm.scratch.Put(c)
+}
