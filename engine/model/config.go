@@ -126,6 +126,10 @@ func readConfig(f *gguf.File, arch string) (Config, error) {
 	} else {
 		return Config{}, fmt.Errorf("model: no %s.vocab_size, tokenizer.ggml.tokens or token_embd.weight to size the vocabulary: %w", arch, engine.ErrInvalidInput)
 	}
+	// Without its own output matrix the head reuses the token embedding.
+	// Decided here, from the file alone, so that Inspect and Load agree.
+	_, hasOutput := f.Tensor("output.weight")
+	c.TiedOutput = !hasOutput
 	return c, nil
 }
 
