@@ -182,3 +182,21 @@ func wireState(m sched.Mode, s sched.State) batonv1.RequestState {
 	}
 	return batonv1.RequestState_REQUEST_STATE_UNSPECIFIED
 }
+
+// Drain waits until the scheduler holds no request, for the in-flight work
+// of a stopping worker (new RPCs are already refused). When ctx ends first,
+// it closes the scheduler, which ends every remaining request with a clear
+// status (UNAVAILABLE at the caller) and releases its pages.
+func (h *Host) Drain(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for n := len(h.Sched.Snapshot().Requests); n > 0; n = len(h.Sched.Snapshot().Requests) {
+		select {
+		case <-ctx.Done():
+			h.logger.Warn("drain timed out; aborting the remaining requests", "requests", n)
+			_ = h.Sched.Close()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -86,24 +86,8 @@ func (s *Service) Register(srv *svckit.Server) error {
 	s.host.Attach(srv)
 	batonv1.RegisterDecodeServiceServer(srv.GRPC, s)
 	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
-	srv.OnDrain(s.drain)
+	srv.OnDrain(s.host.Drain)
 	return nil
-}
-
-// drain lets running requests finish until ctx's deadline; those still
-// running then are aborted by the scheduler's Close with a clear status.
-func (s *Service) drain(ctx context.Context) {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for len(s.host.Sched.Snapshot().Requests) > 0 {
-		select {
-		case <-ctx.Done():
-			s.logger.Warn("drain timed out; aborting the remaining requests", "requests", len(s.host.Sched.Snapshot().Requests))
-			s.host.Sched.Close()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Close stops the scheduler, unloads the model and closes prefill connections.

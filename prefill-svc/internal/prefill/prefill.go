@@ -75,24 +75,8 @@ func (s *Service) Register(srv *svckit.Server) error {
 	s.host.Attach(srv)
 	batonv1.RegisterPrefillServiceServer(srv.GRPC, s)
 	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
-	srv.OnDrain(s.drain)
+	srv.OnDrain(s.host.Drain)
 	return nil
-}
-
-// drain lets transfers already promised to decode workers finish: new
-// streams are refused by the server (UNAVAILABLE) from the moment draining
-// begins; this waits until the scheduler holds no request or ctx ends.
-func (s *Service) drain(ctx context.Context) {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for len(s.host.Sched.Snapshot().Requests) > 0 {
-		select {
-		case <-ctx.Done():
-			s.logger.Warn("drain timed out; aborting the remaining transfers", "requests", len(s.host.Sched.Snapshot().Requests))
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Close stops the scheduler and unloads the model.
