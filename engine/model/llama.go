@@ -178,25 +178,8 @@ func (s *llamaState) size(c Config, parts, n, nOut, ctx int) {
 func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32) error {
 	c := m.cfg
 	n := len(tokens)
-	switch {
-	case n == 0:
-		return fmt.Errorf("model: no tokens to process: %w", engine.ErrInvalidInput)
-	case cache == nil:
-		return fmt.Errorf("model: nil KV cache: %w", engine.ErrInvalidInput)
-	case cache.Layers() != c.Layers || cache.KVDim() != c.KVDim():
-		return fmt.Errorf("model: KV cache of %d layers × %d, model needs %d × %d: %w",
-			cache.Layers(), cache.KVDim(), c.Layers, c.KVDim(), engine.ErrInvalidInput)
-	case pos < 0 || pos > cache.Len():
-		return fmt.Errorf("model: position %d, want [0, %d] (the cache holds %d positions): %w",
-			pos, cache.Len(), cache.Len(), engine.ErrInvalidInput)
-	case logits != nil && len(logits) != c.Vocab:
-		return fmt.Errorf("model: logits buffer of %d, want the vocabulary size %d: %w", len(logits), c.Vocab, engine.ErrInvalidInput)
-	case pos+n > c.ContextLength:
-		return fmt.Errorf("model: positions %d…%d exceed the context window of %d: %w",
-			pos, pos+n-1, c.ContextLength, engine.ErrContextOverflow)
-	case pos+n > cache.Cap():
-		return fmt.Errorf("model: positions %d…%d exceed the KV cache's %d positions: %w",
-			pos, pos+n-1, cache.Cap(), engine.ErrKVCacheFull)
+	if err := checkForwardArgs(c, n, pos, cache, logits); err != nil {
+		return err
 	}
 	if err := m.checkTokens(tokens, ""); err != nil {
 		return err
@@ -365,4 +348,30 @@ func (m *llama) forward(s *llamaState) error {
 // rows, never inside a sum).
 func (m *llama) matmul(dst []float32, w *matrix, bias []float32, x []float32, n int) {
 	m.mm.product(dst, w, bias, x, n)
+}
+
+// checkForwardArgs checks Forward's arguments against the model's config; it
+// is the one argument contract of every numerics mode.
+func checkForwardArgs(c Config, n, pos int, cache KVCache, logits []float32) error {
+	switch {
+	case n == 0:
+		return fmt.Errorf("model: no tokens to process: %w", engine.ErrInvalidInput)
+	case cache == nil:
+		return fmt.Errorf("model: nil KV cache: %w", engine.ErrInvalidInput)
+	case cache.Layers() != c.Layers || cache.KVDim() != c.KVDim():
+		return fmt.Errorf("model: KV cache of %d layers × %d, model needs %d × %d: %w",
+			cache.Layers(), cache.KVDim(), c.Layers, c.KVDim(), engine.ErrInvalidInput)
+	case pos < 0 || pos > cache.Len():
+		return fmt.Errorf("model: position %d, want [0, %d] (the cache holds %d positions): %w",
+			pos, cache.Len(), cache.Len(), engine.ErrInvalidInput)
+	case logits != nil && len(logits) != c.Vocab:
+		return fmt.Errorf("model: logits buffer of %d, want the vocabulary size %d: %w", len(logits), c.Vocab, engine.ErrInvalidInput)
+	case pos+n > c.ContextLength:
+		return fmt.Errorf("model: positions %d…%d exceed the context window of %d: %w",
+			pos, pos+n-1, c.ContextLength, engine.ErrContextOverflow)
+	case pos+n > cache.Cap():
+		return fmt.Errorf("model: positions %d…%d exceed the KV cache's %d positions: %w",
+			pos, pos+n-1, cache.Cap(), engine.ErrKVCacheFull)
+	}
+	return nil
 }
