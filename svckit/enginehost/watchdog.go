@@ -40,9 +40,17 @@ func stalled(snap sched.Snapshot, after time.Duration) string {
 	if len(busy) == 0 {
 		return ""
 	}
-	since := snap.At.Sub(snap.LastStep)
-	if snap.LastStep.IsZero() {
-		since = busy[0].Age // no step ever: count from the oldest request
+	// The clock starts at the later of the last completed step and the
+	// arrival of the oldest request now waiting for one: an idle worker's
+	// last step may be minutes old, and a request that arrived a moment ago
+	// cannot have been starved for longer than its age.
+	var oldest time.Duration
+	for _, r := range busy {
+		oldest = max(oldest, r.Age)
+	}
+	since := oldest
+	if !snap.LastStep.IsZero() {
+		since = min(since, snap.At.Sub(snap.LastStep))
 	}
 	if since < after {
 		return ""

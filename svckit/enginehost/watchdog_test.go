@@ -23,6 +23,12 @@ func TestStalled(t *testing.T) {
 			Requests: []sched.RequestInfo{req("a", sched.ModeGenerate, sched.StateRunning, time.Minute)}}, ""},
 		{"running, no step for 12s", sched.Snapshot{At: now, LastStep: now.Add(-12 * time.Second),
 			Requests: []sched.RequestInfo{req("a", sched.ModeGenerate, sched.StateRunning, time.Minute)}}, "no forward step for 12s with 1 requests to compute: a (running"},
+		// The regression: after an hour idle, a long prompt's first step
+		// is in progress; the request is 2 s old, so nothing is stalled.
+		{"idle for an hour, new request in its first step", sched.Snapshot{At: now, LastStep: now.Add(-time.Hour), StepRunning: 2 * time.Second,
+			Requests: []sched.RequestInfo{req("n", sched.ModePrefillOnly, sched.StatePrefilling, 2*time.Second)}}, ""},
+		{"idle for an hour, request starved for 11s", sched.Snapshot{At: now, LastStep: now.Add(-time.Hour),
+			Requests: []sched.RequestInfo{req("s", sched.ModeGenerate, sched.StateWaiting, 11*time.Second)}}, "no forward step for 11s with 1 requests to compute: s (waiting"},
 		{"never stepped, old request", sched.Snapshot{At: now,
 			Requests: []sched.RequestInfo{req("q", sched.ModePrefillOnly, sched.StateWaiting, 11*time.Second)}}, "q (waiting"},
 		{"only transfers pending", sched.Snapshot{At: now, LastStep: now.Add(-time.Hour), Requests: []sched.RequestInfo{

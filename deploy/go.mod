@@ -1,0 +1,3 @@
+module github.com/baton-serving/baton/deploy
+
+go 1.26.0
