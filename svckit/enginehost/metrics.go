@@ -1,12 +1,51 @@
 package enginehost
 
 import (
+	"context"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
 )
+
+// Canary requests are the router's probes of a (prefill, decode) pair
+// (router-svc/internal/canary): one tiny real request through a real KV
+// transfer. They carry two labels: a request id starting with
+// CanaryIDPrefix, which is what the scheduler — and so these metrics — know
+// a request by, and the gRPC metadata CanaryMetadataKey: "1" on every call
+// made for them. Workers leave canaries out of the statistics of user
+// traffic (latency histograms, finished and aborted counts) and count them
+// in baton_canary_requests_total instead. Gauges of live state (queues,
+// pages, the oldest request's age) and request listings include them: they
+// hold real resources while they run. The router refuses client request ids
+// with the canary prefix, so no user request is mistaken for one.
+const (
+	CanaryIDPrefix    = "canary-"
+	CanaryMetadataKey = "baton-canary"
+	// AttrCanary (true) marks the spans of a canary request.
+	AttrCanary = attribute.Key("baton.canary")
+)
+
+// IsCanary reports whether the request with this id is a router canary.
+func IsCanary(id string) bool { return strings.HasPrefix(id, CanaryIDPrefix) }
+
+// LabelCanary labels a canary request's work: it marks ctx's span with
+// AttrCanary and adds the canary metadata to ctx for the calls the worker
+// makes for the request (decode's TransferKV to prefill), so that every hop
+// carries the label. For any other request it returns ctx unchanged.
+func LabelCanary(ctx context.Context, id string) (context.Context, bool) {
+	if !IsCanary(id) {
+		return ctx, false
+	}
+	trace.SpanFromContext(ctx).SetAttributes(AttrCanary.Bool(true))
+	return metadata.AppendToOutgoingContext(ctx, CanaryMetadataKey, "1"), true
+}
 
 // Buckets for LLM latencies.
 var (
@@ -22,7 +61,7 @@ type Metrics struct {
 	stalled                                                         prometheus.Gauge
 	violations                                                      atomic.Uint64 // total since start, as the last audit counted
 	ttft, e2e, itl, stepSeconds                                     prometheus.Histogram
-	finished                                                        *prometheus.CounterVec
+	finished, canaries                                              *prometheus.CounterVec
 	aborts                                                          *prometheus.CounterVec
 	KVTransferBytes                                                 prometheus.Counter
 	KVTransferSeconds                                               prometheus.Histogram
@@ -54,6 +93,8 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		stepSeconds:     h("baton_step_seconds", "Duration of one scheduler step (a batched forward pass).", interTokenBuckets),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_requests_finished_total",
 			Help: "Requests released by the scheduler, by finish reason."}, []string{"finish"}),
+		canaries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_canary_requests_total",
+			Help: "Router canary requests released by the scheduler, by finish reason (left out of every other request statistic)."}, []string{"finish"}),
 		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_request_aborts_total",
 			Help: "Requests that ended early, by the stage they were in and the reason."}, []string{"stage", "reason"}),
 		KVTransferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton:kv_transfer_bytes_total",
@@ -62,7 +103,7 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 	}
 	reg.MustRegister(m.running, m.queue, m.prefilling, m.prefillInflight, m.prealloc, m.transfer,
 		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.stalled,
-		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
+		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.canaries, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
 	// The scheduler counts violations itself; the counter shows its count.
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_invariant_violations_total",
 		Help: "Scheduler invariant violations found by audits since start (must stay 0)."},
@@ -85,7 +126,9 @@ func (m *Metrics) Gauges(g sched.Gauges) {
 	m.genThroughput.Set(g.GenThroughput)
 }
 
-// Step implements sched.Observer.
+// Step implements sched.Observer. A step's token gaps are not attributed to
+// requests, but canaries never add any: they ask for one token, and a
+// request's first token has no gap before it.
 func (m *Metrics) Step(s sched.StepStats) {
 	if s.Seqs > 0 {
 		m.stepSeconds.Observe(s.Duration.Seconds())
@@ -97,6 +140,10 @@ func (m *Metrics) Step(s sched.StepStats) {
 
 // RequestDone implements sched.Observer.
 func (m *Metrics) RequestDone(s sched.Summary) {
+	if IsCanary(s.ID) {
+		m.canaries.WithLabelValues(s.Finish.String()).Inc()
+		return
+	}
 	m.finished.WithLabelValues(s.Finish.String()).Inc()
 	if s.TTFT > 0 {
 		m.ttft.Observe(s.TTFT.Seconds())
@@ -105,6 +152,14 @@ func (m *Metrics) RequestDone(s sched.Summary) {
 	switch s.Finish {
 	case sched.FinishCancelled, sched.FinishAborted, sched.FinishError:
 		m.aborts.WithLabelValues(s.Stage.String(), s.Finish.String()).Inc()
+	}
+}
+
+// TransferDone records the duration of request id's completed KV transfer,
+// unless the request is a canary.
+func (m *Metrics) TransferDone(id string, took time.Duration) {
+	if !IsCanary(id) {
+		m.KVTransferSeconds.Observe(took.Seconds())
 	}
 }
 

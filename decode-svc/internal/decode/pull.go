@@ -157,7 +157,7 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 				}
 				_ = stream.CloseSend()
 				s.host.Metrics.KVTransferBytes.Add(float64(rcv.Bytes()))
-				s.host.Metrics.KVTransferSeconds.Observe(time.Since(transferStart).Seconds())
+				s.host.Metrics.TransferDone(r.GetRequestId(), time.Since(transferStart))
 				timing.PrefillSeconds, timing.KvTransferSeconds = done.GetPrefillSeconds(), time.Since(transferStart).Seconds()
 				first := sample.Token{ID: int32(done.GetFirstTokenId()), Logprob: done.GetFirstTokenLogprob().GetLogprob()}
 				for _, alt := range done.GetFirstTokenLogprob().GetTopLogprobs() {

@@ -70,6 +70,9 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 		defer c()
 	}
 	log := s.logger.With("request_id", req.ID)
+	if _, canary := enginehost.LabelCanary(ctx, req.ID); canary {
+		log = log.With("canary", true)
+	}
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(req.ID), tracing.AttrPromptTokens.Int(len(req.Prompt)))
 	defer s.host.TraceRequest(ctx, req.ID)()
 
@@ -135,7 +138,7 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	s.host.Metrics.KVTransferBytes.Add(float64(bytes))
 	switch {
 	case runErr == nil:
-		s.host.Metrics.KVTransferSeconds.Observe(time.Since(start).Seconds())
+		s.host.Metrics.TransferDone(req.ID, time.Since(start))
 		log.DebugContext(ctx, "transfer done", "chunks", chunks, "bytes", bytes, "took", time.Since(start).String())
 		return nil
 	case errors.Is(runErr, kvtransfer.ErrAborted):

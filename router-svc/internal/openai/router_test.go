@@ -97,7 +97,11 @@ func startRouter(t *testing.T, flags ...string) *testRouter {
 	cfg.AddFlags(fs, svckit.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
 	svc.AddFlags(fs)
 	args := append([]string{"--model", modelPath(t), "--prefill", "local", "--decode", lis.Addr().String(),
-		"--load-interval", "50ms", "--api-keys-file", keys, "--max-body-bytes", "65536"}, flags...)
+		"--load-interval", "50ms", "--api-keys-file", keys, "--max-body-bytes", "65536",
+		// These tests count the requests the decode side sees; canary
+		// probes (covered by the canary package and the e2e suite) would
+		// add to them.
+		"--canary-interval", "0"}, flags...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -19,7 +18,7 @@ import (
 
 // localPrefill is the prefill endpoint that asks decode to compute the
 // prompt itself (colocated mode).
-const localPrefill = "local"
+const localPrefill = workers.LocalPrefill
 
 // errAborted is the cancel cause of a request ended by the Abort RPC.
 var errAborted = errors.New("aborted by an Abort call")
@@ -99,20 +98,28 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(r.id))
 
 	var tried []string
+	var failed error // the first attempt's error, when retrying
 	for attempt := 0; ; attempt++ {
 		actx, route := tracing.Start(ctx, tracing.SpanRoute, trace.WithAttributes(
 			tracing.AttrAttempt.Int(attempt), tracing.AttrRetry.Bool(attempt > 0),
 			tracing.AttrPolicy.String(s.prefillPolicyName+"/"+s.decPolicy)))
-		pf, dc, err := s.pick(tried)
+		pair, err := s.pairer.Pick(tried)
 		if err != nil {
+			err = pickStatus(err)
+			if failed != nil {
+				// The failure that made this a retry says more.
+				err = status.Errorf(codes.Unavailable, "%s (no other pair to retry on: %s)",
+					status.Convert(failed).Message(), status.Convert(err).Message())
+			}
 			tracing.EndAborted(ctx, route, tracing.SpanRoute, err)
 			return err
 		}
-		route.SetAttributes(tracing.AttrPrefill.String(endpoint(pf)), tracing.AttrDecode.String(dc.Addr))
-		desc := fmt.Sprintf("prefill=%s decode=%s", endpoint(pf), dc.Addr)
-		r.workers.Store(&desc)
-		log.InfoContext(actx, "routed", "prefill", endpoint(pf), "decode", dc.Addr, "attempt", attempt)
-		started, err := s.relay(actx, r, req, pf, dc, start, send)
+		pf, dc := pair.PrefillAddr(), pair.Decode.Addr
+		route.SetAttributes(tracing.AttrPrefill.String(pf), tracing.AttrDecode.String(dc))
+		r.setRoute(pf, dc)
+		log.InfoContext(actx, "routed", "prefill", pf, "decode", dc, "attempt", attempt)
+		started, err := s.relay(actx, r, req, pair, start, send)
+		pair.Release()
 		endRoute(ctx, route, started, err, attempt)
 		if err == nil {
 			return nil
@@ -123,119 +130,115 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		retry := !started && attempt == 0 && status.Code(err) == codes.Unavailable
-		log.WarnContext(actx, "worker pair failed", "prefill", endpoint(pf), "decode", dc.Addr, "err", err, "retry", retry)
+		retry := retryable(started, attempt, err)
+		log.WarnContext(actx, "worker pair failed", "prefill", pf, "decode", dc, "err", err, "retry", retry)
 		if !retry {
 			return err
 		}
-		tried = append(tried, dc.Addr, endpoint(pf))
+		tried, failed = append(tried, dc, pf), err
 	}
 }
 
-func endpoint(w *workers.Worker) string {
-	if w == nil {
-		return localPrefill
-	}
-	return w.Addr
+// retryable says whether a failed attempt is tried again on another pair:
+// only the first, only when a worker was unavailable (down, lost, draining,
+// or its peer was), and only before anything reached the client.
+func retryable(started bool, attempt int, err error) bool {
+	return !started && attempt == 0 && status.Code(err) == codes.Unavailable
 }
 
-// pick chooses a ready (prefill, decode) pair by policy, avoiding workers in
-// avoid when others are ready. A nil prefill means colocated mode.
-func (s *Service) pick(avoid []string) (*workers.Worker, *workers.Worker, error) {
-	choose := func(set *workers.Set, pol workers.Policy) (*workers.Worker, error) {
-		ready := set.Ready()
-		var fresh []*workers.Worker
-		for _, w := range ready {
-			if !contains(avoid, w.Addr) {
-				fresh = append(fresh, w)
-			}
-		}
-		if len(fresh) > 0 {
-			ready = fresh
-		}
-		if w := pol.Pick(ready); w != nil {
-			return w, nil
-		}
-		var why []string
-		for _, w := range set.Workers {
-			reason := w.LastError()
-			if reason == "" {
-				reason = "not ready"
-			}
-			why = append(why, w.Addr+": "+reason)
-		}
-		return nil, status.Errorf(codes.Unavailable, "no ready %s worker (%s)", roleName(set.Role), strings.Join(why, "; "))
+// pickStatus is the status of a request for which no pair could be picked:
+// RESOURCE_EXHAUSTED (HTTP 429) when the workers are only full, UNAVAILABLE
+// (503) when none can serve.
+func pickStatus(err error) error {
+	var pe *workers.PickError
+	if errors.As(err, &pe) && pe.Full {
+		return status.Errorf(codes.ResourceExhausted, "%v (--max-inflight-per-worker); retry shortly", err)
 	}
-	var pf *workers.Worker
-	if s.prefills != nil {
-		var err error
-		if pf, err = choose(s.prefills, s.prefillPolicy); err != nil {
-			return nil, nil, err
-		}
-	}
-	dc, err := choose(s.decodes, s.decodePolicy)
-	return pf, dc, err
+	return status.Error(codes.Unavailable, err.Error())
 }
 
-func roleName(r batonv1.WorkerRole) string {
-	if r == batonv1.WorkerRole_WORKER_ROLE_PREFILL {
-		return "prefill"
-	}
-	return "decode"
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-// relay runs the request on decode dc (pulling KV from pf) and forwards its
-// events. started reports whether any event reached the client.
-func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pf, dc *workers.Worker, start time.Time, send func(*batonv1.GenerateEvent) error) (started bool, err error) {
+// relay runs the request on the pair's decode worker (which pulls the KV
+// cache from its prefill worker) and forwards its events. Events before the
+// first token (the echoed prompt) are held back until it comes, so that an
+// attempt that fails before then can be retried on another pair without the
+// client seeing anything twice. started reports whether any event reached
+// the client.
+func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pair *workers.Pair, start time.Time, send func(*batonv1.GenerateEvent) error) (started bool, err error) {
 	ctx, span := tracing.Start(ctx, tracing.SpanStream)
 	defer func() {
 		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))
 		tracing.RecordError(span, err)
 		span.End()
 	}()
-	releaseD := dc.Acquire()
-	defer releaseD()
-	if pf != nil {
-		releaseP := pf.Acquire()
-		defer releaseP()
+	// A worker the router loses (its connection broke, or its load
+	// reports stopped) ends the attempt at once rather than leave it
+	// waiting on a peer that is gone; the prefill worker matters only
+	// until the first token, when its part is done.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	follow := func(w *workers.Worker) (stop func() bool) {
+		lost := w.Lost()
+		return context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
 	}
-	stream, err := batonv1.NewDecodeServiceClient(dc.Conn).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
-		Request: req, PrefillEndpoint: endpoint(pf)})
+	defer follow(pair.Decode)()
+	stopPrefill := func() bool { return false }
+	if pair.Prefill != nil {
+		stopPrefill = follow(pair.Prefill)
+	}
+	defer stopPrefill()
+	dc := pair.Decode
+	stream, err := batonv1.NewDecodeServiceClient(dc.Conn()).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
+		Request: req, PrefillEndpoint: pair.PrefillAddr()})
 	if err != nil {
-		return false, workerErr(dc, err)
+		return false, attemptErr(ctx, dc, err)
 	}
 	r.setState(batonv1.RequestState_REQUEST_STATE_PREALLOC)
 	var first time.Time
+	var held []*batonv1.GenerateEvent
+	forward := func(ev *batonv1.GenerateEvent) error {
+		for _, h := range held {
+			if err := send(h); err != nil {
+				return err
+			}
+			started = true
+		}
+		held = nil
+		if ev == nil {
+			return nil
+		}
+		if err := send(ev); err != nil {
+			return err
+		}
+		started = true
+		return nil
+	}
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			return started, nil
+			return started, forward(nil)
 		}
 		if err != nil {
-			return started, workerErr(dc, err)
+			return started, attemptErr(ctx, dc, err)
 		}
 		ev := resp.GetEvent()
 		now := time.Now()
+		done := ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED
 		if len(ev.GetTokenIds()) > 0 {
 			if first.IsZero() {
 				first = now
 				span.AddEvent(tracing.EventFirstToken)
 				s.metrics.ttft.Observe(now.Sub(start).Seconds())
 				r.setState(batonv1.RequestState_REQUEST_STATE_RUNNING)
+				stopPrefill()
+				pair.ReleasePrefill()
 			}
 			r.generated.Add(int64(len(ev.GetTokenIds())))
 			r.progress.Store(now.UnixNano())
+		} else if first.IsZero() && !done {
+			held = append(held, ev)
+			continue
 		}
-		if ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+		if done {
 			if ev.Timing == nil {
 				ev.Timing = &batonv1.Timing{}
 			}
@@ -247,10 +250,9 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 				ev.Timing = nil
 			}
 		}
-		if err := send(ev); err != nil {
+		if err := forward(ev); err != nil {
 			return true, err
 		}
-		started = true
 	}
 }
 
@@ -259,7 +261,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 // failed for good) is an abort in stage stream, where relay runs. The retry
 // test is run's.
 func endRoute(ctx context.Context, span trace.Span, started bool, err error, attempt int) {
-	if err != nil && ctx.Err() == nil && !started && attempt == 0 && status.Code(err) == codes.Unavailable {
+	if err != nil && ctx.Err() == nil && retryable(started, attempt, err) {
 		tracing.RecordError(span, err)
 		span.End()
 		return
@@ -267,8 +269,13 @@ func endRoute(ctx context.Context, span trace.Span, started bool, err error, att
 	tracing.EndAborted(ctx, span, tracing.SpanStream, err)
 }
 
-// workerErr keeps a worker's status code and names the worker in the message.
-func workerErr(w *workers.Worker, err error) error {
+// attemptErr is the status of a failed attempt on decode worker dc: the
+// worker's own status, naming the worker; or UNAVAILABLE with the reason
+// when the router lost one of the pair's workers (the cause of ctx).
+func attemptErr(ctx context.Context, dc *workers.Worker, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, workers.ErrLost) {
+		return status.Error(codes.Unavailable, cause.Error())
+	}
 	st := status.Convert(err)
-	return status.Errorf(st.Code(), "decode %s: %s", w.Addr, st.Message())
+	return status.Errorf(st.Code(), "decode %s: %s", dc.Addr, st.Message())
 }

@@ -2,12 +2,14 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/reconcile"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,6 +28,17 @@ type request struct {
 	generated atomic.Int64
 	progress  atomic.Int64 // unix nanos of the last progress
 	workers   atomic.Pointer[string]
+	route     atomic.Pointer[route] // the current attempt's pair; nil before the first
+}
+
+// route is the pair an attempt runs on.
+type route struct{ prefill, decode string }
+
+// setRoute records the current attempt's pair.
+func (r *request) setRoute(prefill, decode string) {
+	desc := fmt.Sprintf("prefill=%s decode=%s", prefill, decode)
+	r.workers.Store(&desc)
+	r.route.Store(&route{prefill, decode})
 }
 
 func (r *request) setState(s batonv1.RequestState) {
@@ -87,6 +100,21 @@ func (t *inflight) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.reqs)
+}
+
+// entries lists the requests and their pairs for reconciliation.
+func (t *inflight) entries() []reconcile.Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]reconcile.Entry, 0, len(t.reqs))
+	for _, r := range t.reqs {
+		e := reconcile.Entry{ID: r.id}
+		if rt := r.route.Load(); rt != nil {
+			e.Prefill, e.Decode = rt.prefill, rt.decode
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // list returns every request, oldest first.

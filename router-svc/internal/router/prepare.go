@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/canary"
 	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,6 +34,8 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 		req.RequestId = newRequestID()
 	} else if err := apiconv.ValidRequestID(req.GetRequestId()); err != nil {
 		return nil, bad("%v", err)
+	} else if canary.ReservedID(req.GetRequestId()) {
+		return nil, bad("request_id %q: ids starting with %q are reserved for the router's canary", req.GetRequestId(), canary.IDPrefix)
 	}
 
 	vocab := s.cfg.Vocab

@@ -84,6 +84,7 @@ func TestPrepareRejects(t *testing.T) {
 	}{
 		{"unknown model", &batonv1.GenerateRequest{Model: "gpt-9", Prompt: "x"}, codes.NotFound, `model "gpt-9"`},
 		{"bad id", &batonv1.GenerateRequest{RequestId: "a b", Prompt: "x"}, codes.InvalidArgument, "request_id"},
+		{"canary id", &batonv1.GenerateRequest{RequestId: "canary-0123", Prompt: "x"}, codes.InvalidArgument, "reserved for the router's canary"},
 		{"both prompts", &batonv1.GenerateRequest{Prompt: "x", PromptTokenIds: []uint32{1}}, codes.InvalidArgument, "prompt: set prompt or prompt_token_ids"},
 		{"id beyond vocabulary", &batonv1.GenerateRequest{PromptTokenIds: []uint32{1, 9999}}, codes.InvalidArgument, "prompt_token_ids[1]"},
 		{"invalid utf-8", &batonv1.GenerateRequest{Prompt: "a\xffb"}, codes.InvalidArgument, "UTF-8"},

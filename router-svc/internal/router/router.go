@@ -5,7 +5,6 @@ package router
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -19,7 +18,9 @@ import (
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/gen/openapi"
+	"github.com/baton-serving/baton/router-svc/internal/canary"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
+	"github.com/baton-serving/baton/router-svc/internal/reconcile"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -42,10 +43,11 @@ type Service struct {
 	contextLength                int
 	loadInterval                 time.Duration
 	limits                       limitFlags
+	fleet                        fleetFlags
 
 	// Set by Validate and Open.
-	prefillAddrs, decodeAddrs   []string
-	prefillPolicy, decodePolicy workers.Policy
+	prefillSrc, decodeSrc       workers.Source // prefillSrc nil in colocated mode
+	prefillPolicy, decodePolicy *workers.Policy
 	tok                         *tokenizer.Tokenizer
 	cfg                         model.Config
 	fingerprint                 string
@@ -55,15 +57,19 @@ type Service struct {
 	chatTemplate                *openai.ChatTemplate
 
 	// Set by Register.
-	logger    *slog.Logger
-	Draining  func() bool
-	prefills  *workers.Set // nil in colocated mode
-	decodes   *workers.Set
-	inflight  *inflight
-	metrics   *metrics
-	gwConn    *grpc.ClientConn
-	stopWatch context.CancelFunc
-	watching  sync.WaitGroup
+	logger     *slog.Logger
+	Draining   func() bool
+	prefills   *workers.Set // nil in colocated mode
+	decodes    *workers.Set
+	pairer     *workers.Pairer
+	canary     *canary.Tracker // nil: canary off
+	prober     *canary.Prober  // nil: canary off
+	reconciler *reconcile.Reconciler
+	inflight   *inflight
+	metrics    *metrics
+	gwConn     *grpc.ClientConn
+	stopWatch  context.CancelFunc
+	watching   sync.WaitGroup
 }
 
 // New returns an unconfigured router; svckit.Main configures and runs it.
@@ -72,25 +78,30 @@ func New() *Service { return &Service{inflight: newInflight(), Draining: func() 
 // AddFlags registers the router's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.ModelBase.AddFlags(fs)
-	fs.StringVar(&s.prefill, "prefill", "127.0.0.1:8082", `prefill workers' gRPC addresses, comma-separated host:port list, or "local" to have decode workers compute prompts themselves (colocated mode)`)
-	fs.StringVar(&s.decode, "decode", "127.0.0.1:8084", "decode workers' gRPC addresses, comma-separated host:port list")
-	fs.StringVar(&s.prefillPolicyName, "prefill-policy", "least-load", "how to choose a prefill worker: round-robin or least-load")
-	fs.StringVar(&s.decPolicy, "decode-policy", "least-load", "how to choose a decode worker: round-robin or least-load")
+	fs.StringVar(&s.prefill, "prefill", "127.0.0.1:8082", `prefill workers: a comma-separated host:port list, dns:///NAME:PORT for every A/AAAA record of NAME (a headless Service; re-resolved every --resolve-interval), or "local" to have decode workers compute prompts themselves (colocated mode)`)
+	fs.StringVar(&s.decode, "decode", "127.0.0.1:8084", "decode workers: a comma-separated host:port list, or dns:///NAME:PORT for every A/AAAA record of NAME (re-resolved every --resolve-interval)")
+	policies := strings.Join(workers.PolicyNames, ", ")
+	fs.StringVar(&s.prefillPolicyName, "prefill-policy", "least-load", "how to choose a prefill worker: "+policies)
+	fs.StringVar(&s.decPolicy, "decode-policy", "least-load", "how to choose a decode worker: "+policies)
 	fs.IntVar(&s.maxNewTokens, "max-new-tokens", 256, "tokens generated when a request does not say (capped by the context window)")
 	fs.IntVar(&s.contextLength, "context-length", 0, "context window in tokens (0: the model's own); must match the workers'")
 	fs.DurationVar(&s.loadInterval, "load-interval", time.Second, "how often workers report their load")
 	s.limits.addFlags(fs)
+	s.fleet.addFlags(fs)
 }
 
 // Validate checks the router's flags.
 func (s *Service) Validate() error {
 	var err error
+	if err := s.fleet.validate(); err != nil {
+		return err
+	}
 	if strings.TrimSpace(s.prefill) != localPrefill {
-		if s.prefillAddrs, err = parseAddrList(s.prefill); err != nil {
+		if s.prefillSrc, err = workers.ParseTarget(s.prefill, s.fleet.dnsServer); err != nil {
 			return fmt.Errorf("--prefill: %w", err)
 		}
 	}
-	if s.decodeAddrs, err = parseAddrList(s.decode); err != nil {
+	if s.decodeSrc, err = workers.ParseTarget(s.decode, s.fleet.dnsServer); err != nil {
 		return fmt.Errorf("--decode: %w", err)
 	}
 	if s.prefillPolicy, err = workers.NewPolicy(s.prefillPolicyName); err != nil {
@@ -112,24 +123,6 @@ func (s *Service) Validate() error {
 	}
 	s.limit = newLimiter(s.limits.maxConcurrent)
 	return nil
-}
-
-func parseAddrList(v string) ([]string, error) {
-	var out []string
-	for _, a := range strings.Split(v, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if err := svckit.ValidateAddr(a); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("at least one host:port is required")
-	}
-	return out, nil
 }
 
 // Open resolves the model and reads its tokenizer and hyper-parameters; the
@@ -154,46 +147,24 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 }
 
 // Register installs RouterService, its REST gateway, the OpenAPI document and
-// the OpenAI-compatible API, and starts watching the workers.
+// the OpenAI-compatible API, and starts discovering and watching the workers
+// and, unless --canary-interval is 0, probing their pairs.
 func (s *Service) Register(srv *svckit.Server) error {
 	s.logger = srv.Logger
 	s.Draining = srv.Draining
 	s.metrics = newMetrics(srv.Registry, s.inflight)
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), srv.Tracing.DialOption()}
-	var err error
-	if s.prefillAddrs != nil {
-		if s.prefills, err = workers.NewSet(batonv1.WorkerRole_WORKER_ROLE_PREFILL, s.prefillAddrs, s.fingerprint, s.loadInterval, s.logger, dial...); err != nil {
-			return err
-		}
-	}
-	if s.decodes, err = workers.NewSet(batonv1.WorkerRole_WORKER_ROLE_DECODE, s.decodeAddrs, s.fingerprint, s.loadInterval, s.logger, dial...); err != nil {
+	if err := s.startFleet(srv); err != nil {
 		return err
 	}
-	watchCtx, stop := context.WithCancel(context.Background())
-	s.stopWatch = stop
-	for _, set := range []*workers.Set{s.prefills, s.decodes} {
-		if set == nil {
-			continue
-		}
-		s.watching.Add(1)
-		go func() { defer s.watching.Done(); set.Watch(watchCtx) }()
-	}
-	srv.AddReadinessCheck("workers", func(context.Context) error {
-		if s.prefills != nil && len(s.prefills.Ready()) == 0 {
-			return errors.New("no ready prefill worker")
-		}
-		if len(s.decodes.Ready()) == 0 {
-			return errors.New("no ready decode worker")
-		}
-		return nil
-	})
-	srv.Logger.Info("workers", "prefill", s.prefill, "decode", s.decodeAddrs, "model", s.modelID, "fingerprint", s.fingerprint)
+	srv.Logger.Info("workers", "prefill", s.prefill, "decode", s.decode, "model", s.modelID, "fingerprint", s.fingerprint,
+		"prefill_policy", s.prefillPolicyName, "decode_policy", s.decPolicy, "canary_interval", s.fleet.canaryInterval.String())
 
 	// With --api-keys-file, RouterService (and so the REST gateway, which
 	// forwards the Authorization header) requires a key; health and
 	// reflection stay open.
 	srv.GRPC.RegisterService(s.keys.Guard(&batonv1.RouterService_ServiceDesc), s)
 	srv.HandleDebugRequests(s.inflight.list)
+	srv.Mux.HandleFunc("GET /debug/workers", s.serveDebugWorkers)
 	if err := s.registerGateway(srv); err != nil {
 		return err
 	}
@@ -226,16 +197,12 @@ func (s *Service) registerGateway(srv *svckit.Server) error {
 	return nil
 }
 
-// Close stops watching workers and closes connections.
+// Close stops the canary and the workers' watches and closes every
+// connection.
 func (s *Service) Close() error {
 	if s.stopWatch != nil {
 		s.stopWatch()
-		s.watching.Wait()
-	}
-	for _, set := range []*workers.Set{s.prefills, s.decodes} {
-		if set != nil {
-			set.Close()
-		}
+		s.watching.Wait() // the sets' Run close their connections
 	}
 	if s.gwConn != nil {
 		return s.gwConn.Close()
