@@ -1,0 +1,111 @@
+// An emulated CUDA driver: a libcuda.so.1 with the few driver API
+// functions that the cuda package calls, which runs kernels.cu on the CPU
+// through cuda_fp16.h. A test binary built with -tags cuda runs against it
+// with LD_LIBRARY_PATH pointing here, which tests the Go side (launch
+// arguments, offsets, contexts, copies) and the kernels together without a
+// GPU. Device pointers are host pointers; every copy and memset is checked
+// to stay inside an allocation (an error aborts), and every call but the
+// device queries needs the context current, as the real driver does.
+//
+// The table of kernels below spells out each kernel's parameter types, as
+// the driver learns them from the PTX: keep it in step with kernels.cu.
+#include "cuda_fp16.h"
+#include "../kernels.cu"
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+typedef unsigned long long CUdeviceptr;
+static thread_local std::vector<void*> ctxStack;
+static int primaryCtx;  // its address is the context handle
+static std::mutex allocMu;
+static std::map<uintptr_t, size_t> allocs;
+static bool inRange(uintptr_t p, size_t n) {
+  std::lock_guard<std::mutex> g(allocMu);
+  auto it = allocs.upper_bound(p);
+  if (it == allocs.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second;
+}
+#define NEEDCTX if (ctxStack.empty() || ctxStack.back() != &primaryCtx) { fprintf(stderr, "emu: %s without a current context\n", __func__); return 201; }
+#define NEED(p, n) if (!inRange((uintptr_t)(p), (n))) { fprintf(stderr, "emu: %s: [%#llx, +%zu) outside every allocation\n", __func__, (unsigned long long)(p), (size_t)(n)); abort(); }
+struct Fn { std::string name; void (*tramp)(dim3, dim3, void**); };
+#define P(i, T) (*(T*)params[i])
+static void t_mm(void (*k)(float*, const u8*, const float*, int, int, int, i64), dim3 g, dim3 b, void** params) {
+  launch(g, b, k, P(0, float*), P(1, const u8*), P(2, const float*), P(3, int), P(4, int), P(5, int), P(6, i64));
+}
+static std::map<std::string, void (*)(dim3, dim3, void**)> kernels_ = {
+  {"mm_f32", [](dim3 g, dim3 b, void** p) { t_mm(mm_f32, g, b, p); }},
+  {"mm_f16", [](dim3 g, dim3 b, void** p) { t_mm(mm_f16, g, b, p); }},
+  {"mm_bf16", [](dim3 g, dim3 b, void** p) { t_mm(mm_bf16, g, b, p); }},
+  {"mm_q8_0", [](dim3 g, dim3 b, void** p) { t_mm(mm_q8_0, g, b, p); }},
+  {"mm_q4_0", [](dim3 g, dim3 b, void** p) { t_mm(mm_q4_0, g, b, p); }},
+  {"embed", [](dim3 g, dim3 b, void** params) { launch(g, b, embed, P(0, float*), P(1, const u8*), P(2, const int*), P(3, int), P(4, i64), P(5, int)); }},
+  {"rmsnorm", [](dim3 g, dim3 b, void** params) { launch(g, b, rmsnorm, P(0, float*), P(1, const float*), P(2, const float*), P(3, int), P(4, float)); }},
+  {"rope", [](dim3 g, dim3 b, void** params) { launch(g, b, rope, P(0, float*), P(1, const float*), P(2, const float*), P(3, int), P(4, int), P(5, int), P(6, int)); }},
+  {"softmax_rows", [](dim3 g, dim3 b, void** params) { launch(g, b, softmax_rows, P(0, float*), P(1, int)); }},
+  {"silu_mul", [](dim3 g, dim3 b, void** params) { launch(g, b, silu_mul, P(0, float*), P(1, const float*), P(2, const float*), P(3, i64)); }},
+  {"add_bcast", [](dim3 g, dim3 b, void** params) { launch(g, b, add_bcast, P(0, float*), P(1, const float*), P(2, const float*), P(3, i64), P(4, i64)); }},
+  {"kv_store", [](dim3 g, dim3 b, void** params) { launch(g, b, kv_store, P(0, u8*), P(1, const float*), P(2, const float*), P(3, const int*), P(4, int), P(5, int), P(6, i64), P(7, i64), P(8, i64), P(9, int)); }},
+  {"attention", [](dim3 g, dim3 b, void** params) { launch(g, b, attention, P(0, float*), P(1, const float*), P(2, const u8*), P(3, const int*), P(4, const int*), P(5, int), P(6, int), P(7, int), P(8, int), P(9, i64), P(10, i64), P(11, i64), P(12, int), P(13, float)); }},
+};
+extern "C" {
+int cuInit(unsigned) { return 0; }
+int cuDriverGetVersion(int* v) { *v = 13000; return 0; }
+int cuDeviceGetCount(int* n) { *n = 1; return 0; }
+int cuDeviceGet(int* d, int ord) { if (ord != 0) return 101; *d = 0; return 0; }
+int cuDeviceGetAttribute(int* v, int attr, int) { *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; return 0; }
+int cuDeviceGetName(char* name, int len, int) { snprintf(name, len, "emulated GPU (kernels/cuda/emu)"); return 0; }
+int cuDeviceTotalMem_v2(size_t* b, int) { *b = 1ull << 30; return 0; }
+int cuDevicePrimaryCtxRetain(void** c, int) { *c = &primaryCtx; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int) { return 0; }
+int cuCtxPushCurrent_v2(void* c) { ctxStack.push_back(c); return 0; }
+int cuCtxPopCurrent_v2(void** c) { if (ctxStack.empty()) return 201; if (c) *c = ctxStack.back(); ctxStack.pop_back(); return 0; }
+int cuCtxSynchronize() { NEEDCTX; return 0; }
+int cuModuleLoadData(void** m, const void* image) {
+  NEEDCTX;
+  std::string s((const char*)image);
+  // Any image naming the kernels will do: the functions are compiled in.
+  if (s.find(".entry attention") == std::string::npos && s.find("EMULATED") == std::string::npos) return 218;  // CUDA_ERROR_INVALID_PTX
+  *m = new int(1); return 0;
+}
+int cuModuleLoadDataEx(void** m, const void* image, unsigned, void*, void*) { return cuModuleLoadData(m, image); }
+int cuModuleGetFunction(void** f, void*, const char* name) {
+  NEEDCTX;
+  auto it = kernels_.find(name);
+  if (it == kernels_.end()) return 500;
+  *f = new Fn{name, it->second}; return 0;
+}
+int cuModuleUnload(void* m) { delete (int*)m; return 0; }
+int cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  NEEDCTX;
+  if (n == 0) return 1;
+  void* m = aligned_alloc(256, (n + 255) / 256 * 256);
+  memset(m, 0xCD, n);  // garbage, as device memory is
+  { std::lock_guard<std::mutex> g(allocMu); allocs[(uintptr_t)m] = n; }
+  *p = (CUdeviceptr)m; return 0;
+}
+int cuMemFree_v2(CUdeviceptr p) {
+  NEEDCTX;
+  std::lock_guard<std::mutex> g(allocMu);
+  if (!allocs.erase((uintptr_t)p)) { fprintf(stderr, "emu: freeing %#llx, not an allocation\n", p); abort(); }
+  free((void*)p); return 0;
+}
+int cuMemsetD32_v2(CUdeviceptr p, unsigned v, size_t n) { NEEDCTX; NEED(p, 4 * n); for (size_t i = 0; i < n; i++) ((unsigned*)p)[i] = v; return 0; }
+int cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { NEEDCTX; NEED(p, n); memset((void*)p, v, n); return 0; }
+int cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) { NEEDCTX; NEED(d, n); memcpy((void*)d, s, n); return 0; }
+int cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) { NEEDCTX; NEED(s, n); memcpy(d, (void*)s, n); return 0; }
+int cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
+  NEEDCTX; NEED(d, n); NEED(s, n);
+  if ((d < s + n) && (s < d + n)) { fprintf(stderr, "emu: overlapping DtoD copy\n"); abort(); }
+  memcpy((void*)d, (void*)s, n); return 0;
+}
+int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
+  NEEDCTX;
+  if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || bx * by * bz > 1024 || shared != 0 || stream != nullptr || extra != nullptr) return 1;
+  Fn* fn = (Fn*)f;
+  fn->tramp(dim3(gx, gy, gz), dim3(bx, by, bz), params);
+  return 0;
+}
+}

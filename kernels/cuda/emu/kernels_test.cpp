@@ -1,0 +1,219 @@
+// Tests of kernels.cu's kernels on the CPU emulation of cuda_fp16.h,
+// against references written here independently of the kernels (and of
+// the Go code): weight products of every type and odd shape, embedding,
+// the row and elementwise operations, KV stores at the layout's byte
+// offsets, and paged attention over scattered pages.
+#include "cuda_fp16.h"
+#include "../kernels.cu"
+#include <cstdio>
+#include <random>
+static std::mt19937 rng(1);
+static float rnd(float lo = -1, float hi = 1) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+static int fails = 0;
+#define CHECK(cond, ...) do { if (!(cond)) { fails++; if (fails < 30) { printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } } while (0)
+static uint16_t h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+static float hf(uint16_t u) { return __half2float(__ushort_as_half(u)); }
+
+// Reference dequantization of one row, independent of the kernels.
+static std::vector<double> deq(int typ, const uint8_t* row, int cols) {
+  std::vector<double> o(cols);
+  for (int k = 0; k < cols; k++) {
+    switch (typ) {
+    case 0: { float f; memcpy(&f, row + 4 * k, 4); o[k] = f; break; }
+    case 1: { uint16_t u; memcpy(&u, row + 2 * k, 2); o[k] = hf(u); break; }
+    case 30: { uint16_t u; memcpy(&u, row + 2 * k, 2); unsigned b = (unsigned)u << 16; float f; memcpy(&f, &b, 4); o[k] = f; break; }
+    case 8: { const uint8_t* bp = row + 34 * (k / 32); uint16_t d; memcpy(&d, bp, 2); o[k] = (double)hf(d) * (int8_t)bp[2 + k % 32]; break; }
+    case 2: { const uint8_t* bp = row + 18 * (k / 32); uint16_t d; memcpy(&d, bp, 2); int j = k % 32;
+      int nib = j < 16 ? (bp[2 + j] & 15) : (bp[2 + j - 16] >> 4); o[k] = (double)hf(d) * (nib - 8); break; }
+    }
+  }
+  return o;
+}
+static int rowBytes(int typ, int cols) {
+  switch (typ) { case 0: return 4 * cols; case 1: case 30: return 2 * cols; case 8: return cols / 32 * 34; case 2: return cols / 32 * 18; }
+  return 0;
+}
+static std::vector<uint8_t> randWeights(int typ, int rows, int cols) {
+  std::vector<uint8_t> w(rows * rowBytes(typ, cols) + 16);
+  uint8_t* p = w.data();
+  for (int r = 0; r < rows; r++) {
+    for (int k = 0; k < cols; k++) {
+      switch (typ) {
+      case 0: { float f = rnd(); memcpy(p, &f, 4); p += 4; break; }
+      case 1: { uint16_t u = h(rnd()); memcpy(p, &u, 2); p += 2; break; }
+      case 30: { float f = rnd(); unsigned b; memcpy(&b, &f, 4); uint16_t u = b >> 16; memcpy(p, &u, 2); p += 2; break; }
+      case 8: if (k % 32 == 0) { uint16_t d = h(rnd(0.001, 0.02)); memcpy(p, &d, 2); p += 2; for (int j = 0; j < 32; j++) *p++ = (uint8_t)(int8_t)(rng() % 255 - 127); } break;
+      case 2: if (k % 32 == 0) { uint16_t d = h(rnd(0.01, 0.1)); memcpy(p, &d, 2); p += 2; for (int j = 0; j < 16; j++) *p++ = (uint8_t)rng(); } break;
+      }
+    }
+  }
+  return w;
+}
+
+static void testMatmul() {
+  int types[] = {0, 1, 30, 8, 2};
+  const char* names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  void (*fns[])(float*, const u8*, const float*, int, int, int, i64) = {mm_f32, mm_f16, mm_bf16, mm_q8_0, mm_q4_0};
+  for (int ti = 0; ti < 5; ti++) {
+    int typ = types[ti];
+    int colsList[] = {64, 96, 68, 172};
+    for (int cols : colsList) {
+      if ((typ == 8 || typ == 2) && cols % 32) continue;
+      for (int tokens : {1, 3, 9}) {
+        for (int xoff : {0, 1}) {  // an unaligned x takes the scalar path
+          int rows = 37;
+          auto w = randWeights(typ, rows, cols);
+          std::vector<float> xb(tokens * cols + 4), dst(tokens * rows, NAN);
+          for (auto& v : xb) v = rnd();
+          float* x = xb.data() + xoff;
+          launch(dim3((rows + MM_WARPS - 1) / MM_WARPS, (tokens + MM_TOK - 1) / MM_TOK), dim3(32, MM_WARPS), fns[ti], dst.data(), (const u8*)w.data(), (const float*)x, rows, cols, tokens, (i64)rowBytes(typ, cols));
+          for (int r = 0; r < rows; r++) {
+            auto wr = deq(typ, w.data() + (size_t)r * rowBytes(typ, cols), cols);
+            for (int t = 0; t < tokens; t++) {
+              double s = 0, a = 0;
+              for (int k = 0; k < cols; k++) { s += wr[k] * x[t * cols + k]; a += std::fabs(wr[k] * x[t * cols + k]); }
+              double got = dst[t * rows + r];
+              CHECK(std::fabs(got - s) <= 1e-5 * a + 1e-30, "mm_%s cols %d tokens %d xoff %d [%d,%d]: %g want %g", names[ti], cols, tokens, xoff, t, r, got, s);
+            }
+          }
+        }
+      }
+    }
+    // embed
+    int cols = 64, rows = 10;
+    auto w = randWeights(typ, rows, cols);
+    int ids[] = {3, 0, 9, 3};
+    std::vector<float> dst(4 * cols);
+    launch(dim3(4), dim3(256), embed, dst.data(), (const u8*)w.data(), (const int*)ids, cols, (i64)rowBytes(typ, cols), typ);
+    for (int i = 0; i < 4; i++) {
+      auto wr = deq(typ, w.data() + (size_t)ids[i] * rowBytes(typ, cols), cols);
+      for (int k = 0; k < cols; k++) CHECK((double)dst[i * cols + k] == (double)(float)wr[k], "embed %s [%d,%d] %g want %g", names[ti], i, k, dst[i * cols + k], wr[k]);
+    }
+  }
+}
+
+static void testRows() {
+  // rmsnorm, in place and not
+  int rows = 3, cols = 300;
+  std::vector<float> x(rows * cols), w(cols), d(rows * cols);
+  for (auto& v : x) v = rnd(-3, 3);
+  for (auto& v : w) v = rnd();
+  for (int inplace = 0; inplace < 2; inplace++) {
+    std::vector<float> xi = x;
+    float* out = inplace ? xi.data() : d.data();
+    launch(dim3(rows), dim3(256), rmsnorm, out, (const float*)xi.data(), (const float*)w.data(), cols, 1e-5f);
+    for (int r = 0; r < rows; r++) {
+      double ss = 0; for (int k = 0; k < cols; k++) ss += (double)x[r * cols + k] * x[r * cols + k];
+      double sc = 1 / std::sqrt(ss / cols + 1e-5);
+      for (int k = 0; k < cols; k++) { double want = x[r * cols + k] * sc * w[k]; CHECK(std::fabs(out[r * cols + k] - want) <= 1e-6 * (1 + std::fabs(want)), "rmsnorm %d %d: %g want %g", r, k, out[r * cols + k], want); }
+    }
+  }
+  // rope
+  for (int neox = 0; neox < 2; neox++) {
+    int rows = 2, heads = 3, hd = 10, half = 4;  // partial rotation: 8 of 10
+    std::vector<float> xr(rows * heads * hd), c(rows * half), s(rows * half);
+    for (auto& v : xr) v = rnd();
+    for (int i = 0; i < rows * half; i++) { double th = rnd(-3, 3); c[i] = std::cos(th); s[i] = std::sin(th); }
+    auto x0 = xr;
+    launch(dim3(rows), dim3(256), rope, xr.data(), (const float*)c.data(), (const float*)s.data(), heads, hd, half, neox);
+    for (int r = 0; r < rows; r++) for (int hh = 0; hh < heads; hh++) {
+      const float* a = &x0[(r * heads + hh) * hd]; const float* g = &xr[(r * heads + hh) * hd];
+      std::vector<double> want(a, a + hd);
+      for (int j = 0; j < half; j++) {
+        int ia = neox ? j : 2 * j, ib = neox ? j + half : 2 * j + 1;
+        want[ia] = (double)a[ia] * c[r * half + j] - (double)a[ib] * s[r * half + j];
+        want[ib] = (double)a[ia] * s[r * half + j] + (double)a[ib] * c[r * half + j];
+      }
+      for (int k = 0; k < hd; k++) CHECK(std::fabs(g[k] - want[k]) < 1e-6, "rope neox %d r %d h %d k %d: %g want %g", neox, r, hh, k, g[k], want[k]);
+    }
+  }
+  // softmax
+  {
+    int rows = 3, cols = 1000;
+    std::vector<float> xs(rows * cols);
+    for (auto& v : xs) v = rnd(-20, 20);
+    auto x0 = xs;
+    launch(dim3(rows), dim3(256), softmax_rows, xs.data(), cols);
+    for (int r = 0; r < rows; r++) {
+      double m = -1e300, s = 0; for (int k = 0; k < cols; k++) m = std::max(m, (double)x0[r * cols + k]);
+      for (int k = 0; k < cols; k++) s += std::exp(x0[r * cols + k] - m);
+      for (int k = 0; k < cols; k++) { double want = std::exp(x0[r * cols + k] - m) / s; CHECK(std::fabs(xs[r * cols + k] - want) <= 1e-6 * want + 1e-12, "softmax %d %d", r, k); }
+    }
+  }
+  // silu_mul, add_bcast
+  {
+    int n = 1000;
+    std::vector<float> g(n), u(n), d(n), b(10);
+    for (auto& v : g) v = rnd(-10, 10);
+    for (auto& v : u) v = rnd();
+    for (auto& v : b) v = rnd();
+    launch(dim3(2), dim3(256), silu_mul, d.data(), (const float*)g.data(), (const float*)u.data(), (i64)n);
+    for (int i = 0; i < n; i++) { double want = g[i] / (1 + std::exp(-(double)g[i])) * u[i]; CHECK(std::fabs(d[i] - want) < 1e-6, "silu %d", i); }
+    launch(dim3(2), dim3(256), add_bcast, d.data(), (const float*)g.data(), (const float*)b.data(), (i64)n, (i64)10);
+    for (int i = 0; i < n; i++) CHECK(d[i] == g[i] + b[i % 10], "add %d", i);
+    launch(dim3(2), dim3(256), add_bcast, d.data(), (const float*)g.data(), (const float*)u.data(), (i64)n, (i64)n);
+    for (int i = 0; i < n; i++) CHECK(d[i] == g[i] + u[i], "add full %d", i);
+  }
+}
+
+static void testAttention() {
+  for (int f16 : {0, 1}) for (int hd : {8, 40, 64}) {
+    int layers = 2, kvh = 2, heads = 6, ps = 4, pages = 12;
+    int rowElems = kvh * hd, es = f16 ? 2 : 4;
+    i64 blockBytes = (i64)ps * rowElems * es, pageBytes = 2 * layers * blockBytes;
+    std::vector<uint8_t> cache(pages * pageBytes, 0xAB);
+    // two sequences: seq A pages {5, 2, 9}, len 11; seq B pages {0, 7, 3, 11, 1, 4, 6}, len 27
+    std::vector<int> tA = {5, 2, 9}, tB = {0, 7, 3, 11, 1, 4, 6};
+    int lenA = 11, lenB = 27, layer = 1;
+    i64 layerOff = 2 * layer * blockBytes;
+    // store all positions of both sequences
+    std::vector<std::vector<float>> K(2), V(2);
+    for (int sq = 0; sq < 2; sq++) {
+      auto& tb = sq ? tB : tA; int n = sq ? lenB : lenA;
+      K[sq].resize(n * rowElems); V[sq].resize(n * rowElems);
+      for (auto& v : K[sq]) v = rnd(-2, 2);
+      for (auto& v : V[sq]) v = rnd();
+      std::vector<int> slots(n);
+      for (int t = 0; t < n; t++) slots[t] = tb[t / ps] * ps + t % ps;
+      launch(dim3(n), dim3(128), kv_store, cache.data(), (const float*)K[sq].data(), (const float*)V[sq].data(), (const int*)slots.data(), rowElems, ps, pageBytes, layerOff, blockBytes, f16);
+      // check the bytes at the documented places
+      for (int t = 0; t < n; t++) for (int i = 0; i < rowElems; i++) {
+        size_t ko = (size_t)tb[t / ps] * pageBytes + 2 * layer * blockBytes + (size_t)(t % ps) * rowElems * es + (size_t)i * es;
+        size_t vo = ko + blockBytes;
+        if (f16) { uint16_t a, b; memcpy(&a, &cache[ko], 2); memcpy(&b, &cache[vo], 2); CHECK(a == h(K[sq][t * rowElems + i]) && b == h(V[sq][t * rowElems + i]), "kv_store f16"); }
+        else { float a, b; memcpy(&a, &cache[ko], 4); memcpy(&b, &cache[vo], 4); CHECK(a == K[sq][t * rowElems + i] && b == V[sq][t * rowElems + i], "kv_store f32"); }
+      }
+    }
+    // queries: rows (seq, len): A@11, B@1, B@5, B@27, A@8
+    struct R { int sq, n; } rows[] = {{0, 11}, {1, 1}, {1, 5}, {1, 27}, {0, 8}};
+    int nr = 5;
+    std::vector<int> tables; tables.insert(tables.end(), tA.begin(), tA.end()); tables.insert(tables.end(), tB.begin(), tB.end());
+    std::vector<int> info;
+    for (auto r : rows) { info.push_back(r.sq ? (int)tA.size() : 0); info.push_back(r.n); }
+    std::vector<float> q(nr * heads * hd), out(nr * heads * hd, NAN);
+    for (auto& v : q) v = rnd(-2, 2);
+    float scale = 1 / std::sqrt((float)hd);
+    launch(dim3(nr, heads), dim3(32, ATT_WARPS), attention, out.data(), (const float*)q.data(), (const u8*)cache.data(), (const int*)tables.data(), (const int*)info.data(), heads, kvh, hd, ps, pageBytes, layerOff, blockBytes, f16, scale);
+    for (int i = 0; i < nr; i++) for (int hh = 0; hh < heads; hh++) {
+      int g = hh / (heads / kvh);
+      auto kv = [&](std::vector<float>& M, int t, int d) { double v = M[t * rowElems + g * hd + d]; return f16 ? (double)hf(h((float)v)) : v; };
+      int n = rows[i].n; auto& Ks = K[rows[i].sq]; auto& Vs = V[rows[i].sq];
+      std::vector<double> sc(n); double m = -1e300;
+      for (int t = 0; t < n; t++) { double s = 0; for (int d = 0; d < hd; d++) s += (double)q[(i * heads + hh) * hd + d] * kv(Ks, t, d); sc[t] = s * scale; m = std::max(m, sc[t]); }
+      double sum = 0; for (int t = 0; t < n; t++) { sc[t] = std::exp(sc[t] - m); sum += sc[t]; }
+      for (int d = 0; d < hd; d++) {
+        double o = 0; for (int t = 0; t < n; t++) o += sc[t] * kv(Vs, t, d); o /= sum;
+        double got = out[(i * heads + hh) * hd + d];
+        CHECK(std::fabs(got - o) < 2e-6, "attention f16 %d hd %d row %d head %d d %d: %g want %g", f16, hd, i, hh, d, got, o);
+      }
+    }
+  }
+}
+
+int main() {
+  testMatmul(); printf("matmul done\n");
+  testRows(); printf("rows done\n");
+  testAttention(); printf("attention done\n");
+  printf(fails ? "FAILURES: %d\n" : "ALL OK\n", fails);
+  return fails != 0;
+}
