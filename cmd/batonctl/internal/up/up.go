@@ -1,5 +1,6 @@
-// Package up implements `batonctl up`: it starts the router, a prefill worker
-// and a decode worker as separate processes on loopback, waits until each is
+// Package up implements `batonctl up`: it starts the router and N prefill and
+// M decode workers (one of each by default) as separate processes on
+// loopback, the router given every worker's address, waits until each is
 // ready, prints the endpoints and stops them all on Ctrl-C or SIGTERM.
 package up
 
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,33 +28,63 @@ import (
 
 // Options configure `batonctl up`.
 type Options struct {
-	PortBase     int
-	Host         string
-	Model        string
-	BinDir       string
-	ReadyTimeout time.Duration
-	StopTimeout  time.Duration
-	LogLevel     string
-	Demo         string
+	PortBase       int
+	PrefillWorkers int
+	DecodeWorkers  int
+	Host           string
+	Model          string
+	BinDir         string
+	ReadyTimeout   time.Duration
+	StopTimeout    time.Duration
+	LogLevel       string
+	Demo           string
 }
+
+// MaxWorkers bounds --prefill-workers and --decode-workers: each worker is a
+// process holding a model and a KV cache.
+const MaxWorkers = 64
+
+// WorkerPorts are one worker's listen ports.
+type WorkerPorts struct{ GRPC, HTTP int }
 
 // Ports is the port layout for a base port P: router HTTP P, router gRPC P+1,
-// prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5.
+// the first prefill worker's gRPC P+2 and HTTP P+3, the first decode worker's
+// gRPC P+4 and HTTP P+5 — with one worker of each, exactly six ports — then
+// two ports (gRPC, HTTP) for each further prefill worker from P+6, then two
+// for each further decode worker.
 type Ports struct {
-	RouterHTTP, RouterGRPC, PrefillGRPC, PrefillHTTP, DecodeGRPC, DecodeHTTP int
+	RouterHTTP, RouterGRPC int
+	Prefill, Decode        []WorkerPorts
 }
 
-// Layout returns the ports for base port p.
-func Layout(p int) Ports {
-	return Ports{p, p + 1, p + 2, p + 3, p + 4, p + 5}
+// Layout returns the ports for base port p with the given numbers of prefill
+// and decode workers (each at least 1).
+func Layout(p, prefill, decode int) Ports {
+	l := Ports{RouterHTTP: p, RouterGRPC: p + 1,
+		Prefill: []WorkerPorts{{p + 2, p + 3}}, Decode: []WorkerPorts{{p + 4, p + 5}}}
+	next := p + 6
+	for range prefill - 1 {
+		l.Prefill = append(l.Prefill, WorkerPorts{next, next + 1})
+		next += 2
+	}
+	for range decode - 1 {
+		l.Decode = append(l.Decode, WorkerPorts{next, next + 1})
+		next += 2
+	}
+	return l
 }
+
+// Len is the number of consecutive ports the layout takes from its base.
+func (l Ports) Len() int { return 2 + 2*len(l.Prefill) + 2*len(l.Decode) }
 
 // Run is the `batonctl up` command.
 func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	var o Options
 	fs := flag.NewFlagSet("batonctl up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.PortBase, "port-base", 8080, "first of six consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5")
+	fs.IntVar(&o.PortBase, "port-base", 8080, "first of the consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5, then gRPC and HTTP of each further prefill worker from P+6, then of each further decode worker")
+	fs.IntVar(&o.PrefillWorkers, "prefill-workers", 1, "prefill worker processes to start")
+	fs.IntVar(&o.DecodeWorkers, "decode-workers", 1, "decode worker processes to start")
 	fs.StringVar(&o.Host, "host", "127.0.0.1", "address the services listen on")
 	fs.StringVar(&o.Model, "model", "", "GGUF model for all three services: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf)")
 	fs.StringVar(&o.BinDir, "bin-dir", "", "directory holding router-svc, prefill-svc and decode-svc (default: batonctl's own directory, then $PATH)")
@@ -61,7 +93,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&o.LogLevel, "log-level", "info", "services' log level: debug, info, warn or error")
 	fs.StringVar(&o.Demo, "demo", "", "once up, send this prompt through the router (greedy, 64 tokens) and print the completion")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc, prefill-svc and decode-svc on loopback and stops them on Ctrl-C.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc and prefill-svc and decode-svc workers on loopback and stops them on Ctrl-C.\nWorkers take other flags from the environment (BATON_THREADS=1, BATON_KV_CACHE_BYTES=256MiB, ...).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := svckit.ParseFlags(fs, args, nil); err != nil {
@@ -71,8 +103,17 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintf(stderr, "batonctl up: %v\n", err)
 		return 2
 	}
-	if o.PortBase < 1 || o.PortBase > 65535-5 {
-		fmt.Fprintf(stderr, "batonctl up: --port-base %d: must be in 1-65530\n", o.PortBase)
+	for _, w := range []struct {
+		flag string
+		n    int
+	}{{"--prefill-workers", o.PrefillWorkers}, {"--decode-workers", o.DecodeWorkers}} {
+		if w.n < 1 || w.n > MaxWorkers {
+			fmt.Fprintf(stderr, "batonctl up: %s %d: must be in 1-%d\n", w.flag, w.n, MaxWorkers)
+			return 2
+		}
+	}
+	if n := Layout(o.PortBase, o.PrefillWorkers, o.DecodeWorkers).Len(); o.PortBase < 1 || o.PortBase > 65536-n {
+		fmt.Fprintf(stderr, "batonctl up: --port-base %d: must be in 1-%d for %d ports\n", o.PortBase, 65536-n, n)
 		return 2
 	}
 	if net.ParseIP(o.Host) == nil && o.Host != "localhost" {
@@ -88,6 +129,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 
 type child struct {
 	name     string
+	label    string
 	httpAddr string
 	grpcAddr string
 	cmd      *exec.Cmd
@@ -104,39 +146,65 @@ func (c *child) last() string {
 }
 
 func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
-	p := Layout(o.PortBase)
+	p := Layout(o.PortBase, o.PrefillWorkers, o.DecodeWorkers)
 	addr := func(port int) string { return net.JoinHostPort(o.Host, strconv.Itoa(port)) }
 	common := []string{"--log-level", o.LogLevel}
 	if o.Model != "" {
 		common = append(common, "--model", o.Model)
 	}
-	specs := []struct {
-		name, grpc, http string
+	type spec struct {
+		bin, name, label string // binary; name in logs and errors; label in the banner
+		grpc, http       string
 		extra            []string
-	}{
-		{"prefill-svc", addr(p.PrefillGRPC), addr(p.PrefillHTTP), nil},
-		{"decode-svc", addr(p.DecodeGRPC), addr(p.DecodeHTTP), nil},
-		{"router-svc", addr(p.RouterGRPC), addr(p.RouterHTTP),
-			[]string{"--prefill", addr(p.PrefillGRPC), "--decode", addr(p.DecodeGRPC)}},
 	}
+	var specs []spec
+	var prefills, decodes []string
+	for _, role := range []struct {
+		bin   string
+		ports []WorkerPorts
+		addrs *[]string
+	}{{"prefill-svc", p.Prefill, &prefills}, {"decode-svc", p.Decode, &decodes}} {
+		for i, wp := range role.ports {
+			s := spec{bin: role.bin, name: role.bin, label: strings.TrimSuffix(role.bin, "-svc"),
+				grpc: addr(wp.GRPC), http: addr(wp.HTTP)}
+			if len(role.ports) > 1 {
+				// Numbered from 1 as the operator counts them.
+				s.name = fmt.Sprintf("%s#%d", role.bin, i+1)
+				s.label = fmt.Sprintf("%s#%d", s.label, i+1)
+			}
+			specs = append(specs, s)
+			*role.addrs = append(*role.addrs, s.grpc)
+		}
+	}
+	// The router last: it is ready only once it sees ready workers.
+	specs = append(specs, spec{bin: "router-svc", name: "router-svc", label: "router",
+		grpc: addr(p.RouterGRPC), http: addr(p.RouterHTTP),
+		extra: []string{"--prefill", strings.Join(prefills, ","), "--decode", strings.Join(decodes, ",")}})
 	var children []*child
 	var logs sync.WaitGroup
 	defer logs.Wait()
 	// stopAll is the one release path for the processes, whatever happens.
 	defer func() { stopAll(children, o.StopTimeout, stderr) }()
 
+	bins := map[string]string{}
 	for _, s := range specs {
-		bin, err := findBinary(o.BinDir, s.name)
+		if _, ok := bins[s.bin]; ok {
+			continue
+		}
+		bin, err := findBinary(o.BinDir, s.bin)
 		if err != nil {
 			return err
 		}
+		bins[s.bin] = bin
+	}
+	for _, s := range specs {
 		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http}, common...)
 		args = append(args, s.extra...)
-		c, err := start(bin, s.name, args, stderr, &logs)
+		c, err := start(bins[s.bin], s.name, args, stderr, &logs)
 		if err != nil {
 			return err
 		}
-		c.grpcAddr, c.httpAddr = s.grpc, s.http
+		c.grpcAddr, c.httpAddr, c.label = s.grpc, s.http, s.label
 		children = append(children, c)
 	}
 	for _, c := range children {
@@ -144,11 +212,18 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	width := 8
+	for _, c := range children {
+		width = max(width, len(c.label)+1)
+	}
 	fmt.Fprintf(stdout, "Baton is up (Ctrl-C stops it):\n")
-	fmt.Fprintf(stdout, "  router   HTTP  http://%s  (REST /v1/..., /metrics, /health/ready)\n", addr(p.RouterHTTP))
-	fmt.Fprintf(stdout, "  router   gRPC  %s\n", addr(p.RouterGRPC))
-	fmt.Fprintf(stdout, "  prefill  gRPC  %s   HTTP http://%s\n", addr(p.PrefillGRPC), addr(p.PrefillHTTP))
-	fmt.Fprintf(stdout, "  decode   gRPC  %s   HTTP http://%s\n", addr(p.DecodeGRPC), addr(p.DecodeHTTP))
+	fmt.Fprintf(stdout, "  %-*s HTTP  http://%s  (REST /v1/..., /metrics, /health/ready)\n", width, "router", addr(p.RouterHTTP))
+	fmt.Fprintf(stdout, "  %-*s gRPC  %s\n", width, "router", addr(p.RouterGRPC))
+	for _, c := range children {
+		if c.name != "router-svc" {
+			fmt.Fprintf(stdout, "  %-*s gRPC  %s   HTTP http://%s\n", width, c.label, c.grpcAddr, c.httpAddr)
+		}
+	}
 
 	if o.Demo != "" {
 		fmt.Fprintf(stdout, "\nDemo request through the router (prefill computes the prompt, decode generates):\n> %s", o.Demo)
