@@ -29,12 +29,19 @@ fi
 step "go vet"
 go vet "${pkgs[@]}"
 go vet -tags e2e ./tests/...
+go vet -tags e2e,chaos ./tests/...
 
 step "go test -race"
 go test -race -count=1 "${pkgs[@]}"
 
 step "kernels, pure-Go build (the fallback every fast path is checked against)"
 go test -count=1 -tags purego ./kernels/...
+
+step "CUDA kernels (kernels/cuda/kernels.cu) on the CPU emulation: no GPU here"
+# Compiles the device code with g++ against an emulation of the CUDA
+# built-ins and checks every kernel against references of its own. The
+# Go side of the CUDA backend is checked on a GPU by kernels/cuda/devicecheck.sh.
+kernels/cuda/emu/run.sh --kernels-only
 
 step "fuzz (bounded)"
 # Bounded by executions, not seconds: with -fuzztime=Ns the fuzzer can stop
@@ -101,3 +108,6 @@ listening "$JAEGER_QUERY_PORT" || { echo "jaeger not listening after 10 s" >&2; 
 export BATON_JAEGER_QUERY="http://127.0.0.1:$JAEGER_QUERY_PORT"
 export BATON_JAEGER_OTLP="http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT"
 go test -tags e2e -count=1 -v ./tests/...
+
+step "chaos suite (kill -9, black holes, stalls, cancel storms, slow clients, restarts)"
+go test -tags e2e,chaos -count=1 -timeout 15m -run '^TestChaos' -v ./tests/...

@@ -27,6 +27,8 @@ type Flags struct {
 	MaxSeqs        int
 	MaxRequests    int
 	StallTimeout   time.Duration
+	// DebugHooks serves test hooks such as POST /debug/freeze (freeze.go).
+	DebugHooks bool
 }
 
 // AddFlags registers the engine flags.
@@ -41,6 +43,7 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxSeqs, "max-seqs", 128, "requests computing at once")
 	fs.IntVar(&f.MaxRequests, "max-requests", 4096, "requests in flight, queued ones included; beyond it new requests get RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.StallTimeout, "stall-timeout", 10*time.Second, "readiness turns NOT_SERVING when requests wait or run and no forward step completes for this long")
+	fs.BoolVar(&f.DebugHooks, "debug-hooks", false, "serve test hooks on the HTTP port (POST /debug/freeze stalls the scheduler): for chaos tests only, never in production")
 }
 
 // Validate checks the engine flags.

@@ -38,6 +38,7 @@ type Host struct {
 	trace  traceState
 	logger *slog.Logger
 	ready  func(context.Context) map[string]string
+	freeze *freezer // the freeze hook; nil unless --debug-hooks
 }
 
 // Open loads the model at path and starts the scheduler. Metrics are
@@ -77,8 +78,13 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 	}
 	h.Metrics = newMetrics(reg, role)
 	h.registerProgressMetrics(reg)
+	stepModel := h.Model
+	if f.DebugHooks {
+		h.freeze = newFreezer(logger)
+		stepModel = freezableModel{h.Model, h.freeze}
+	}
 	if h.Sched, err = sched.New(sched.Config{
-		Model: h.Model, Pool: h.Pool, Tokenizer: h.Tokenizer,
+		Model: stepModel, Pool: h.Pool, Tokenizer: h.Tokenizer,
 		MaxBatchTokens: f.MaxBatchTokens, MaxSeqs: f.MaxSeqs, MaxRequests: f.MaxRequests,
 		Observer: stepObserver{h.Metrics, &h.trace.steps},
 	}); err != nil {
@@ -97,6 +103,7 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 // Close stops the scheduler (aborting what is left) and unloads the model.
 func (h *Host) Close() error {
 	var errs []error
+	h.freeze.close() // a frozen step would hold Close forever
 	if h.Sched != nil {
 		errs = append(errs, h.Sched.Close())
 	}
@@ -116,6 +123,9 @@ func (h *Host) Attach(srv *svckit.Server) {
 	h.ready = srv.Ready
 	srv.AddReadinessCheck("scheduler", h.Progress)
 	srv.HandleDebugRequests(h.Requests)
+	if h.freeze != nil {
+		h.registerDebugHooks(srv)
+	}
 }
 
 // Info describes the worker (WorkerService).
@@ -188,6 +198,7 @@ func wireState(m sched.Mode, s sched.State) batonv1.RequestState {
 // it closes the scheduler, which ends every remaining request with a clear
 // status (UNAVAILABLE at the caller) and releases its pages.
 func (h *Host) Drain(ctx context.Context) {
+	h.freeze.close() // a stopping worker finishes its work
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for n := len(h.Sched.Snapshot().Requests); n > 0; n = len(h.Sched.Snapshot().Requests) {

@@ -14,6 +14,8 @@
 #	CUDA_INCLUDE=/usr/local/cuda/include CUDA_LIB=/usr/local/cuda/lib64/stubs \
 #	kernels/cuda/emu/run.sh [test binary flags, e.g. -test.run TestMatMul -test.v]
 #
+# or, with g++ alone, kernels/cuda/emu/run.sh --kernels-only (step 1).
+#
 # The emulation runs a thread per CUDA thread: the whole suite takes
 # minutes, and says nothing about speed.
 set -eu
@@ -22,12 +24,21 @@ pkg=$(dirname "$here")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cxx=${CXX:-g++}
+kernels_only=0
+if [ "${1:-}" = "--kernels-only" ]; then
+  kernels_only=1
+  shift
+fi
 set -- -test.count=1 "$@"
 
 flags="-std=c++20 -O2 -Wall -Wno-unknown-pragmas -Wno-unused-function -I$here -include cuda_fp16.h -pthread"
 # shellcheck disable=SC2086 # flags is a list
 $cxx $flags -o "$work/kernels_test" "$here/kernels_test.cpp"
 "$work/kernels_test"
+# --kernels-only: step 1 alone, which needs nothing but g++ (CI runs it).
+if [ "$kernels_only" = 1 ]; then
+  exit 0
+fi
 
 # shellcheck disable=SC2086
 $cxx $flags -fPIC -shared -Wl,-soname,libcuda.so.1 -o "$work/libcuda.so.1" "$here/driver.cpp"

@@ -12,7 +12,9 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/baton-serving/baton/cmd/batonctl/internal/bench"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/benchengine"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/diagnose"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/generate"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/runcmd"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/up"
@@ -47,8 +49,14 @@ func commandTable() map[string]Command {
 		"generate": {generate.Summary, func(ctx context.Context, e Env, args []string) int {
 			return generate.Run(ctx, e.Stdout, e.Stderr, args)
 		}},
+		"bench": {bench.Summary, func(ctx context.Context, e Env, args []string) int {
+			return bench.Run(ctx, e.Stdout, e.Stderr, args)
+		}},
 		"bench-engine": {benchengine.Summary, func(ctx context.Context, e Env, args []string) int {
 			return benchengine.Run(ctx, e.Stdout, e.Stderr, args)
+		}},
+		"diagnose": {diagnose.Summary, func(ctx context.Context, e Env, args []string) int {
+			return diagnose.Run(ctx, e.Stdout, e.Stderr, args)
 		}},
 		"up": {"start router, prefill and decode on loopback and stop them on Ctrl-C", func(ctx context.Context, e Env, args []string) int {
 			return up.Run(ctx, e.Stdout, e.Stderr, args)

@@ -1,0 +1,187 @@
+// Package dataset makes the prompts of a serving benchmark: random token
+// sequences of chosen lengths, conversations from a ShareGPT file, or groups
+// of prompts sharing a long prefix. Prompts are token ids, so their lengths
+// are exact whatever the tokenizer would make of decoded text.
+package dataset
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/baton-serving/baton/engine/tokenizer"
+)
+
+// Prompt is one request's input.
+type Prompt struct {
+	// IDs is the prompt, BOS first when the model adds one.
+	IDs []int32
+	// OutputLen is the number of tokens to generate.
+	OutputLen int
+}
+
+// Vocab is what the generators need from a tokenizer.
+type Vocab interface {
+	VocabSize() int
+	Type(id int32) tokenizer.TokenType
+	AddBOS() bool
+	BOS() int32
+	Encode(text string, opts tokenizer.EncodeOptions) []int32
+}
+
+// newRand is the generators' random source: the same seed gives the same
+// prompts.
+func newRand(seed uint64, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// ordinary returns the ids of the vocabulary's normal tokens: those a text
+// would tokenize to, leaving out control, byte-fallback, unknown and unused
+// entries.
+func ordinary(v Vocab) ([]int32, error) {
+	var ids []int32
+	for id := range int32(v.VocabSize()) {
+		if v.Type(id) == tokenizer.TypeNormal {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("the vocabulary has no normal tokens to draw prompts from")
+	}
+	return ids, nil
+}
+
+// LengthRange is the inclusive range of lengths drawn around mean with
+// ratio r in [0, 1): [⌊mean·(1−r)⌋, ⌊mean·(1+r)⌋], at least 1 (vLLM's
+// convention for its random data set).
+func LengthRange(mean int, r float64) (lo, hi int) {
+	lo = max(int(math.Floor(float64(mean)*(1-r))), 1)
+	hi = max(int(math.Floor(float64(mean)*(1+r))), lo)
+	return lo, hi
+}
+
+func checkLengths(name string, mean int, r float64) error {
+	if mean < 1 {
+		return fmt.Errorf("%s %d: want ≥ 1", name, mean)
+	}
+	if r < 0 || r >= 1 || math.IsNaN(r) {
+		return fmt.Errorf("range ratio %v: want 0 ≤ r < 1", r)
+	}
+	return nil
+}
+
+// RandomOptions configure Random.
+type RandomOptions struct {
+	N                   int
+	InputLen, OutputLen int
+	// RangeRatio spreads both lengths uniformly over LengthRange.
+	RangeRatio float64
+	Seed       uint64
+}
+
+// Random makes N prompts of random normal tokens. A prompt's length counts
+// its BOS token.
+func Random(v Vocab, o RandomOptions) ([]Prompt, error) {
+	if err := checkLengths("input length", o.InputLen, o.RangeRatio); err != nil {
+		return nil, err
+	}
+	if err := checkLengths("output length", o.OutputLen, o.RangeRatio); err != nil {
+		return nil, err
+	}
+	pool, err := ordinary(v)
+	if err != nil {
+		return nil, err
+	}
+	rng := newRand(o.Seed, 1)
+	inLo, inHi := LengthRange(o.InputLen, o.RangeRatio)
+	outLo, outHi := LengthRange(o.OutputLen, o.RangeRatio)
+	ps := make([]Prompt, o.N)
+	for i := range ps {
+		n := inLo + rng.IntN(inHi-inLo+1)
+		ps[i] = Prompt{IDs: randomIDs(rng, v, pool, nil, n, true), OutputLen: outLo + rng.IntN(outHi-outLo+1)}
+	}
+	return ps, nil
+}
+
+// randomIDs appends n tokens to dst: BOS first when bos is set and the
+// model adds one, the rest drawn from pool.
+func randomIDs(rng *rand.Rand, v Vocab, pool, dst []int32, n int, bos bool) []int32 {
+	if bos && v.AddBOS() && v.BOS() != tokenizer.NoToken && n > 0 {
+		dst = append(dst, v.BOS())
+		n--
+	}
+	for range n {
+		dst = append(dst, pool[rng.IntN(len(pool))])
+	}
+	return dst
+}
+
+// SharedPrefixOptions configure SharedPrefix.
+type SharedPrefixOptions struct {
+	N int
+	// Groups is the number of distinct prefixes; request i uses prefix
+	// i mod Groups before the order is shuffled.
+	Groups int
+	// PrefixLen is the shared prefix's length, BOS included.
+	PrefixLen int
+	// SuffixLen and OutputLen are the per-request question and answer
+	// lengths, spread by RangeRatio as in Random.
+	SuffixLen, OutputLen int
+	RangeRatio           float64
+	Seed                 uint64
+}
+
+// SharedPrefix makes N prompts in Groups groups; the prompts of a group
+// start with the same PrefixLen tokens (a system prompt or a document) and
+// end with their own random suffix. The order is shuffled so that groups
+// interleave as independent users' requests would.
+func SharedPrefix(v Vocab, o SharedPrefixOptions) ([]Prompt, error) {
+	if o.Groups < 1 {
+		return nil, fmt.Errorf("groups %d: want ≥ 1", o.Groups)
+	}
+	if o.PrefixLen < 1 {
+		return nil, fmt.Errorf("prefix length %d: want ≥ 1", o.PrefixLen)
+	}
+	if err := checkLengths("suffix length", o.SuffixLen, o.RangeRatio); err != nil {
+		return nil, err
+	}
+	if err := checkLengths("output length", o.OutputLen, o.RangeRatio); err != nil {
+		return nil, err
+	}
+	pool, err := ordinary(v)
+	if err != nil {
+		return nil, err
+	}
+	rng := newRand(o.Seed, 2)
+	prefixes := make([][]int32, o.Groups)
+	for g := range prefixes {
+		prefixes[g] = randomIDs(rng, v, pool, nil, o.PrefixLen, true)
+	}
+	sLo, sHi := LengthRange(o.SuffixLen, o.RangeRatio)
+	outLo, outHi := LengthRange(o.OutputLen, o.RangeRatio)
+	ps := make([]Prompt, o.N)
+	for i := range ps {
+		p := prefixes[i%o.Groups]
+		n := sLo + rng.IntN(sHi-sLo+1)
+		ids := randomIDs(rng, v, pool, append(make([]int32, 0, len(p)+n), p...), n, false)
+		ps[i] = Prompt{IDs: ids, OutputLen: outLo + rng.IntN(outHi-outLo+1)}
+	}
+	rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+	return ps, nil
+}
+
+// Fit checks that every prompt leaves room for its output in a context
+// window of ctxLen tokens, naming the first one that does not.
+func Fit(ps []Prompt, ctxLen int) error {
+	if ctxLen <= 0 {
+		return nil
+	}
+	for i, p := range ps {
+		if len(p.IDs)+p.OutputLen > ctxLen {
+			return fmt.Errorf("prompt %d: %d prompt tokens + %d output tokens exceed the model's context window of %d tokens (shorten the lengths)",
+				i, len(p.IDs), p.OutputLen, ctxLen)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package diagnose
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/workerapi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// fakeService serves the HTTP endpoints diagnose reads, from fields the
+// test sets.
+type fakeService struct {
+	mu       sync.Mutex
+	metrics  string
+	ready    bool
+	requests []*batonv1.RequestInfo
+	// complete answers /v1/complete (router only); nil: 404.
+	complete func(w http.ResponseWriter, r *http.Request)
+	workers  string // /debug/workers body; "": 404
+}
+
+func (f *fakeService) set(fn func(f *fakeService)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	metrics, ready, reqs, complete, workers := f.metrics, f.ready, f.requests, f.complete, f.workers
+	f.mu.Unlock()
+	switch r.URL.Path {
+	case "/metrics":
+		_, _ = w.Write([]byte(metrics))
+	case "/health/ready":
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"status":"NOT_SERVING","failing":{"scheduler":"no forward step for 12s"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"SERVING"}`))
+	case "/debug/requests":
+		b, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(&batonv1.WorkerServiceListRequestsResponse{Requests: reqs})
+		_, _ = w.Write(b)
+	case "/debug/workers":
+		if workers == "" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(workers))
+	case "/v1/complete":
+		if complete == nil {
+			http.NotFound(w, r)
+			return
+		}
+		complete(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func serve(t *testing.T, f *fakeService) string {
+	t.Helper()
+	s := httptest.NewServer(f)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// traceOf extracts the trace id from a traceparent header.
+func traceOf(r *http.Request) string {
+	parts := strings.Split(r.Header.Get("Traceparent"), "-")
+	if len(parts) != 4 {
+		return ""
+	}
+	return parts[1]
+}
+
+func run(t *testing.T, args ...string) (int, Verdict, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), &out, &errb, append([]string{"--json", "--samples", "2", "--interval", "50ms", "--stuck-after", "1s"}, args...))
+	var v Verdict
+	if code != ExitUsage {
+		if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+			t.Fatalf("--json output is not JSON: %v\n%s\nstderr: %s", err, out.String(), errb.String())
+		}
+	}
+	return code, v, errb.String()
+}
+
+func TestRunHealthy(t *testing.T) {
+	decode := &fakeService{ready: true, metrics: "baton:num_running_reqs 0\nbaton_kv_pages_leaked 0\n"}
+	decodeURL := serve(t, decode)
+	var gotTimeout, gotTrace string
+	router := &fakeService{ready: true, metrics: "baton_router_inflight_requests 0\n",
+		workers: `{"workers":[{"role":"WORKER_ROLE_DECODE","address":"127.0.0.1:1","http_addr":"` + strings.TrimPrefix(decodeURL, "http://") + `"}]}`,
+		complete: func(w http.ResponseWriter, r *http.Request) {
+			gotTimeout, gotTrace = r.Header.Get("Grpc-Timeout"), traceOf(r)
+			var req batonv1.GenerateRequest
+			b, _ := io.ReadAll(r.Body)
+			if err := protojson.Unmarshal(b, &req); err != nil || req.GetPrompt() == "" || !strings.HasPrefix(req.GetRequestId(), "diagnose-") {
+				http.Error(w, fmt.Sprintf(`{"code":3,"message":"bad probe body %s: %v"}`, b, err), http.StatusBadRequest)
+				return
+			}
+			_, _ = w.Write([]byte(`{"request_id":"x","text":" there was","token_ids":[1,2,3],"unknown_field":1}`))
+		}}
+	code, v, stderr := run(t, "--router", serve(t, router), "--probe-timeout", "3s")
+	if code != 0 || v.Status != Healthy {
+		t.Fatalf("exit %d, verdict %+v; stderr %s", code, v, stderr)
+	}
+	if len(v.Services) != 2 || v.Services[1].Name != "decode-0" || !strings.HasPrefix(v.Services[1].HTTP, "http://") {
+		t.Errorf("services %+v, want router and the discovered decode-0", v.Services)
+	}
+	if v.Probe == nil || !v.Probe.OK || v.Probe.Text != " there was" || gotTrace != v.Probe.TraceID || len(gotTrace) != 32 || gotTimeout != "3000m" {
+		t.Errorf("probe %+v; router saw trace %q timeout %q", v.Probe, gotTrace, gotTimeout)
+	}
+}
+
+// TestRunWedged: the probe hangs at decode's prealloc queue while decode
+// lists three requests stuck in transfer; diagnose exits 2 and says so.
+func TestRunWedged(t *testing.T) {
+	decode := &fakeService{ready: true, metrics: "baton:num_decode_transfer_queue_reqs 3\n"}
+	var stuckReqs []*batonv1.RequestInfo
+	for i := range 3 {
+		stuckReqs = append(stuckReqs, &batonv1.RequestInfo{RequestId: "zombie-" + strconv.Itoa(i),
+			State: batonv1.RequestState_REQUEST_STATE_TRANSFERRING, AgeSeconds: 50, SinceProgressSeconds: 42,
+			TraceId: "5f2c0a9e8d7c6b5a49382716a5b4c3d2"})
+	}
+	decode.requests = stuckReqs
+	router := &fakeService{ready: true}
+	router.complete = func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			RequestID string `json:"request_id"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		probe := &batonv1.RequestInfo{RequestId: body.RequestID, TraceId: traceOf(r),
+			State: batonv1.RequestState_REQUEST_STATE_PREALLOC}
+		decode.set(func(f *fakeService) { f.requests = append(stuckReqs, probe) })
+		router.set(func(f *fakeService) { f.requests = []*batonv1.RequestInfo{probe} })
+		d, _ := time.ParseDuration(strings.TrimSuffix(r.Header.Get("Grpc-Timeout"), "m") + "ms")
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = w.Write([]byte(`{"code":4,"message":"deadline exceeded"}`))
+	}
+	code, v, stderr := run(t, "--router", serve(t, router), "--decode", serve(t, decode), "--probe-timeout", "500ms")
+	if code != 2 || v.Status != Wedged {
+		t.Fatalf("exit %d, verdict %+v; stderr %s", code, v, stderr)
+	}
+	for _, want := range []string{"decode-0: 3 requests in transfer queue, no progress for 42 s, oldest 5f2c0a9e…", "probe stalled at prealloc_wait on decode-0"} {
+		if !strings.Contains(v.Summary, want) {
+			t.Errorf("summary %q lacks %q", v.Summary, want)
+		}
+	}
+	if p := v.Probe; p == nil || !p.TimedOut || p.Code != "DEADLINE_EXCEEDED" {
+		t.Errorf("probe %+v, want timed out with DEADLINE_EXCEEDED", p)
+	}
+}
+
+// TestRunGRPCWorker: a worker given as grpc://host:port is read through
+// gRPC health and WorkerService.
+func TestRunGRPCWorker(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	batonv1.RegisterWorkerServiceServer(srv, workerapi.New(&workerapi.Idle{Role: batonv1.WorkerRole_WORKER_ROLE_PREFILL,
+		Ready: func(context.Context) map[string]string { return map[string]string{"x": "y"} }}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	code, v, stderr := run(t, "--prefill", "grpc://"+lis.Addr().String())
+	if code != 2 || len(v.Services) != 1 {
+		t.Fatalf("exit %d, verdict %+v; stderr %s", code, v, stderr)
+	}
+	s := v.Services[0]
+	if s.Name != "prefill-0" || s.Down || s.Ready || !strings.Contains(strings.Join(s.Problems, ";"), "NOT_SERVING") {
+		t.Errorf("prefill-0 verdict %+v, want read over gRPC, not ready", s)
+	}
+}
+
+func TestRunUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"--router", "http://x", "--samples", "0"},
+		{"--router", "http://x", "--probe-timeout", "-1s"},
+		{"--decode", "ftp://x"},
+		{"--router", "http://x", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := Run(context.Background(), &out, &errb, args); code != ExitUsage || errb.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q; want %d with a message", args, code, errb.String(), ExitUsage)
+		}
+	}
+}
+
+// TestRunRouterDown: nothing listens at the router: wedged, with the
+// discovery failure noted.
+func TestRunRouterDown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	code, v, _ := run(t, "--router", addr, "--probe-timeout", "1s", "--timeout", "500ms")
+	if code != 2 || len(v.Services) != 1 || !v.Services[0].Down || len(v.Notes) == 0 || v.Probe == nil || v.Probe.OK {
+		t.Errorf("exit %d, verdict %+v; want wedged, router down, a note, a failed probe", code, v)
+	}
+}

@@ -1,0 +1,241 @@
+//go:build e2e && chaos
+
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// releaseBound is the promise: after any abort, every resource the request
+// held on every service is released within it.
+const releaseBound = 2 * time.Second
+
+// TestChaos runs the chaos cases over the real binaries, each on its own
+// fleet and bounded in time, and prints the table of figures:
+//
+//	go test -tags e2e,chaos -run TestChaos -v ./tests/
+func TestChaos(t *testing.T) {
+	start := time.Now()
+	var rows []chaosRow
+	cases := []struct {
+		name string
+		run  func(t *testing.T, row *chaosRow)
+	}{
+		{"cancel storm", chaosCancelStorm},
+		{"kill -9 decode mid-transfer", chaosKillDecode},
+		{"kill -9 prefill mid-transfer", chaosKillPrefill},
+		{"kill -9 prefill, retried on another", chaosKillPrefillRetry},
+		{"black-holed decode-prefill network", chaosBlackhole},
+		{"slow clients (SSE, gRPC)", chaosSlowClient},
+		{"stalled scheduler", chaosStalledScheduler},
+		{"router restart mid-flight", chaosRouterRestart},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			caseStart := time.Now()
+			row := chaosRow{name: c.name}
+			defer func() {
+				row.took = time.Since(caseStart)
+				rows = append(rows, row)
+			}()
+			c.run(t, &row)
+			if row.hung != 0 {
+				t.Errorf("%d requests hung", row.hung)
+			}
+			if len(row.release) > 0 && slices.Max(row.release) > releaseBound {
+				t.Errorf("release took up to %v after an abort, bound %v", slices.Max(row.release), releaseBound)
+			}
+		})
+	}
+	t.Logf("chaos suite: %d cases in %v\n%s", len(rows), time.Since(start).Round(time.Second), chaosTable(rows))
+}
+
+// outcomes counts how client requests ended.
+type outcomes struct {
+	mu                         sync.Mutex
+	ok, canceled, errors, hung int
+	codes                      map[codes.Code]int
+	firstErrors                []string
+}
+
+func (o *outcomes) add(err error, hardTimeout bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.codes == nil {
+		o.codes = map[codes.Code]int{}
+	}
+	code := status.Code(err)
+	if err == nil || errors.Is(err, io.EOF) {
+		code = codes.OK
+	}
+	o.codes[code]++
+	switch {
+	case hardTimeout:
+		o.hung++
+	case code == codes.OK:
+		o.ok++
+	case code == codes.Canceled:
+		o.canceled++
+	default:
+		o.errors++
+		if len(o.firstErrors) < 5 {
+			o.firstErrors = append(o.firstErrors, err.Error())
+		}
+	}
+}
+
+func (o *outcomes) fill(row *chaosRow) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	row.requests = o.ok + o.canceled + o.errors + o.hung
+	row.ok, row.canceled, row.errors, row.hung = o.ok, o.canceled, o.errors, o.hung
+}
+
+func (o *outcomes) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var parts []string
+	for c, n := range o.codes {
+		parts = append(parts, fmt.Sprintf("%v=%d", c, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ") + " " + strings.Join(o.firstErrors, " | ")
+}
+
+// stream runs one streaming request to its end and returns its error (nil
+// when it finished); gotToken, when not nil, is set once a token arrives.
+func stream(ctx context.Context, client batonv1.RouterServiceClient, req *batonv1.GenerateRequest, gotToken *atomic.Bool) error {
+	s, err := client.Generate(ctx, req)
+	for err == nil {
+		var resp *batonv1.GenerateResponse
+		resp, err = s.Recv()
+		if err == nil && gotToken != nil && len(resp.GetEvent().GetTokenIds()) > 0 {
+			gotToken.Store(true)
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// chaosCancelStorm: 2,000 requests at concurrency 64, each cancelled by its
+// client at a random moment — before routing, in the prealloc and transfer
+// queues, in prefill, mid-decode — or left to finish.
+func chaosCancelStorm(t *testing.T, row *chaosRow) {
+	f := startChaosFleet(t, chaosSpec{prefills: 1, decodes: 1})
+	client := f.client(t)
+	gens := f.golden.Generations
+
+	// How long a request takes under this load, so that cancels fall over
+	// its whole life.
+	var mu sync.Mutex
+	var took []time.Duration
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := greedy(gens[i%len(gens)].Prompt, 64)
+			req.Sampling.IgnoreEos = true
+			start := time.Now()
+			if err := stream(context.Background(), client, req, nil); err != nil {
+				t.Errorf("calibration request: %v", err)
+			}
+			mu.Lock()
+			took = append(took, time.Since(start))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	life := percentile(took, 0.5)
+	t.Logf("a 64-token request takes %v (median) at concurrency 64", life)
+
+	tr := startReleaseTracker(f.all()...)
+	var out outcomes
+	rng := rand.New(rand.NewPCG(2000, 64))
+	sem := make(chan struct{}, 64)
+	for i := range 2000 {
+		// A quarter are cancelled within 5 ms (routing, prealloc, the
+		// handshake), the rest anywhere up to 1.5 lives (some finish).
+		delay := time.Duration(rng.Int64N(int64(5 * time.Millisecond)))
+		if i%4 != 0 {
+			delay = time.Duration(rng.Int64N(int64(life * 3 / 2)))
+		}
+		gen := gens[i%len(gens)]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			hard, stop := context.WithTimeout(context.Background(), 30*time.Second)
+			defer stop()
+			ctx, cancel := context.WithCancel(hard)
+			var cancelledAt atomic.Int64
+			timer := time.AfterFunc(delay, func() { cancelledAt.Store(time.Now().UnixNano()); cancel() })
+			req := greedy(gen.Prompt, 64)
+			req.RequestId = fmt.Sprintf("storm-%d", i)
+			req.Sampling.IgnoreEos = true
+			err := stream(ctx, client, req, nil)
+			timer.Stop()
+			cancel()
+			out.add(err, hard.Err() != nil)
+			switch {
+			case err == nil:
+			case cancelledAt.Load() != 0 && status.Code(err) == codes.Canceled:
+				tr.aborted(req.RequestId, time.Unix(0, cancelledAt.Load()))
+			default:
+				tr.aborted(req.RequestId, time.Now())
+			}
+		}()
+	}
+	wg.Wait()
+	defer tr.logLate(t)
+	released, held := tr.finish(releaseBound + time.Second)
+	out.fill(row)
+	row.release = released
+	t.Logf("storm outcomes: %s", &out)
+	if len(held) > 0 {
+		t.Errorf("%d aborted requests still held %v after the storm: %v", len(held), releaseBound+time.Second, held[:min(10, len(held))])
+	}
+	if out.errors > 0 {
+		t.Errorf("%d requests failed with errors other than their cancel: %s", out.errors, &out)
+	}
+	if out.canceled < 1000 || out.ok < 50 {
+		t.Errorf("cancels did not spread over the requests' lives: %s", &out)
+	}
+	// Cancels landed in every stage of both workers.
+	for _, w := range []struct {
+		n    *node
+		want []string
+	}{
+		{f.decodes[0], []string{"waiting", "transferring", "running"}},
+		{f.prefills[0], []string{"waiting", "handing-over"}},
+	} {
+		stages := chaosLabelled(w.n.http, "baton_request_aborts_total", "stage")
+		t.Logf("%s aborts by stage: %v", w.n.name, stages)
+		for _, s := range w.want {
+			if stages[s] == 0 {
+				t.Errorf("%s: no cancel landed in stage %s (aborts by stage %v)", w.n.name, s, stages)
+			}
+		}
+	}
+	row.diagnose = "healthy after"
+	row.leaks = f.settle(t)
+	f.diagnoseHealthy(t)
+}
