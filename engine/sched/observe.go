@@ -62,9 +62,12 @@ type StepStats struct {
 	// requests that got their pages.
 	Preempted, Stalled, Admitted int
 	// TokenGaps are the inter-token latencies of the tokens this step
-	// generated (not the first ones). The slice is reused after the call.
-	TokenGaps []time.Duration
-	Err       error
+	// generated (not the first ones), and GapRequests the id of the
+	// request each belongs to (so observers can leave some out). The
+	// slices are reused after the call.
+	TokenGaps   []time.Duration
+	GapRequests []string
+	Err         error
 }
 
 // Summary describes a released request.

@@ -22,6 +22,7 @@ type plan struct {
 	stalled   int // running sequences that waited for a page
 	admitted  int
 	gaps      []time.Duration
+	gapIDs    []string // the request of each gap
 	generated int
 }
 
@@ -60,7 +61,7 @@ func (s *Scheduler) step() (StepStats, bool) {
 			s.window = append(s.window, throughputSample{at: end, tokens: p.generated})
 		}
 	}
-	stats.Generated, stats.TokenGaps = p.generated, p.gaps
+	stats.Generated, stats.TokenGaps, stats.GapRequests = p.generated, p.gaps, p.gapIDs
 	// Without a batch or any change, the next step would plan the same
 	// nothing (waiting requests that do not fit, running ones stalled for
 	// a page): sleep until a command changes something.
@@ -154,7 +155,7 @@ func (s *Scheduler) setState(r *request, st State) {
 func (s *Scheduler) makePlan(p *plan) {
 	clear(p.reqs)
 	clear(p.chunks)
-	*p = plan{chunks: p.chunks[:0], reqs: p.reqs[:0], gaps: p.gaps[:0]}
+	*p = plan{chunks: p.chunks[:0], reqs: p.reqs[:0], gaps: p.gaps[:0], gapIDs: p.gapIDs[:0]}
 	budget := s.cfg.MaxBatchTokens
 
 	// 1. Running sequences, oldest first, each get the page for the token
@@ -355,6 +356,7 @@ func (s *Scheduler) accept(p *plan, r *request, tok sample.Token, now time.Time)
 		r.firstToken = now
 	} else if p != nil {
 		p.gaps = append(p.gaps, now.Sub(r.lastToken))
+		p.gapIDs = append(p.gapIDs, r.id)
 	}
 	r.lastToken = now
 	if p != nil {
@@ -458,11 +460,13 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	s.setState(r, StateFinished)
 	r.finished = time.Now()
-	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
-	close(r.events)
+	// The id is free before the request's owner hears it is done, so that
+	// the owner may submit it again at once (a retry on this worker).
 	s.inMu.Lock()
 	delete(s.ids, r.id)
 	s.inMu.Unlock()
+	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	close(r.events)
 
 	sum := Summary{
 		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage,

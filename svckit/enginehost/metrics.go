@@ -126,14 +126,16 @@ func (m *Metrics) Gauges(g sched.Gauges) {
 	m.genThroughput.Set(g.GenThroughput)
 }
 
-// Step implements sched.Observer. A step's token gaps are not attributed to
-// requests, but canaries never add any: they ask for one token, and a
-// request's first token has no gap before it.
+// Step implements sched.Observer. Canaries' token gaps are left out of the
+// inter-token latencies, as they are of every other user statistic.
 func (m *Metrics) Step(s sched.StepStats) {
 	if s.Seqs > 0 {
 		m.stepSeconds.Observe(s.Duration.Seconds())
 	}
-	for _, gap := range s.TokenGaps {
+	for i, gap := range s.TokenGaps {
+		if i < len(s.GapRequests) && IsCanary(s.GapRequests[i]) {
+			continue
+		}
 		m.itl.Observe(gap.Seconds())
 	}
 }

@@ -66,7 +66,10 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 				err = status.Error(codes.DeadlineExceeded, errNoFirst.Error())
 			}
 			schedCancel(err)
-			drain(st)
+			// The router may retry this request on this worker at once
+			// (a failure before the first token is retryable): its id
+			// must be free again by then, so wait for the release.
+			awaitRelease(st, releaseWait)
 			return err
 		}
 	}
@@ -146,6 +149,29 @@ func modeName(m sched.Mode) string {
 // drain consumes a request's remaining events so that its release is
 // observed; the scheduler never blocks on them, this only keeps the order of
 // logs and metrics tidy.
+// releaseWait bounds how long a failed request waits for the scheduler to
+// release it before the RPC ends (the release happens at the next step
+// boundary; the bound only matters for a stalled scheduler).
+const releaseWait = 2 * time.Second
+
+// awaitRelease drains st until the scheduler has released the request, or
+// for at most d; what is left is drained in the background.
+func awaitRelease(st *sched.Stream, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-st.Events():
+			if !ok {
+				return
+			}
+		case <-t.C:
+			drain(st)
+			return
+		}
+	}
+}
+
 func drain(st *sched.Stream) {
 	go func() {
 		for range st.Events() {

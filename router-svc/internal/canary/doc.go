@@ -1,7 +1,7 @@
 // Package canary proves, continuously, that each (prefill, decode) pair the
 // router routes to can serve: every interval it sends one tiny real request
 // through the pair — decode reserves pages, pulls the prompt's KV cache from
-// prefill over a real TransferKV stream and returns one token — and routes
+// prefill over a real TransferKV stream and returns two tokens (the second from decode's own forward step) — and routes
 // around (quarantines) a pair whose probe fails or does not finish within its
 // deadline, until a probe passes again. A worker can be up, report ready and
 // still make no progress; only a request through the real path shows it.

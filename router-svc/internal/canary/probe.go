@@ -43,6 +43,12 @@ func ReservedID(id string) bool { return strings.HasPrefix(id, IDPrefix) }
 // prompt itself (colocated mode).
 const localPrefill = "local"
 
+// probeTokens is how many tokens a probe asks for. Two, not one: decode
+// emits the first token (computed by prefill) when the transferred pages
+// are activated, before any forward step of its own, so a one-token probe
+// passes through a decode whose forward loop is frozen.
+const probeTokens = 2
+
 // spanCanary names the root span of one probe.
 const spanCanary = "canary"
 
@@ -77,7 +83,7 @@ type ProberOptions struct {
 }
 
 // Prober sends the real canary request: DecodeService.Generate naming the
-// pair's prefill, greedy, one new token, end of sequence ignored, labelled
+// pair's prefill, greedy, two new tokens, end of sequence ignored, labelled
 // as a canary. It is safe for concurrent use.
 type Prober struct {
 	o      ProberOptions
@@ -123,7 +129,7 @@ func (pr *Prober) InFlight() []InFlight {
 }
 
 // Probe implements Probe: it sends one canary request through p and checks
-// that it came back whole — the request echoed, one token, a finish reason —
+// that it came back whole — the request echoed, two tokens, a finish reason —
 // naming, on failure, how far it got.
 func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 	id := newID()
@@ -161,7 +167,7 @@ func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 	stream, err := batonv1.NewDecodeServiceClient(conn).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
 		Request: &batonv1.GenerateRequest{
 			RequestId: id, PromptTokenIds: pr.o.Prompt,
-			Sampling: &batonv1.SamplingParams{Temperature: &greedy, Seed: &seed, MaxNewTokens: 1, IgnoreEos: true},
+			Sampling: &batonv1.SamplingParams{Temperature: &greedy, Seed: &seed, MaxNewTokens: probeTokens, IgnoreEos: true},
 		},
 		PrefillEndpoint: prefill,
 	})
@@ -190,8 +196,8 @@ func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 			stage = "the first token (page reservation, KV transfer, prefill)"
 		case ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED:
 			tokens += len(ev.GetTokenIds())
-			if fr := ev.GetFinishReason(); fr != batonv1.FinishReason_FINISH_REASON_LENGTH || tokens != 1 {
-				return fmt.Errorf("canary %s: decode %s finished with %v after %d tokens, want LENGTH after 1", id, p.Decode, fr, tokens)
+			if fr := ev.GetFinishReason(); fr != batonv1.FinishReason_FINISH_REASON_LENGTH || tokens != probeTokens {
+				return fmt.Errorf("canary %s: decode %s finished with %v after %d tokens, want LENGTH after %d", id, p.Decode, fr, tokens, probeTokens)
 			}
 			return pr.drain(stream, id, p)
 		default:

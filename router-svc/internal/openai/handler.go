@@ -60,6 +60,10 @@ type Limits struct {
 	DefaultMaxTokens int
 	// MaxNewTokens bounds max_tokens; 0 leaves only the context window.
 	MaxNewTokens int
+	// WriteTimeout bounds each write of a stream to the client: a client
+	// that takes nothing for that long is gone, and its request is
+	// aborted. 0: no bound.
+	WriteTimeout time.Duration
 }
 
 // Options configure a Handler.
@@ -335,7 +339,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 
 	// Headers wait for the first event, so that a request refused before
 	// any output (busy, duplicate id, no worker) still gets its real status.
-	s := newSSE(w)
+	s := newSSE(w, h.limits.WriteTimeout)
 	err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
 		if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
 			return errAborted

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"net/http"
+	"time"
 )
 
 // sse writes a server-sent event stream as OpenAI's API does: each event is
@@ -10,12 +11,13 @@ import (
 type sse struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	timeout time.Duration // bound on one write and flush; 0: none
 	started bool
 	err     error // the first write error: the client has gone
 }
 
-func newSSE(w http.ResponseWriter) *sse {
-	return &sse{w: w, rc: http.NewResponseController(w)}
+func newSSE(w http.ResponseWriter, timeout time.Duration) *sse {
+	return &sse{w: w, rc: http.NewResponseController(w), timeout: timeout}
 }
 
 // start sends the headers.
@@ -45,6 +47,13 @@ func (s *sse) write(b []byte) error {
 	if s.err != nil {
 		return s.err
 	}
+	if s.timeout > 0 {
+		// A client that stops reading fills the socket's buffers and
+		// then blocks the write; the deadline turns that into an error
+		// that aborts the request. Writers without deadlines (tests'
+		// recorders) need none.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	if _, err := s.w.Write(b); err != nil {
 		s.err = err
 		return err
@@ -52,6 +61,11 @@ func (s *sse) write(b []byte) error {
 	if err := s.rc.Flush(); err != nil {
 		s.err = err
 		return err
+	}
+	if s.timeout > 0 {
+		// The connection outlives the request (keep-alive): leave no
+		// deadline behind for the next one.
+		_ = s.rc.SetWriteDeadline(time.Time{})
 	}
 	return nil
 }

@@ -24,10 +24,20 @@ const localPrefill = workers.LocalPrefill
 var errAborted = errors.New("aborted by an Abort call")
 
 // Generate streams a completion.
+// Events reach the client through a streamSender, so that a client that
+// stops reading cannot hold the request (and its workers) beyond
+// --client-write-timeout.
 func (s *Service) Generate(in *batonv1.GenerateRequest, stream batonv1.RouterService_GenerateServer) error {
-	return s.run(stream.Context(), in, func(ev *batonv1.GenerateEvent) error {
-		return stream.Send(&batonv1.GenerateResponse{Event: ev})
-	})
+	ctx := stream.Context()
+	if t := s.limits.requestTimeout; t > 0 {
+		// run sets the same deadline; the sender must see it too.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	out := newStreamSender(stream, s.limits.clientWriteTimeout)
+	err := s.run(ctx, in, func(ev *batonv1.GenerateEvent) error { return out.send(ctx, ev) })
+	return out.finish(ctx, err)
 }
 
 // Complete returns a whole completion.

@@ -25,13 +25,14 @@ import (
 
 // limitFlags are the router's request limits and API options.
 type limitFlags struct {
-	maxPromptTokens  int
-	maxNewTokens     int
-	maxConcurrent    int
-	requestTimeout   time.Duration
-	maxBodyBytes     int64
-	apiKeysFile      string
-	chatTemplateFile string
+	maxPromptTokens    int
+	maxNewTokens       int
+	maxConcurrent      int
+	requestTimeout     time.Duration
+	clientWriteTimeout time.Duration
+	maxBodyBytes       int64
+	apiKeysFile        string
+	chatTemplateFile   string
 }
 
 // Defaults of the limit flags.
@@ -46,6 +47,7 @@ func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.maxNewTokens, "max-new-tokens-limit", 0, "most tokens one request may ask to generate (0: up to the context window)")
 	fs.IntVar(&l.maxConcurrent, "max-concurrent-requests", defaultMaxConcurrent, "requests run at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no limit)")
 	fs.DurationVar(&l.requestTimeout, "request-timeout", defaultRequestTimeout, "longest a request may run, arrival to last token; it travels to the workers as the gRPC deadline (0: no limit)")
+	fs.DurationVar(&l.clientWriteTimeout, "client-write-timeout", 30*time.Second, "longest a streaming client (gRPC, REST, SSE) may leave its stream unread; then its request is aborted with DEADLINE_EXCEEDED and releases its workers (0: only --request-timeout bounds it)")
 	fs.Int64Var(&l.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest HTTP request body (REST and OpenAI APIs); larger ones get 413")
 	fs.StringVar(&l.apiKeysFile, "api-keys-file", "", `file of API keys, one per line ('#' comments); when set, every API call needs "Authorization: Bearer KEY" (gRPC: the authorization metadata)`)
 	fs.StringVar(&l.chatTemplateFile, "chat-template-file", "", "Jinja chat template to use instead of the model's tokenizer.chat_template")
@@ -63,6 +65,8 @@ func (l *limitFlags) validate(maxNewDefault int) error {
 		return fmt.Errorf("--max-concurrent-requests: %d, want ≥ 0", l.maxConcurrent)
 	case l.requestTimeout < 0:
 		return fmt.Errorf("--request-timeout: %v, want ≥ 0", l.requestTimeout)
+	case l.clientWriteTimeout < 0:
+		return fmt.Errorf("--client-write-timeout: %v, want ≥ 0", l.clientWriteTimeout)
 	case l.maxBodyBytes < 1024:
 		return fmt.Errorf("--max-body-bytes: %d, want ≥ 1024", l.maxBodyBytes)
 	}
@@ -107,7 +111,8 @@ func (s *Service) registerOpenAI(srv *svckit.Server) error {
 		Model: openai.Model{ID: s.modelID, Created: mi.GetCreated(), OwnedBy: mi.GetOwnedBy(), Architecture: s.cfg.Architecture,
 			Fingerprint: s.fingerprint, ContextLength: s.cfg.ContextLength, Tokenizer: s.tok},
 		Limits: openai.Limits{MaxBodyBytes: s.limits.maxBodyBytes, MaxPromptTokens: s.limits.maxPromptTokens,
-			DefaultMaxTokens: s.maxNewTokens, MaxNewTokens: s.limits.maxNewTokens},
+			DefaultMaxTokens: s.maxNewTokens, MaxNewTokens: s.limits.maxNewTokens,
+			WriteTimeout: s.limits.clientWriteTimeout},
 		Template: s.chatTemplate,
 		Keys:     s.keys,
 		Logger:   s.logger,
