@@ -385,3 +385,73 @@ func TestSenderGivesUpWithoutCredit(t *testing.T) {
 type discardStream struct{ n int }
 
 func (d *discardStream) Send(*batonv1.TransferKVResponse) error { d.n++; return nil }
+
+// recordStream keeps what a Sender sends, for a test to read while it runs.
+type recordStream struct {
+	mu   sync.Mutex
+	msgs []*batonv1.TransferKVResponse
+}
+
+func (r *recordStream) Send(m *batonv1.TransferKVResponse) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, m)
+	return nil
+}
+
+func (r *recordStream) progress() (n int, last uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if p := m.GetProgress(); p != nil {
+			n, last = n+1, p.GetPagesReady()
+		}
+	}
+	return n, last
+}
+
+// A transfer whose prompt is still queued or computing sends heartbeats, so
+// the receiver's idle deadline does not mistake a busy prefill for a dead
+// one; once pages flow, chunks take their place.
+func TestSenderHeartbeatWhileWaiting(t *testing.T) {
+	stream := &recordStream{}
+	snd := NewSender(SenderConfig{Layout: testLayout, PromptTokens: 40, InitialCredits: 100, Heartbeat: 20 * time.Millisecond},
+		patternPages{testLayout}, stream)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- snd.Run(ctx) }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := stream.progress(); n < 3; n, _ = stream.progress() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d heartbeats in 10 s with a 20 ms interval", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	snd.PagesReady(1)
+	for _, last := stream.progress(); last != 1; _, last = stream.progress() {
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat reported the ready page")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
+func TestSenderNoHeartbeatByDefault(t *testing.T) {
+	stream := &recordStream{}
+	snd := NewSender(SenderConfig{Layout: testLayout, PromptTokens: 40, InitialCredits: 100},
+		patternPages{testLayout}, stream)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := snd.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v", err)
+	}
+	if n, _ := stream.progress(); n != 0 {
+		t.Fatalf("%d heartbeats with Heartbeat unset", n)
+	}
+}

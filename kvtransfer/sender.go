@@ -36,6 +36,7 @@ type Sender struct {
 	promptTokens int
 	layersPer    int
 	creditWait   time.Duration
+	heartbeat    time.Duration
 	codec        *Codec // nil: chunk buffers are allocated per chunk
 
 	wake chan struct{} // capacity 1: coalesced notifications
@@ -63,6 +64,11 @@ type SenderConfig struct {
 	// CreditTimeout ends the transfer with ErrStalled when chunks are ready
 	// but decode grants no credit for this long (0: wait forever).
 	CreditTimeout time.Duration
+	// Heartbeat sends a Progress message whenever nothing else has been
+	// sent for this long (0: never), so that the receiver's idle deadline
+	// measures a silent peer or network rather than a long queue or a long
+	// prompt.
+	Heartbeat time.Duration
 	// Codec should be the codec installed on the gRPC server
 	// (Codec.ServerOption). Chunk buffers then come from its pool and go
 	// back to it once gRPC has written them, instead of being allocated
@@ -91,7 +97,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
 		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
-		codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
+		heartbeat: cfg.Heartbeat, codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -175,11 +181,16 @@ func (s *Sender) Run(ctx context.Context) error {
 	page, lo := 0, 0
 	var seq uint64
 	var starved *time.Timer // runs while chunks wait for credit
+	var beat *time.Timer    // the next heartbeat
 	defer func() {
 		if starved != nil {
 			starved.Stop()
 		}
+		if beat != nil {
+			beat.Stop()
+		}
 	}()
+	lastSend := time.Now() // the handshake's answer went just before Run
 	for {
 		s.mu.Lock()
 		aborted, reason, fail, done := s.aborted, s.abort, s.fail, s.done
@@ -223,6 +234,7 @@ func (s *Sender) Run(ctx context.Context) error {
 			s.sent++
 			s.bytes += n
 			s.mu.Unlock()
+			lastSend = time.Now()
 			seq++
 			if lo = hi; lo == s.layout.Layers {
 				page, lo = page+1, 0
@@ -234,6 +246,27 @@ func (s *Sender) Run(ctx context.Context) error {
 				return fmt.Errorf("sending prefill done: %w", err)
 			}
 			return nil
+		}
+		var beatC <-chan time.Time
+		if s.heartbeat > 0 {
+			wait := s.heartbeat - time.Since(lastSend)
+			if wait <= 0 {
+				s.mu.Lock()
+				ready := s.ready
+				s.mu.Unlock()
+				if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Progress{
+					Progress: &batonv1.Progress{PagesReady: uint32(ready)}}}); err != nil {
+					return fmt.Errorf("sending progress: %w", err)
+				}
+				lastSend = time.Now()
+				continue
+			}
+			if beat == nil {
+				beat = time.NewTimer(wait)
+			} else {
+				beat.Reset(wait)
+			}
+			beatC = beat.C
 		}
 		var starvedC <-chan time.Time
 		switch {
@@ -250,6 +283,7 @@ func (s *Sender) Run(ctx context.Context) error {
 		case <-s.wake:
 		case <-starvedC:
 			return fmt.Errorf("%w for %v with chunk %d ready", ErrStalled, s.creditWait, seq)
+		case <-beatC:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

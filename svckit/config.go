@@ -15,6 +15,9 @@ type Config struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
+	// HTTP port.
+	Pprof bool
 }
 
 // AddFlags registers the shared flags on fs, with d's values as defaults.
@@ -25,6 +28,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet, d Config) {
 	fs.StringVar(&c.LogFormat, "log-format", orDefault(d.LogFormat, "json"), "log format: json or text")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", orDuration(d.ShutdownTimeout, 10*time.Second),
 		"on SIGTERM, how long in-flight requests get to finish before they are aborted")
+	fs.BoolVar(&c.Pprof, "pprof", d.Pprof, "serve Go's CPU, heap, goroutine and mutex profiles under /debug/pprof/ on the HTTP port (anyone who reaches the port can read them)")
 }
 
 // Validate checks the shared flags; errors name the flag.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,13 @@ func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provide
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	s.Mux.HandleFunc("GET /health/ready", s.serveReady)
+	if cfg.Pprof {
+		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		s.Mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -272,5 +273,29 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Profiles are served only when asked for: they reveal the process's
+// internals to anyone who reaches the HTTP port.
+func TestPprofOnlyWithFlag(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	tp, _ := tracing.Init(context.Background(), "svckit-test", logger)
+	defer tp.Shutdown(context.Background())
+	for _, on := range []bool{false, true} {
+		srv, err := NewServer("p", Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: time.Second, Pprof: on}, logger, tp, ServerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		srv.Mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
+		srv.closeListeners()
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if rec.Code != want {
+			t.Errorf("--pprof=%v: GET /debug/pprof/goroutine = %d, want %d", on, rec.Code, want)
+		}
 	}
 }

@@ -152,6 +152,7 @@ func (h *Host) Load(ctx context.Context) *batonv1.LoadReport {
 		PagesUsed:            uint32(g.PagesUsed),
 		PagesTotal:           uint32(g.PagesTotal),
 		TokensPerSecond:      g.GenThroughput,
+		Steps:                snap.Steps,
 	}
 	for _, r := range snap.Requests {
 		lr.OldestRequestAgeSeconds = max(lr.OldestRequestAgeSeconds, r.Age.Seconds())

@@ -79,6 +79,9 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
 		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
 		PagesReserved: uint32(len(pages)), InitialCredits: uint32(rcv.Window()),
+		// Four heartbeats per idle deadline: a busy prefill never looks
+		// silent, a lost one still does.
+		HeartbeatMs: uint32(max(1, (s.idleTimeout / 4).Milliseconds())),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		hs.Deadline = timestamppb.New(dl)
@@ -137,6 +140,9 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 			switch m := rm.m.Msg.(type) {
 			case *batonv1.TransferKVResponse_Accepted:
 				recv.AddEvent(tracing.EventAccepted)
+			case *batonv1.TransferKVResponse_Progress:
+				// Prefill is busy with the request: the idle deadline
+				// restarts (above); the first-token deadline still runs.
 			case *batonv1.TransferKVResponse_KvChunk:
 				grant, err := rcv.Chunk(m.KvChunk)
 				s.codec.Release(m.KvChunk) // the bytes are in the pages now

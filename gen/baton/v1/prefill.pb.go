@@ -148,8 +148,12 @@ type Handshake struct {
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// Chunks prefill may send before the first Credit.
 	InitialCredits uint32 `protobuf:"varint,8,opt,name=initial_credits,json=initialCredits,proto3" json:"initial_credits,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Prefill sends a Progress message when it has sent nothing for this
+	// long (decode's idle deadline divided by a safety factor); 0 leaves the
+	// interval to prefill.
+	HeartbeatMs   uint32 `protobuf:"varint,9,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Handshake) Reset() {
@@ -234,6 +238,13 @@ func (x *Handshake) GetDeadline() *timestamppb.Timestamp {
 func (x *Handshake) GetInitialCredits() uint32 {
 	if x != nil {
 		return x.InitialCredits
+	}
+	return 0
+}
+
+func (x *Handshake) GetHeartbeatMs() uint32 {
+	if x != nil {
+		return x.HeartbeatMs
 	}
 	return 0
 }
@@ -342,6 +353,7 @@ type TransferKVResponse struct {
 	//	*TransferKVResponse_PrefillDone
 	//	*TransferKVResponse_AbortAck
 	//	*TransferKVResponse_Error
+	//	*TransferKVResponse_Progress
 	Msg           isTransferKVResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -429,6 +441,15 @@ func (x *TransferKVResponse) GetError() *Error {
 	return nil
 }
 
+func (x *TransferKVResponse) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Msg.(*TransferKVResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isTransferKVResponse_Msg interface {
 	isTransferKVResponse_Msg()
 }
@@ -458,6 +479,15 @@ type TransferKVResponse_Error struct {
 	Error *Error `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
+type TransferKVResponse_Progress struct {
+	// Prefill is still working on the request (queued, or computing pages
+	// not yet ready). Sent when nothing else has gone out for a while, so
+	// that decode's idle deadline catches a silent peer or network, not a
+	// busy prefill; the prompt's whole wait stays bounded by decode's
+	// first-token deadline.
+	Progress *Progress `protobuf:"bytes,6,opt,name=progress,proto3,oneof"`
+}
+
 func (*TransferKVResponse_Accepted) isTransferKVResponse_Msg() {}
 
 func (*TransferKVResponse_KvChunk) isTransferKVResponse_Msg() {}
@@ -467,6 +497,54 @@ func (*TransferKVResponse_PrefillDone) isTransferKVResponse_Msg() {}
 func (*TransferKVResponse_AbortAck) isTransferKVResponse_Msg() {}
 
 func (*TransferKVResponse_Error) isTransferKVResponse_Msg() {}
+
+func (*TransferKVResponse_Progress) isTransferKVResponse_Msg() {}
+
+// Progress is prefill's heartbeat during a transfer.
+type Progress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pages of the prompt computed so far (sent or waiting for credit).
+	PagesReady    uint32 `protobuf:"varint,1,opt,name=pages_ready,json=pagesReady,proto3" json:"pages_ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_baton_v1_prefill_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_prefill_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Progress) GetPagesReady() uint32 {
+	if x != nil {
+		return x.PagesReady
+	}
+	return 0
+}
 
 // Accepted says the request was admitted to the prefill queue.
 type Accepted struct {
@@ -479,7 +557,7 @@ type Accepted struct {
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_baton_v1_prefill_proto_msgTypes[5]
+	mi := &file_baton_v1_prefill_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +569,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_prefill_proto_msgTypes[5]
+	mi := &file_baton_v1_prefill_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +582,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{5}
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Accepted) GetQueuePosition() uint32 {
@@ -540,7 +618,7 @@ type KVChunk struct {
 
 func (x *KVChunk) Reset() {
 	*x = KVChunk{}
-	mi := &file_baton_v1_prefill_proto_msgTypes[6]
+	mi := &file_baton_v1_prefill_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +630,7 @@ func (x *KVChunk) String() string {
 func (*KVChunk) ProtoMessage() {}
 
 func (x *KVChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_prefill_proto_msgTypes[6]
+	mi := &file_baton_v1_prefill_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +643,7 @@ func (x *KVChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVChunk.ProtoReflect.Descriptor instead.
 func (*KVChunk) Descriptor() ([]byte, []int) {
-	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{6}
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KVChunk) GetSeq() uint64 {
@@ -649,7 +727,7 @@ type PrefillDone struct {
 
 func (x *PrefillDone) Reset() {
 	*x = PrefillDone{}
-	mi := &file_baton_v1_prefill_proto_msgTypes[7]
+	mi := &file_baton_v1_prefill_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +739,7 @@ func (x *PrefillDone) String() string {
 func (*PrefillDone) ProtoMessage() {}
 
 func (x *PrefillDone) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_prefill_proto_msgTypes[7]
+	mi := &file_baton_v1_prefill_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +752,7 @@ func (x *PrefillDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillDone.ProtoReflect.Descriptor instead.
 func (*PrefillDone) Descriptor() ([]byte, []int) {
-	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{7}
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PrefillDone) GetFirstTokenId() uint32 {
@@ -744,7 +822,7 @@ type AbortAck struct {
 
 func (x *AbortAck) Reset() {
 	*x = AbortAck{}
-	mi := &file_baton_v1_prefill_proto_msgTypes[8]
+	mi := &file_baton_v1_prefill_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +834,7 @@ func (x *AbortAck) String() string {
 func (*AbortAck) ProtoMessage() {}
 
 func (x *AbortAck) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_prefill_proto_msgTypes[8]
+	mi := &file_baton_v1_prefill_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +847,7 @@ func (x *AbortAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortAck.ProtoReflect.Descriptor instead.
 func (*AbortAck) Descriptor() ([]byte, []int) {
-	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{8}
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AbortAck) GetReason() string {
@@ -792,7 +870,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_baton_v1_prefill_proto_msgTypes[9]
+	mi := &file_baton_v1_prefill_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +882,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_prefill_proto_msgTypes[9]
+	mi := &file_baton_v1_prefill_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +895,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{9}
+	return file_baton_v1_prefill_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Error) GetCode() int32 {
@@ -843,7 +921,7 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\thandshake\x18\x01 \x01(\v2\x13.baton.v1.HandshakeH\x00R\thandshake\x12*\n" +
 	"\x06credit\x18\x02 \x01(\v2\x10.baton.v1.CreditH\x00R\x06credit\x12'\n" +
 	"\x05abort\x18\x03 \x01(\v2\x0f.baton.v1.AbortH\x00R\x05abortB\x05\n" +
-	"\x03msg\"\xf0\x02\n" +
+	"\x03msg\"\x93\x03\n" +
 	"\tHandshake\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -853,18 +931,23 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\tkv_layout\x18\x05 \x01(\v2\x12.baton.v1.KVLayoutR\bkvLayout\x12%\n" +
 	"\x0epages_reserved\x18\x06 \x01(\rR\rpagesReserved\x126\n" +
 	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12'\n" +
-	"\x0finitial_credits\x18\b \x01(\rR\x0einitialCredits\" \n" +
+	"\x0finitial_credits\x18\b \x01(\rR\x0einitialCredits\x12!\n" +
+	"\fheartbeat_ms\x18\t \x01(\rR\vheartbeatMs\" \n" +
 	"\x06Credit\x12\x16\n" +
 	"\x06chunks\x18\x01 \x01(\rR\x06chunks\"\x1f\n" +
 	"\x05Abort\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x95\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xc7\x02\n" +
 	"\x12TransferKVResponse\x120\n" +
 	"\baccepted\x18\x01 \x01(\v2\x12.baton.v1.AcceptedH\x00R\baccepted\x12.\n" +
 	"\bkv_chunk\x18\x02 \x01(\v2\x11.baton.v1.KVChunkH\x00R\akvChunk\x12:\n" +
 	"\fprefill_done\x18\x03 \x01(\v2\x15.baton.v1.PrefillDoneH\x00R\vprefillDone\x121\n" +
 	"\tabort_ack\x18\x04 \x01(\v2\x12.baton.v1.AbortAckH\x00R\babortAck\x12'\n" +
-	"\x05error\x18\x05 \x01(\v2\x0f.baton.v1.ErrorH\x00R\x05errorB\x05\n" +
-	"\x03msg\"1\n" +
+	"\x05error\x18\x05 \x01(\v2\x0f.baton.v1.ErrorH\x00R\x05error\x120\n" +
+	"\bprogress\x18\x06 \x01(\v2\x12.baton.v1.ProgressH\x00R\bprogressB\x05\n" +
+	"\x03msg\"+\n" +
+	"\bProgress\x12\x1f\n" +
+	"\vpages_ready\x18\x01 \x01(\rR\n" +
+	"pagesReady\"1\n" +
 	"\bAccepted\x12%\n" +
 	"\x0equeue_position\x18\x01 \x01(\rR\rqueuePosition\"\xc8\x01\n" +
 	"\aKVChunk\x12\x10\n" +
@@ -910,43 +993,45 @@ func file_baton_v1_prefill_proto_rawDescGZIP() []byte {
 	return file_baton_v1_prefill_proto_rawDescData
 }
 
-var file_baton_v1_prefill_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_baton_v1_prefill_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_baton_v1_prefill_proto_goTypes = []any{
 	(*TransferKVRequest)(nil),     // 0: baton.v1.TransferKVRequest
 	(*Handshake)(nil),             // 1: baton.v1.Handshake
 	(*Credit)(nil),                // 2: baton.v1.Credit
 	(*Abort)(nil),                 // 3: baton.v1.Abort
 	(*TransferKVResponse)(nil),    // 4: baton.v1.TransferKVResponse
-	(*Accepted)(nil),              // 5: baton.v1.Accepted
-	(*KVChunk)(nil),               // 6: baton.v1.KVChunk
-	(*PrefillDone)(nil),           // 7: baton.v1.PrefillDone
-	(*AbortAck)(nil),              // 8: baton.v1.AbortAck
-	(*Error)(nil),                 // 9: baton.v1.Error
-	(*SamplingParams)(nil),        // 10: baton.v1.SamplingParams
-	(*KVLayout)(nil),              // 11: baton.v1.KVLayout
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*TokenLogprob)(nil),          // 13: baton.v1.TokenLogprob
+	(*Progress)(nil),              // 5: baton.v1.Progress
+	(*Accepted)(nil),              // 6: baton.v1.Accepted
+	(*KVChunk)(nil),               // 7: baton.v1.KVChunk
+	(*PrefillDone)(nil),           // 8: baton.v1.PrefillDone
+	(*AbortAck)(nil),              // 9: baton.v1.AbortAck
+	(*Error)(nil),                 // 10: baton.v1.Error
+	(*SamplingParams)(nil),        // 11: baton.v1.SamplingParams
+	(*KVLayout)(nil),              // 12: baton.v1.KVLayout
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*TokenLogprob)(nil),          // 14: baton.v1.TokenLogprob
 }
 var file_baton_v1_prefill_proto_depIdxs = []int32{
 	1,  // 0: baton.v1.TransferKVRequest.handshake:type_name -> baton.v1.Handshake
 	2,  // 1: baton.v1.TransferKVRequest.credit:type_name -> baton.v1.Credit
 	3,  // 2: baton.v1.TransferKVRequest.abort:type_name -> baton.v1.Abort
-	10, // 3: baton.v1.Handshake.sampling:type_name -> baton.v1.SamplingParams
-	11, // 4: baton.v1.Handshake.kv_layout:type_name -> baton.v1.KVLayout
-	12, // 5: baton.v1.Handshake.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 6: baton.v1.TransferKVResponse.accepted:type_name -> baton.v1.Accepted
-	6,  // 7: baton.v1.TransferKVResponse.kv_chunk:type_name -> baton.v1.KVChunk
-	7,  // 8: baton.v1.TransferKVResponse.prefill_done:type_name -> baton.v1.PrefillDone
-	8,  // 9: baton.v1.TransferKVResponse.abort_ack:type_name -> baton.v1.AbortAck
-	9,  // 10: baton.v1.TransferKVResponse.error:type_name -> baton.v1.Error
-	13, // 11: baton.v1.PrefillDone.first_token_logprob:type_name -> baton.v1.TokenLogprob
-	0,  // 12: baton.v1.PrefillService.TransferKV:input_type -> baton.v1.TransferKVRequest
-	4,  // 13: baton.v1.PrefillService.TransferKV:output_type -> baton.v1.TransferKVResponse
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 3: baton.v1.Handshake.sampling:type_name -> baton.v1.SamplingParams
+	12, // 4: baton.v1.Handshake.kv_layout:type_name -> baton.v1.KVLayout
+	13, // 5: baton.v1.Handshake.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 6: baton.v1.TransferKVResponse.accepted:type_name -> baton.v1.Accepted
+	7,  // 7: baton.v1.TransferKVResponse.kv_chunk:type_name -> baton.v1.KVChunk
+	8,  // 8: baton.v1.TransferKVResponse.prefill_done:type_name -> baton.v1.PrefillDone
+	9,  // 9: baton.v1.TransferKVResponse.abort_ack:type_name -> baton.v1.AbortAck
+	10, // 10: baton.v1.TransferKVResponse.error:type_name -> baton.v1.Error
+	5,  // 11: baton.v1.TransferKVResponse.progress:type_name -> baton.v1.Progress
+	14, // 12: baton.v1.PrefillDone.first_token_logprob:type_name -> baton.v1.TokenLogprob
+	0,  // 13: baton.v1.PrefillService.TransferKV:input_type -> baton.v1.TransferKVRequest
+	4,  // 14: baton.v1.PrefillService.TransferKV:output_type -> baton.v1.TransferKVResponse
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_prefill_proto_init() }
@@ -966,6 +1051,7 @@ func file_baton_v1_prefill_proto_init() {
 		(*TransferKVResponse_PrefillDone)(nil),
 		(*TransferKVResponse_AbortAck)(nil),
 		(*TransferKVResponse_Error)(nil),
+		(*TransferKVResponse_Progress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -973,7 +1059,7 @@ func file_baton_v1_prefill_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_prefill_proto_rawDesc), len(file_baton_v1_prefill_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

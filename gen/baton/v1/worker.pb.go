@@ -285,8 +285,11 @@ type LoadReport struct {
 	TokensPerSecond float64 `protobuf:"fixed64,7,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
 	// Age in seconds of the oldest in-flight request.
 	OldestRequestAgeSeconds float64 `protobuf:"fixed64,8,opt,name=oldest_request_age_seconds,json=oldestRequestAgeSeconds,proto3" json:"oldest_request_age_seconds,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Forward steps completed since the worker started: a worker whose count
+	// moves is computing, however slow its requests are.
+	Steps         uint64 `protobuf:"varint,9,opt,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -371,6 +374,13 @@ func (x *LoadReport) GetTokensPerSecond() float64 {
 func (x *LoadReport) GetOldestRequestAgeSeconds() float64 {
 	if x != nil {
 		return x.OldestRequestAgeSeconds
+	}
+	return 0
+}
+
+func (x *LoadReport) GetSteps() uint64 {
+	if x != nil {
+		return x.Steps
 	}
 	return 0
 }
@@ -650,7 +660,7 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"\x05model\x18\x02 \x01(\v2\x13.baton.v1.ModelInfoR\x05model\x12/\n" +
 	"\tkv_layout\x18\x03 \x01(\v2\x12.baton.v1.KVLayoutR\bkvLayout\x12.\n" +
 	"\bcapacity\x18\x04 \x01(\v2\x12.baton.v1.CapacityR\bcapacity\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\tR\aversion\"\xd4\x02\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\"\xea\x02\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12'\n" +
@@ -662,7 +672,8 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"\vpages_total\x18\x06 \x01(\rR\n" +
 	"pagesTotal\x12*\n" +
 	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\x12;\n" +
-	"\x1aoldest_request_age_seconds\x18\b \x01(\x01R\x17oldestRequestAgeSeconds\"\x10\n" +
+	"\x1aoldest_request_age_seconds\x18\b \x01(\x01R\x17oldestRequestAgeSeconds\x12\x14\n" +
+	"\x05steps\x18\t \x01(\x04R\x05steps\"\x10\n" +
 	"\x0eGetLoadRequest\";\n" +
 	"\x0fGetLoadResponse\x12(\n" +
 	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\"3\n" +

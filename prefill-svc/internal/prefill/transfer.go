@@ -95,6 +95,10 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	snd := kvtransfer.NewSender(kvtransfer.SenderConfig{
 		Layout: s.host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
 		CreditTimeout: s.idleTimeout, Codec: s.codec,
+		// Decode's idle deadline must not fire while this request waits
+		// in the queue or its prompt computes: heartbeats as often as
+		// decode asks, else every quarter of our own idle deadline.
+		Heartbeat: heartbeat(hs, s.idleTimeout),
 	}, src, stream)
 
 	var wg sync.WaitGroup
@@ -405,4 +409,13 @@ func (p *pageSource) CopyPage(page, lo, hi, tokens int, k, v []byte) error {
 		copy(v[off:off+n], pv[:n])
 	}
 	return nil
+}
+
+// heartbeat is the Progress interval for a transfer: decode's request, or a
+// quarter of prefill's own idle deadline when decode names none.
+func heartbeat(hs *batonv1.Handshake, idle time.Duration) time.Duration {
+	if ms := hs.GetHeartbeatMs(); ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return idle / 4
 }

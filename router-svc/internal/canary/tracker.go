@@ -47,6 +47,11 @@ const (
 	ResultPass    = "pass"
 	ResultFail    = "fail"
 	ResultTimeout = "timeout"
+	// ResultBusy is a probe that missed its deadline while both of the
+	// pair's workers kept completing forward steps: they are overloaded,
+	// not stuck, and the pair keeps its state. Quarantining the only pair
+	// of a busy fleet would turn overload into an outage.
+	ResultBusy = "busy"
 )
 
 // Options configure a Tracker.
@@ -59,10 +64,14 @@ type Options struct {
 	// QuarantineInterval between probes of a quarantined or pending pair
 	// (default Interval/3), so that a pair that recovers is back soon.
 	QuarantineInterval time.Duration
-	// Timeout is each probe's deadline (default 5 s). Set it above the
-	// longest wait a healthy but busy pair may impose on a new request
-	// (its queues): a slow probe is a stalled pair.
+	// Timeout is each probe's deadline (default 5 s). A probe that misses
+	// it quarantines the pair, unless Steps shows both workers completing
+	// forward steps meanwhile (ResultBusy: overloaded, not stuck).
 	Timeout time.Duration
+	// Steps returns the forward steps a worker has completed (from its
+	// load reports), ok false when unknown. Nil: every late probe
+	// quarantines.
+	Steps func(addr string) (steps uint64, ok bool)
 	// Concurrency bounds the probes in flight at once (default 4).
 	Concurrency int
 	// Logger gets one line per change of a pair's state (default: none).
@@ -143,11 +152,11 @@ func New(o Options) (*Tracker, error) {
 	t.scan = min(250*time.Millisecond, o.Interval/4, o.QuarantineInterval/4)
 	t.scan = max(t.scan, time.Millisecond)
 	t.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "baton_canary_probes_total", Help: "Canary probes of (prefill, decode) pairs, by result: pass, fail or timeout."}, []string{"result"})
+		Name: "baton_canary_probes_total", Help: "Canary probes of (prefill, decode) pairs, by result: pass, fail, timeout, or busy (late while the workers kept computing: not quarantined)."}, []string{"result"})
 	t.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "baton_canary_probe_seconds", Help: "Duration of canary probes, by result (a timeout counts its deadline).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"result"})
-	for _, r := range []string{ResultPass, ResultFail, ResultTimeout} {
+	for _, r := range []string{ResultPass, ResultFail, ResultTimeout, ResultBusy} {
 		t.probes.WithLabelValues(r) // export zeros: a dashboard sees the series before the first failure
 	}
 	if o.Registry != nil {
@@ -239,6 +248,7 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	pctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
 	start := time.Now()
+	steps, counted := t.steps(p)
 	done := make(chan error, 1)
 	go func() { done <- t.o.Probe(pctx, p) }()
 	var err error
@@ -271,6 +281,11 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	case err != nil:
 		result = ResultFail
 	}
+	if result == ResultTimeout && counted {
+		if now, ok := t.steps(p); ok && progressed(steps, now) {
+			result, err = ResultBusy, fmt.Errorf("%w (the workers are computing: overloaded, not stuck)", err)
+		}
+	}
 	t.probes.WithLabelValues(result).Inc()
 	t.duration.WithLabelValues(result).Observe(took.Seconds())
 	t.record(p, result, err, took)
@@ -284,6 +299,39 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	t.finish(p, nil)
 }
 
+// steps reads the forward steps the pair's workers have completed, one
+// count per worker (prefill first; colocated pairs have only decode).
+func (t *Tracker) steps(p Pair) ([]uint64, bool) {
+	if t.o.Steps == nil {
+		return nil, false
+	}
+	var out []uint64
+	for _, addr := range []string{p.Prefill, p.Decode} {
+		if addr == "" {
+			continue
+		}
+		n, ok := t.o.Steps(addr)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, true
+}
+
+// progressed reports whether every worker's count moved.
+func progressed(before, after []uint64) bool {
+	if len(before) == 0 || len(before) != len(after) {
+		return false
+	}
+	for i := range before {
+		if after[i] <= before[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // record applies a probe's result to p's state and logs a change of state.
 func (t *Tracker) record(p Pair, result string, err error, took time.Duration) {
 	now := time.Now()
@@ -291,9 +339,12 @@ func (t *Tracker) record(p Pair, result string, err error, took time.Duration) {
 	st := t.pairs[p] // present: a probing pair is never deleted
 	prev, since := st.State, st.Since
 	st.LastResult, st.LastLatencySeconds, st.LastProbe, st.LastError = result, took.Seconds(), now, ""
-	if result == ResultPass {
+	switch result {
+	case ResultPass:
 		st.State, st.Failures = StatePassing, 0
-	} else {
+	case ResultBusy:
+		st.LastError = err.Error() // the state stands
+	default:
 		st.State, st.LastError = StateQuarantined, err.Error()
 		st.Failures++
 	}

@@ -458,3 +458,39 @@ func TestPairString(t *testing.T) {
 		t.Error("ReservedID does not tell canary ids from others")
 	}
 }
+
+// A probe that misses its deadline while both workers keep completing
+// forward steps is a busy pair, not a stuck one: quarantining the only pair
+// of an overloaded fleet would turn overload into an outage. When the
+// steps stop, the same late probe quarantines.
+func TestTrackerBusyIsNotStuck(t *testing.T) {
+	s := newScript()
+	p := Pair{Prefill: "p:1", Decode: "d:1"}
+	var stepping atomic.Bool
+	var steps atomic.Uint64
+	stepsOf := func(addr string) (uint64, bool) {
+		if stepping.Load() {
+			return steps.Add(1), true
+		}
+		return steps.Load(), true
+	}
+	tr, _, _ := newTracker(t, Options{Probe: s.probe, Interval: 30 * time.Millisecond,
+		QuarantineInterval: 10 * time.Millisecond, Timeout: 60 * time.Millisecond, Steps: stepsOf})
+	start(t, tr, p)
+	eventually(t, "the first probe to pass", func() bool { return tr.Allowed(p) })
+
+	stepping.Store(true)
+	s.set(p, modeHang)
+	eventually(t, "a late probe while the workers compute", func() bool { return statusOf(tr, p).LastResult == ResultBusy })
+	if st := statusOf(tr, p); !tr.Allowed(p) || st.State != StatePassing || !strings.Contains(st.LastError, "overloaded, not stuck") {
+		t.Fatalf("a busy pair lost its state: %+v", st)
+	}
+
+	stepping.Store(false)
+	eventually(t, "quarantine once the steps stop", func() bool { return !tr.Allowed(p) })
+	if st := statusOf(tr, p); st.LastResult != ResultTimeout {
+		t.Fatalf("a stuck pair: %+v", st)
+	}
+	s.set(p, modePass)
+	eventually(t, "the quarantine to lift", func() bool { return tr.Allowed(p) })
+}

@@ -93,7 +93,7 @@ func (s *Service) startFleet(srv *svckit.Server) error {
 			return err
 		}
 		if s.canary, err = canary.New(canary.Options{Probe: s.prober.Probe, Interval: s.fleet.canaryInterval,
-			Timeout: s.fleet.canaryTimeout, Logger: s.logger, Registry: srv.Registry}); err != nil {
+			Timeout: s.fleet.canaryTimeout, Steps: s.workerSteps, Logger: s.logger, Registry: srv.Registry}); err != nil {
 			return err
 		}
 		s.pairer.Gate = canaryGate{s.canary}
@@ -334,4 +334,21 @@ func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time
 		add(w, true)
 	}
 	return ds
+}
+
+// workerSteps is the forward steps the worker at addr last reported, for
+// the canary to tell an overloaded pair from a stuck one.
+func (s *Service) workerSteps(addr string) (uint64, bool) {
+	for _, set := range []*workers.Set{s.prefills, s.decodes} {
+		if set == nil {
+			continue
+		}
+		for _, w := range set.Workers() {
+			if w.Addr == addr {
+				l := w.Load()
+				return l.GetSteps(), l != nil
+			}
+		}
+	}
+	return 0, false
 }
