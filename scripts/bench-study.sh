@@ -10,7 +10,8 @@
 # Run it on a quiet machine: anything else running skews every figure.
 #
 # Usage: scripts/bench-study.sh [--out DIR] [--models "stories260k llama-110m"]
-#          [--configs "colocated pd pd-split"] [--port-base P] [--quick]
+#          [--configs "colocated pd pd-split"] [--workloads "serve sweep-short sweep-long"]
+#          [--port-base P] [--quick]
 #
 #   --out DIR      results directory (default results/bench-study-DATE)
 #   --models       which models (default both; the 110M model is generated
@@ -19,18 +20,20 @@
 #                  pd:        batonctl up, prefill and decode with 2 threads each
 #                  pd-split:  prefill-svc and decode-svc with 1 thread each,
 #                             pinned to cores 0 and 1 when taskset exists
+#   --workloads    which workloads (default all three)
 #   --port-base P  ports P to P+5, batonctl up's layout (default 18700)
 #   --quick        a few requests per workload: checks the script, not Baton
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-OUT="" MODELS="stories260k llama-110m" CONFIGS="colocated pd pd-split" PORT_BASE=18700 QUICK=0
+OUT="" MODELS="stories260k llama-110m" CONFIGS="colocated pd pd-split" WORKLOADS="serve sweep-short sweep-long" PORT_BASE=18700 QUICK=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --configs) CONFIGS=$2; shift 2 ;;
+    --workloads) WORKLOADS=$2; shift 2 ;;
     --port-base) PORT_BASE=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -52,7 +55,7 @@ BATONCTL=$BIN/batonctl
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //') × $(nproc)"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-  echo "quick: $QUICK; models: $MODELS; configs: $CONFIGS"
+  echo "quick: $QUICK; models: $MODELS; configs: $CONFIGS; workloads: $WORKLOADS"
 } > "$OUT/machine.txt"
 
 model_file() {
@@ -130,6 +133,14 @@ start_config() { # CONFIG MODEL_FILE CONTEXT LOG
 # (closed loop, ignore_eos, temperature 0.8); the sweeps vary the offered
 # rate with short and long prompts.
 workloads() {
+  local name
+  all_workloads "$1" | while IFS='|' read -r name flags; do
+    [[ " $WORKLOADS " == *" $name "* ]] && echo "$name|$flags"
+  done
+  return 0
+}
+
+all_workloads() {
   case $1:$QUICK in
     stories260k:0) cat <<'EOF'
 serve|--request-rate inf --max-concurrency 1,16 --num-prompts 320 --warmup 16 --random-input-len 5 --random-output-len 64 --ignore-eos --temperature 0.8 --slo ttft:50

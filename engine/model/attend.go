@@ -20,21 +20,35 @@ import (
 // the result does not depend on the batch or on how the heads are split
 // across threads.
 
-// maxStackHead is the largest head dimension whose rows are widened on the
-// stack; larger heads (none of the supported models) allocate.
-const maxStackHead = 256
+// attnScratch is one participant's scratch space for attention: scores
+// over the context, and five rows of the head dimension (one key, four
+// values) into which F16 (or misaligned F32) rows are widened. Reused
+// across calls, so that attention allocates nothing: widening buffers made
+// per call cost a fifth of a small model's decode step in allocation and
+// zeroing.
+type attnScratch struct {
+	scores []float32
+	rows   []float32
+}
+
+// size makes room for n positions and head dimension d.
+func (a *attnScratch) size(n, d int) {
+	a.scores = grow(a.scores, n)
+	a.rows = grow(a.rows, 5*d)
+}
 
 // attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
-// key(t) and val(t) return the rows of position t (d float32 values each);
-// a row val returns must stay valid until val has been called for three
-// more positions. scores is scratch space of at least n elements.
-func attendRows(out, q []float32, n int, scores []float32, key, val func(t int) []float32) {
+// dot(t) returns q·k for position t and val(t) the value row of position t
+// (d float32 values); a row val returns must stay valid until val has been
+// called for three more positions. scores is scratch space of at least n
+// elements.
+func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float32, val func(t int) []float32) {
 	d := len(q)
 	out = out[:d]
 	scale := float32(1 / math.Sqrt(float64(d)))
 	scores = scores[:n]
 	for t := range n {
-		scores[t] = vec.DotF32(q, key(t)) * scale
+		scores[t] = dot(t) * scale
 	}
 	sum := vec.ExpSum(scores, scores, vec.MaxF32(scores))
 	clear(out)
@@ -63,10 +77,10 @@ func axpy4(out, e, v0, v1, v2, v3 []float32) {
 // attendContig is one head's attention over a contiguous cache: k and v
 // hold rows of stride elements, this head's d starting at each row's
 // beginning.
-func attendContig(out, q, k, v []float32, n, stride int, scores []float32) {
+func attendContig(out, q, k, v []float32, n, stride int, sc *attnScratch) {
 	d := len(q)
-	attendRows(out, q, n, scores,
-		func(t int) []float32 { return k[t*stride : t*stride+d] },
+	attendRows(out, q, n, sc.scores,
+		func(t int) float32 { return vec.DotF32(q, k[t*stride:t*stride+d]) },
 		func(t int) []float32 { return v[t*stride : t*stride+d] })
 }
 
@@ -74,7 +88,7 @@ func attendContig(out, q, k, v []float32, n, stride int, scores []float32) {
 // vPages[i] hold positions i·pageSize… as rows of stride elements of typ
 // (F32 or F16, little-endian), this head's elements starting off elements
 // into each row.
-func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride, off int, typ quant.Type, scores []float32) {
+func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride, off int, typ quant.Type, sc *attnScratch) {
 	d := len(q)
 	es := 4
 	if typ == quant.F16 {
@@ -92,21 +106,9 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 	// Rows that cannot be read in place are widened into these: one key
 	// row, and one value row for each of the four that attendRows takes
 	// at a time.
-	var kbuf []float32
-	var vbuf [4][]float32
-	if d <= maxStackHead {
-		var kb [maxStackHead]float32
-		var vb [4][maxStackHead]float32
-		kbuf = kb[:d]
-		for i := range vbuf {
-			vbuf[i] = vb[i][:d]
-		}
-	} else {
-		kbuf = make([]float32, d)
-		for i := range vbuf {
-			vbuf[i] = make([]float32, d)
-		}
-	}
+	sc.size(n, d)
+	kbuf := sc.rows[:d]
+	vbuf := [4][]float32{sc.rows[d : 2*d], sc.rows[2*d : 3*d], sc.rows[3*d : 4*d], sc.rows[4*d : 5*d]}
 	inPlace := typ == quant.F32 && littleEndian()
 	widen := func(dst []float32, b []byte) []float32 {
 		if inPlace && uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
@@ -123,7 +125,12 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 		}
 		return dst
 	}
-	attendRows(out, q, n, scores,
-		func(t int) []float32 { return widen(kbuf, row(kPages, t)) },
+	dot := func(t int) float32 { return vec.DotF32(q, widen(kbuf, row(kPages, t))) }
+	if typ == quant.F16 {
+		// Keys are read once each: the SIMD kernel converts them in
+		// registers instead of widening them into memory first.
+		dot = func(t int) float32 { return vec.DotF16(row(kPages, t), q) }
+	}
+	attendRows(out, q, n, sc.scores, dot,
 		func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) })
 }

@@ -122,7 +122,7 @@ type kvStore interface {
 	prepare(layer, n int)
 	// attend computes one query head's attention over positions 0…n-1
 	// against KV head kvHead.
-	attend(out, q []float32, kvHead, n int, scores []float32)
+	attend(out, q []float32, kvHead, n int, sc *attnScratch)
 }
 
 type contigStore struct {
@@ -133,9 +133,9 @@ type contigStore struct {
 
 func (c *contigStore) put(layer, pos int, k, v []float32) { c.cache.Put(layer, pos, k, v) }
 func (c *contigStore) prepare(layer, n int)               { c.k, c.v = c.cache.View(layer, n) }
-func (c *contigStore) attend(out, q []float32, kvHead, n int, scores []float32) {
+func (c *contigStore) attend(out, q []float32, kvHead, n int, sc *attnScratch) {
 	off := kvHead * len(q)
-	attendContig(out, q, c.k[off:], c.v[off:], n, c.kvDim, scores)
+	attendContig(out, q, c.k[off:], c.v[off:], n, c.kvDim, sc)
 }
 
 type pagedStore struct {
@@ -159,6 +159,6 @@ func (p *pagedStore) prepare(layer, n int) {
 	}
 }
 
-func (p *pagedStore) attend(out, q []float32, kvHead, n int, scores []float32) {
-	attendPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, scores)
+func (p *pagedStore) attend(out, q []float32, kvHead, n int, sc *attnScratch) {
+	attendPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, sc)
 }

@@ -124,7 +124,7 @@ type llamaState struct {
 	k, v           []float32 // new keys and values, rows×KVDim
 	gate, up       []float32 // feed-forward activations, rows×Hidden
 	cos, sin       []float32 // RoPE tables, rows×RopeDim/2
-	scores         [][]float32
+	attn           []attnScratch
 	normed, logits []float32 // final norm and logits of the output rows
 
 	rows    []rowInfo // every token row of the step
@@ -164,11 +164,11 @@ func (s *llamaState) size(c Config, parts, n, nOut, ctx int) {
 	s.up = grow(s.up, n*c.Hidden)
 	s.cos = grow(s.cos, n*c.RopeDim/2)
 	s.sin = grow(s.sin, n*c.RopeDim/2)
-	if len(s.scores) < parts {
-		s.scores = make([][]float32, parts)
+	if len(s.attn) < parts {
+		s.attn = make([]attnScratch, parts)
 	}
-	for i := range s.scores {
-		s.scores[i] = grow(s.scores[i], ctx)
+	for i := range s.attn {
+		s.attn[i].size(ctx, c.HeadDim)
 	}
 	s.normed = grow(s.normed, nOut*c.Dim)
 	s.logits = grow(s.logits, nOut*c.Vocab)
@@ -297,12 +297,12 @@ func (m *llama) forward(s *llamaState) error {
 		// multiply-adds; keep parts at ≥ 32k of them.
 		grain := max(1, (1<<15)/(ctx*hd*2))
 		m.pool.parallel(na*c.Heads, grain, func(part, lo, hi int) {
-			scores := s.scores[part]
+			sc := &s.attn[part]
 			for j := lo; j < hi; j++ {
 				i, h := j/c.Heads, j%c.Heads
 				ri := s.act[i]
 				s.segs[ri.seg].kv.attend(s.att[i*qDim+h*hd:i*qDim+(h+1)*hd], s.q[i*qDim+h*hd:i*qDim+(h+1)*hd],
-					h/group, ri.pos+1, scores)
+					h/group, ri.pos+1, sc)
 			}
 		})
 		m.matmul(s.xb[:na*dim], &l.wo, l.bo, s.att[:na*qDim], na)
