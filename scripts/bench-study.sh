@@ -69,7 +69,7 @@ model_file() {
       if [[ ! -f $p ]]; then
         mkdir -p "$(dirname "$p")"
         echo "== generating the 110M F32 model into $p" >&2
-        "$BATONCTL" gen-model --preset llama-110m --out "$p" >&2
+        "$BATONCTL" gen-model --preset llama-110m --type f32 --out "$p" >&2
       fi
       echo "$p" ;;
     *) echo "bench-study: unknown model $1" >&2; exit 2 ;;
