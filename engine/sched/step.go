@@ -460,13 +460,11 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	s.setState(r, StateFinished)
 	r.finished = time.Now()
-	// The id is free before the request's owner hears it is done, so that
-	// the owner may submit it again at once (a retry on this worker).
+	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	close(r.events)
 	s.inMu.Lock()
 	delete(s.ids, r.id)
 	s.inMu.Unlock()
-	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
-	close(r.events)
 
 	sum := Summary{
 		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage,
