@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 // localPrefill is the prefill endpoint that asks decode to compute the
 // prompt itself (colocated mode).
 const localPrefill = workers.LocalPrefill
+
+// releaseGrace bounds how long a retry waits for the decode worker of the
+// failed attempt to release the request's id (workers release within 2 s).
+const releaseGrace = 2 * time.Second
 
 // errAborted is the cancel cause of a request ended by the Abort RPC.
 var errAborted = errors.New("aborted by an Abort call")
@@ -129,6 +134,21 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		r.setRoute(pf, dc)
 		log.InfoContext(actx, "routed", "prefill", pf, "decode", dc, "attempt", attempt)
 		started, err := s.relay(actx, r, req, pair, start, send)
+		// A retry on the decode worker of the failed attempt can reach it
+		// before it has let go of that attempt (the router ends its side
+		// of a stream at once; the worker's release follows): the id is
+		// still taken there for a moment.
+		for wait := time.Now(); attempt > 0 && !started && status.Code(err) == codes.AlreadyExists &&
+			slices.Contains(tried, dc) && time.Since(wait) < releaseGrace; {
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+				log.InfoContext(actx, "decode still holds the failed attempt; trying again", "decode", dc)
+				started, err = s.relay(actx, r, req, pair, start, send)
+				continue
+			}
+			break
+		}
 		pair.Release()
 		endRoute(ctx, route, started, err, attempt)
 		if err == nil {
