@@ -234,8 +234,11 @@ func TestTrackerLifecycle(t *testing.T) {
 	if took := time.Since(began); took > 30*time.Millisecond+60*time.Millisecond+time.Second {
 		t.Errorf("a stalled probe quarantined its pair after %v; the deadline is 60ms", took)
 	}
+	// The probe's own words (the stage it waited in) come with the verdict
+	// only when it returns by the deadline; on a loaded machine the
+	// tracker may judge it first.
 	if st := statusOf(tr, p); st.LastResult != ResultTimeout || !strings.Contains(st.LastError, "no answer within 60ms") ||
-		!strings.Contains(st.LastError, "waiting for the first token") {
+		(!st.Probing && !strings.Contains(st.LastError, "waiting for the first token")) {
 		t.Fatalf("after a stalled probe: %+v", st)
 	}
 
