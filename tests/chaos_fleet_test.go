@@ -733,15 +733,17 @@ func (p *selectiveProxy) pipe(pc *proxiedConn, dst, src net.Conn) {
 
 // blackhole freezes the connections, open now or accepted later, whose
 // client address pick chooses.
-func (p *selectiveProxy) blackhole(pick func(client net.Addr) bool) {
+func (p *selectiveProxy) blackhole(pick func(client net.Addr) bool) (frozen int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.freeze = pick
 	for _, pc := range p.conns {
 		if pick(pc.client.RemoteAddr()) {
 			pc.once.Do(func() { close(pc.frozen) })
+			frozen++
 		}
 	}
+	return frozen
 }
 
 // fromProcess picks the connections that process pid opened: the client

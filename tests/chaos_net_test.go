@@ -46,7 +46,14 @@ func chaosBlackhole(t *testing.T, row *chaosRow) {
 		return longRequest(f.golden, fmt.Sprintf("bh-%d", n), 300, 16)
 	})
 	waitListed(t, f.decodes[0], batonv1.RequestState_REQUEST_STATE_TRANSFERRING, 2, 15*time.Second)
-	px.blackhole(fromProcess(f.decodes[0].p.cmd.Process.Pid)) // the router still reaches prefill
+	if px.blackhole(fromProcess(f.decodes[0].p.cmd.Process.Pid)) == 0 { // the router still reaches prefill
+		// Seen twice in CI on a fresh clone, never locally: the proxy
+		// found none of decode's connections (matched through /proc), so
+		// no fault was injected and the case would measure nothing
+		// (docs/reliability.md, "Still open").
+		load.halt()
+		t.Skip("the proxy matched none of decode's connections to prefill: the black hole was not injected")
+	}
 	cutAt := time.Now()
 	load.halt()
 	inflight := ids(listed(t, f.decodes[0]))
