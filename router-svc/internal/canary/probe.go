@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/baton-serving/baton/svckit/enginehost"
 	"io"
 	"maps"
 	"slices"
@@ -23,16 +24,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The canary's labels. The workers know them too (svckit/enginehost), with
-// the same values.
+// The canary's labels: the workers' own (svckit/enginehost), so that the
+// two ends cannot drift apart.
 const (
 	// IDPrefix starts every canary request id.
-	IDPrefix = "canary-"
+	IDPrefix = enginehost.CanaryIDPrefix
 	// MetadataKey is the gRPC metadata key, with value "1", on every call
 	// made for a canary.
-	MetadataKey = "baton-canary"
+	MetadataKey = enginehost.CanaryMetadataKey
 	// AttrCanary (true) marks a canary's spans.
-	AttrCanary = attribute.Key("baton.canary")
+	AttrCanary = enginehost.AttrCanary
 )
 
 // ReservedID reports whether a request id is reserved for canaries: the
