@@ -304,9 +304,8 @@ const (
 
 // cpuScratch holds the buffers of one weight product, recycled.
 type cpuScratch struct {
-	xq         []byte
-	xpad, opad []float32
-	scores     []float32
+	xq     []byte
+	scores []float32
 }
 
 func (c *CPU) getScratch() *cpuScratch {
@@ -378,18 +377,6 @@ func (c *CPU) MatMul(dst Buffer, w Matrix, x Buffer) error {
 				clear(xq[lo*xRow : hi*xRow])
 			}
 		})
-	default:
-		// vec's float kernels sum a one-token tile in another order than
-		// wider ones: never leave one.
-		if n%mmTokens == 1 && vec.Implementation() != "purego" {
-			s.xpad = growF32(s.xpad, (n+1)*m.cols)
-			copy(s.xpad, xs)
-			clear(s.xpad[n*m.cols:])
-			s.opad = growF32(s.opad, (n+1)*m.rows)
-			c.matmulRows(s.opad, m, s.xpad, nil, n+1)
-			copy(d, s.opad[:n*m.rows])
-			return nil
-		}
 	}
 	c.matmulRows(d, m, xs, xq, n)
 	return nil

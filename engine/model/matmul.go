@@ -20,20 +20,12 @@ import (
 // on the thread count: decode (one token) must reproduce prefill (many)
 // bit for bit, and a sequence must not notice its neighbours. The vec
 // kernels sum each output element in the same order whatever the tile it
-// falls in, with two exceptions that this file works around, and which
-// TestMatmulBatchInvariance pins down on every implementation the CPU
-// runs:
-//
-//   - Matrix-vector kernels (and matrix-matrix ones for float weights with
-//     a one-token tile) unroll over several accumulators, which
-//     matrix-matrix tiles of more tokens do not. So every product goes
-//     through the matrix-matrix kernels, and a float product whose token
-//     count would leave a one-token tile (n ≡ 1 mod mmTokens) gets a zero
-//     token added.
-//   - The widest register tiles (4 rows, AVX-512) reduce their sums in
-//     another order than the narrower edge tiles. So the rows are split
-//     into chunks at multiples of rowAlign, which every tile height
-//     divides: each row then falls in the same tile whatever the split.
+// falls in (one-token tiles included), with one exception that this file
+// works around, and which TestMatmulBatchInvariance pins down on every
+// implementation the CPU runs: the widest register tiles (4 rows, AVX-512)
+// reduce their sums in another order than the narrower edge tiles. So the
+// rows are split into chunks at multiples of rowAlign, which every tile
+// height divides: each row then falls in the same tile whatever the split.
 const (
 	// mmTokens is the token width of vec's matrix-matrix register tiles.
 	mmTokens = 4
@@ -58,13 +50,6 @@ const (
 // refPath is a type value that no kernel claims, selecting the reference
 // dot products.
 const refPath = quant.Type(1<<31 - 1)
-
-// padFloat reports whether float products must add a token to n tokens.
-// The pure-Go kernels compute every element with the same dot product, so
-// only the assembly ones need it.
-func padFloat(n int) bool {
-	return n%mmTokens == 1 && vec.Implementation() != "purego"
-}
 
 // littleEndian reports whether float32 weights can be read in place: the
 // file stores them little-endian.
@@ -97,8 +82,6 @@ type mmCall struct {
 
 	// Buffers kept across calls.
 	qbuf []byte
-	xpad []float32
-	opad []float32
 	quan quantizeTask
 }
 
@@ -216,7 +199,6 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 		c = new(mmCall)
 	}
 	c.w, c.dst, c.x, c.xq, c.n, c.ref = w, dst[:n*w.rows], x[:n*w.cols], nil, n, false
-	padded := false
 
 	if kq, xRow, ok := quantized(w); ok {
 		// Quantize every token's activations once, before the rows are
@@ -236,20 +218,9 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 				c.wf32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.data[0])), len(w.data)/4)
 			}
 		}
-		if !c.ref && padFloat(n) {
-			padded = true
-			c.xpad = grow(c.xpad, (n+1)*w.cols)
-			copy(c.xpad, c.x)
-			clear(c.xpad[n*w.cols:])
-			c.opad = grow(c.opad, (n+1)*w.rows)
-			c.x, c.dst, c.n = c.xpad, c.opad, n+1
-		}
 	}
 
 	mm.pool.run(w.rows, mm.chunkRows(w, c.n), c)
-	if padded {
-		copy(dst[:n*w.rows], c.opad[:n*w.rows])
-	}
 	if bias != nil {
 		for t := range n {
 			kernels.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)

@@ -30,7 +30,7 @@ var (
 		vl:     8,
 		chunk:  512, // 3 rows + 4 tokens: 28 KiB of F32 in a 32 KiB L1
 		float:  shape{mmR: 3, mmT: 4, mvR: 4},
-		q80:    shape{mmR: 2, mmT: 4, mvR: 4},
+		q80:    shape{mmR: 2, mmT: 4, mvR: 1},
 		kq:     shape{mmR: 1, mmT: 4, mvR: 1},
 		main:   kernelsAVX2,
 		kquant: kernelsAVX2,

@@ -34,7 +34,7 @@ func dotF32AVX2(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_1x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -114,7 +114,7 @@ func tileF32_1x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_2x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -194,7 +194,7 @@ func tileF32_2x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_3x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -309,7 +309,7 @@ func dotF16AVX2(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_1x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -389,7 +389,7 @@ func tileF16_1x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_2x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -469,7 +469,7 @@ func tileF16_2x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_3x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -584,7 +584,7 @@ func dotBF16AVX2(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_1x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -664,7 +664,7 @@ func tileBF16_1x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_2x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -744,7 +744,7 @@ func tileBF16_2x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //	}
 //
 // n must be a multiple of 8. The sums are kept in 8-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_3x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -1793,7 +1793,7 @@ func dotF32AVX512(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_1x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -1873,7 +1873,7 @@ func tileF32_1x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_2x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -1953,7 +1953,7 @@ func tileF32_2x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_3x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2033,7 +2033,7 @@ func tileF32_3x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF32_4x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2128,7 +2128,7 @@ func dotF16AVX512(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_1x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2208,7 +2208,7 @@ func tileF16_1x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_2x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2288,7 +2288,7 @@ func tileF16_2x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_3x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2368,7 +2368,7 @@ func tileF16_3x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileF16_4x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2463,7 +2463,7 @@ func dotBF16AVX512(w *byte, x *float32, n int) float32
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (4 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_1x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2543,7 +2543,7 @@ func tileBF16_1x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os in
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_2x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2623,7 +2623,7 @@ func tileBF16_2x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os in
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_3x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
@@ -2703,7 +2703,7 @@ func tileBF16_3x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os in
 //	}
 //
 // n must be a multiple of 16. The sums are kept in 16-lane vector
-// partial sums (2 accumulator(s) per output) added together at the end.
+// partial sums (1 accumulator(s) per output) added together at the end.
 //
 //go:noescape
 func tileBF16_4x1_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)

@@ -26,7 +26,8 @@ type kernelTables struct {
 }
 
 // shape is the tiling used for one family of kernels: mmR×mmT tiles for
-// matrix-matrix products and mvR×1 for matrix-vector ones. Every smaller
+// matrix-matrix products and mvR×1 for matrix-vector ones and one-token
+// matrix-matrix ones (decoding), which stream the weights. Every smaller
 // tile must exist too, for the edges.
 type shape struct{ mmR, mmT, mvR int }
 
@@ -107,10 +108,16 @@ func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x []float32, rows, c
 	if n > 0 {
 		tb := min(tokenBlock(4*n, k.mmT), tokens)
 		kc := k.chunk
-		packed := make([]float32, tb*n)
+		var packed []float32
+		if tokens == 1 {
+			// One token's packed order is its row: decoding copies nothing.
+			packed = x[:n]
+		} else {
+			packed = make([]float32, tb*n)
+		}
 		for t0 := 0; t0 < tokens; t0 += tb {
 			t1 := min(t0+tb, tokens)
-			for t := t0; t < t1; t += k.mmT {
+			for t := t0; t < t1 && tokens > 1; t += k.mmT {
 				T := min(k.mmT, t1-t)
 				packTokens(packed[(t-t0)*n:(t-t0+T)*n], x[t*cols:], cols, n, T, k.vl)
 			}
@@ -190,10 +197,16 @@ func (k *qKernels) matMul(dst []float32, ldd int, w, xq []byte, rows, nb, tokens
 	// Blocks per chunk, even so that the AVX-512 kernels, which take
 	// blocks in pairs, see an odd count only at the end of a row.
 	kc := max(2, qChunkBytes/k.xBytes&^1)
+	mmR := k.mmR
+	if tokens == 1 {
+		// A decoding step streams the weights from memory once; the
+		// matrix-vector tile height streams fastest (see shape.mvR).
+		mmR = k.mvR
+	}
 	for t0 := 0; t0 < tokens; t0 += tb {
 		t1 := min(t0+tb, tokens)
-		for r := 0; r < rows; r += k.mmR {
-			R := min(k.mmR, rows-r)
+		for r := 0; r < rows; r += mmR {
+			R := min(mmR, rows-r)
 			for c := 0; c < nb; c += kc {
 				m := min(kc, nb-c)
 				for t := t0; t < t1; t += k.mmT {

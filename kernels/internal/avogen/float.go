@@ -25,10 +25,7 @@ var (
 // The largest is the matrix-matrix micro-kernel; R×1 tiles serve
 // matrix-vector products and the 1×1 tile the plain dot product.
 func floatTiles(s isa) [][2]int {
-	rmax, tmax := 3, 4 // AVX2: 12 accumulators + 3 weights + 1 activation
-	if s.evex {
-		rmax, tmax = 4, 4
-	}
+	rmax, tmax := floatRows(s), 4
 	var ts [][2]int
 	for r := 1; r <= rmax; r++ {
 		for t := 1; t <= tmax; t++ {
@@ -39,6 +36,15 @@ func floatTiles(s isa) [][2]int {
 		ts = append(ts, [2]int{4, 1})
 	}
 	return ts
+}
+
+// floatRows is the height of the matrix-matrix float tiles: on AVX2, 12
+// accumulators + 3 weights + 1 activation fill the 16 registers.
+func floatRows(s isa) int {
+	if s.evex {
+		return 4
+	}
+	return 3
 }
 
 func genFloatKernels(s isa) {
@@ -72,12 +78,22 @@ func loadW(s isa, wt wtype, m Mem, dst VecVirtual) {
 // at the end. Tiles with one token keep the activations in registers and
 // unroll over k; wider tiles load each weight vector once per step and use
 // it for all T tokens.
+//
+// One-token tiles no taller than the matrix-matrix ones (those that decode
+// with) sum each row in one accumulator, in the same order as the wider
+// tiles, so that a token's results do not depend on how many tokens share
+// the product; the dot product and the taller matrix-vector tile split the
+// sum over U accumulators, which hides the latency of the additions.
 func floatTile(s isa, wt wtype, R, T int, ret bool) {
-	U := 1
+	U, A := 1, 1 // steps of vl unrolled per iteration, accumulators
 	if T == 1 {
 		U = 2
 		if R == 1 {
 			U = 4
+		}
+		A = U
+		if !ret && R <= floatRows(s) {
+			A = 1
 		}
 	}
 	name := begin(s, wt.name, R, T, ret, "float32", "n", 0, false)
@@ -94,7 +110,7 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 			"\treturn sum",
 			"",
 			fmt.Sprintf("n must be a multiple of %d. The sum is kept in %d-lane vector", s.vl, s.vl),
-			fmt.Sprintf("partial sums (%d accumulators) added together at the end.", U),
+			fmt.Sprintf("partial sums (%d accumulators) added together at the end.", A),
 		)
 	} else {
 		Doc(
@@ -113,7 +129,7 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 			"\t}",
 			"",
 			fmt.Sprintf("n must be a multiple of %d. The sums are kept in %d-lane vector", s.vl, s.vl),
-			fmt.Sprintf("partial sums (%d accumulator(s) per output) added together at the end.", U),
+			fmt.Sprintf("partial sums (%d accumulator(s) per output) added together at the end.", A),
 		)
 	}
 	wp := ptrs("w", "ws", R)
@@ -127,7 +143,7 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 	for r := range acc {
 		acc[r] = make([][]VecVirtual, T)
 		for t := range acc[r] {
-			acc[r][t] = make([]VecVirtual, U)
+			acc[r][t] = make([]VecVirtual, A)
 			for u := range acc[r][t] {
 				acc[r][t][u] = s.wide()
 				s.zero(acc[r][t][u])
@@ -156,13 +172,14 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 				xv := s.wide()
 				VMOVUPS(xmem(0, (u-u0)*s.vl), xv)
 				for r := 0; r < R; r++ {
+					a := acc[r][0][u%A]
 					if wt == wF32 {
-						VFMADD231PS(wmem(r, (u-u0)*s.vl), xv, acc[r][0][u])
+						VFMADD231PS(wmem(r, (u-u0)*s.vl), xv, a)
 						continue
 					}
 					wv := s.wide()
 					loadW(s, wt, wmem(r, (u-u0)*s.vl), wv)
-					VFMADD231PS(wv, xv, acc[r][0][u])
+					VFMADD231PS(wv, xv, a)
 				}
 			}
 			return
@@ -212,7 +229,7 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 		sums[r] = make([]VecVirtual, T)
 		for t := range sums[r] {
 			a := acc[r][t]
-			for u := 1; u < U; u++ {
+			for u := 1; u < A; u++ {
 				VADDPS(a[u], a[0], a[0])
 			}
 			sums[r][t] = a[0]

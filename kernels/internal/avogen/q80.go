@@ -69,6 +69,11 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 	nb := Load(Param("nb"), GP64())
 	s.beginKernel()
 	acc := newAcc(s, R, T, YMM)
+	if T == 1 {
+		q80Vec(s, q4, wb, wp, xp[0], nb, acc)
+		finish(s, acc, ret)
+		return
+	}
 	dws := AllocLocal(32 * R)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
@@ -136,6 +141,73 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 
 	Label("done")
 	finish(s, acc, ret)
+}
+
+// q80Vec emits the block loop of a one-token tile. A decoding step reads
+// every weight once, straight from memory, so this loop is shaped for
+// streaming: two blocks per iteration with one prefetch per row (a cache
+// line is about two Q8_0 blocks), and the scales kept in registers rather
+// than spilled. Each block is added to the row's accumulator in the same
+// order as in the wider tiles, so results do not depend on the tile.
+func q80Vec(s isa, q4 bool, wb int, wp []GPVirtual, xp GPVirtual, nb Register, acc [][]VecVirtual) {
+	step := func(k int) {
+		xv := YMM()
+		VMOVDQU(Mem{Base: xp, Disp: 2 + k*q80Bytes}, xv)
+		dx := YMM()
+		s.f16Bcast(Mem{Base: xp, Disp: k * q80Bytes}, dx)
+		var corr VecVirtual
+		if q4 {
+			corr = YMM()
+			VMOVDQU(c01b, corr)
+			VPMADDUBSW(xv, corr, corr)
+			VPMADDWD(c01w, corr, corr)
+			VPSLLD(U8(3), corr, corr)
+		}
+		for r := range wp {
+			p := YMM()
+			if q4 {
+				t := YMM()
+				VBROADCASTI128(Mem{Base: wp[r], Disp: k*wb + 2}, t)
+				t2 := YMM()
+				VPSRLW(U8(4), t, t2)
+				w := YMM()
+				VINSERTI128(U8(1), t2.AsX(), t, w)
+				VPAND(c0F, w, w)
+				VPMADDUBSW(xv, w, p)
+				VPMADDWD(c01w, p, p)
+				VPSUBD(corr, p, p)
+			} else {
+				w := YMM()
+				VPABSB(Mem{Base: wp[r], Disp: k*wb + 2}, w)
+				VPSIGNB(Mem{Base: wp[r], Disp: k*wb + 2}, xv, p)
+				VPMADDUBSW(p, w, p)
+				VPMADDWD(c01w, p, p)
+			}
+			VCVTDQ2PS(p, p)
+			d := YMM()
+			s.f16Bcast(Mem{Base: wp[r], Disp: k * wb}, d)
+			VMULPS(d, dx, d)
+			VFMADD231PS(p, d, acc[r][0])
+		}
+	}
+	Label("pair")
+	CMPQ(nb, U8(2))
+	JL(LabelRef("last"))
+	prefetch(wp, nil, 0, 0, 1)
+	step(0)
+	step(1)
+	for r := range wp {
+		ADDQ(U32(2*wb), wp[r])
+	}
+	ADDQ(U32(2*q80Bytes), xp)
+	SUBQ(U8(2), nb)
+	JMP(LabelRef("pair"))
+
+	Label("last")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	step(0)
+	Label("done")
 }
 
 func q80Doc(name, kind string, wb, R, T int, ret bool) {
