@@ -57,6 +57,9 @@ sample. With --json one object is printed:
    "tg_tokens_per_second":…,"tg_stddev":…,"tg_samples":[…],
    "bytes_per_token":…,"tg_gb_per_second":…,
    "max_rss_bytes_after_load":…,"load_average":[…], …}
+and, with --membw, "read_gb_per_second" (the machine's read bandwidth with
+the same threads, STREAM-style, best of 5 passes over 1 GiB) and
+"tg_bandwidth_fraction" (tg_gb_per_second over it).
 
 With --batch it runs the model in-process through the continuous-batching
 scheduler and reports aggregate throughput for each batch size B (B
@@ -100,6 +103,8 @@ type options struct {
 	pSet    bool // -p was given
 
 	cpuProfile string
+	// membw is the buffer size of the read-bandwidth measurement; 0 skips it.
+	membw int64
 }
 
 // Result is one test at one batch size.
@@ -152,6 +157,17 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.StringVar(&o.kvType, "kv-type", "F32", "KV cache element type: F32 or F16")
 	fs.IntVar(&o.pageSize, "page-size", kvcache.DefaultPageSize, "KV cache positions per page")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
+	fs.BoolFunc("membw", "also measure the machine's memory read bandwidth (the decode ceiling) with the same threads, over a 1 GiB buffer, and report tg against it (without --batch)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return err
+		}
+		o.membw = 0
+		if on {
+			o.membw = 1 << 30
+		}
+		return nil
+	})
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (go tool pprof format) to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, help)
@@ -254,6 +270,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--threads %d: want ≥ 0", o.threads)
 	case o.pageSize < 1:
 		return fmt.Errorf("--page-size %d: want ≥ 1", o.pageSize)
+	case o.membw > 0 && o.batched:
+		return errors.New("--membw measures beside the single-sequence tests: drop --batch")
 	}
 	switch strings.ToUpper(o.kvType) {
 	case "F32":

@@ -152,3 +152,17 @@ func TestSingleJSON(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }
+
+// TestReadBandwidth checks the decode-ceiling measurement on a small
+// buffer: a positive rate from every thread count, and --membw refused
+// where it does not apply.
+func TestReadBandwidth(t *testing.T) {
+	for _, threads := range []int{1, 2, 3} {
+		if bw := readBandwidth(4<<20, threads, 2); !(bw > 0) || math.IsInf(bw, 0) {
+			t.Errorf("%d threads: %v B/s", threads, bw)
+		}
+	}
+	if code, _, stderr := run("--model", storiesModel(t), "--batch", "1", "--membw"); code != exitUsage || !strings.Contains(stderr, "--membw") {
+		t.Errorf("--membw with --batch: exit %d, %q", code, stderr)
+	}
+}

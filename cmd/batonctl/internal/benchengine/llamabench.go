@@ -53,6 +53,11 @@ type SingleReport struct {
 	// TGGBPerSecond is tg_tokens_per_second × bytes_per_token: the weight
 	// bandwidth decode achieved.
 	TGGBPerSecond float64 `json:"tg_gb_per_second"`
+	// With --membw: the machine's read bandwidth measured right after the
+	// tests with the same threads (GB/s), and tg_gb_per_second over it,
+	// the fraction of the decode ceiling reached.
+	ReadGBPerSecond     float64 `json:"read_gb_per_second,omitempty"`
+	TGBandwidthFraction float64 `json:"tg_bandwidth_fraction,omitempty"`
 }
 
 // weightStats sums the file's tensors: parameters, bytes, the bytes a
@@ -188,6 +193,12 @@ func single(ctx context.Context, o options) (*SingleReport, error) {
 	rep.TGPerSecond, rep.TGStddev = mean(rep.TGSamples), stddev(rep.TGSamples)
 	rep.TGGBPerSecond = rep.TGPerSecond * float64(rep.BytesPerToken) / 1e9
 	rep.MaxRSS = maxRSS()
+	if o.membw > 0 {
+		rep.ReadGBPerSecond = readBandwidth(o.membw, rep.Threads, 5) / 1e9
+		if rep.ReadGBPerSecond > 0 && o.n > 0 {
+			rep.TGBandwidthFraction = rep.TGGBPerSecond / rep.ReadGBPerSecond
+		}
+	}
 	return rep, nil
 }
 
@@ -209,7 +220,14 @@ func printSingle(w io.Writer, r *SingleReport) {
 	}
 	if r.NGen > 0 {
 		row(fmt.Sprintf("tg%d", r.NGen), r.TGPerSecond, r.TGStddev, r.TGSamples)
-		fmt.Fprintf(w, "tg weight bandwidth: %.2f GB/s\n", r.TGGBPerSecond)
+		fmt.Fprintf(w, "tg weight bandwidth: %.2f GB/s", r.TGGBPerSecond)
+		if r.TGBandwidthFraction > 0 {
+			fmt.Fprintf(w, ", %.0f%% of the read bandwidth", 100*r.TGBandwidthFraction)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.ReadGBPerSecond > 0 {
+		fmt.Fprintf(w, "read bandwidth (%d threads, measured after the tests): %.2f GB/s\n", r.Threads, r.ReadGBPerSecond)
 	}
 	if r.MaxRSSAfterLoad > 0 {
 		fmt.Fprintf(w, "ru_maxrss: %.1f MB after load (%.1f%% of the file), %.1f MB at the end\n",
