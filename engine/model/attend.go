@@ -38,11 +38,12 @@ func (a *attnScratch) size(n, d int) {
 }
 
 // attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
-// dot(t) returns q·k for position t and val(t) the value row of position t
-// (d float32 values); a row val returns must stay valid until val has been
-// called for three more positions. scores is scratch space of at least n
-// elements.
-func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float32, val func(t int) []float32) {
+// dot(t) returns q·k for position t, add4(out, e, t) adds e[0]·v(t) + … +
+// e[3]·v(t+3) to out (vec.Axpy4 or vec.Axpy4F16 on the value rows), and
+// val(t) returns the value row of position t as d float32 values, for the
+// last n mod 4 positions. scores is scratch space of at least n elements.
+func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float32,
+	add4 func(out []float32, e *[4]float32, t int), val func(t int) []float32) {
 	d := len(q)
 	out = out[:d]
 	scale := float32(1 / math.Sqrt(float64(d)))
@@ -57,7 +58,7 @@ func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float
 	// from 0, so a position's group depends only on n.
 	t := 0
 	for ; t+4 <= n; t += 4 {
-		axpy4(out, scores[t:t+4], val(t), val(t+1), val(t+2), val(t+3))
+		add4(out, (*[4]float32)(scores[t:t+4]), t)
 	}
 	for ; t < n; t++ {
 		vec.Axpy(scores[t], val(t), out)
@@ -65,23 +66,16 @@ func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float
 	vec.Scale(1/sum, out)
 }
 
-// axpy4 adds e[0]·v0 + e[1]·v1 + e[2]·v2 + e[3]·v3 to out.
-func axpy4(out, e, v0, v1, v2, v3 []float32) {
-	e0, e1, e2, e3 := e[0], e[1], e[2], e[3]
-	v0, v1, v2, v3 = v0[:len(out)], v1[:len(out)], v2[:len(out)], v3[:len(out)]
-	for i := range out {
-		out[i] += (e0*v0[i] + e1*v1[i]) + (e2*v2[i] + e3*v3[i])
-	}
-}
-
 // attendContig is one head's attention over a contiguous cache: k and v
 // hold rows of stride elements, this head's d starting at each row's
 // beginning.
 func attendContig(out, q, k, v []float32, n, stride int, sc *attnScratch) {
 	d := len(q)
+	val := func(t int) []float32 { return v[t*stride : t*stride+d] }
 	attendRows(out, q, n, sc.scores,
 		func(t int) float32 { return vec.DotF32(q, k[t*stride:t*stride+d]) },
-		func(t int) []float32 { return v[t*stride : t*stride+d] })
+		func(out []float32, e *[4]float32, t int) { vec.Axpy4(out, e, val(t), val(t+1), val(t+2), val(t+3)) },
+		val)
 }
 
 // attendPaged is one head's attention over a paged cache: kPages[i] and
@@ -131,6 +125,15 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 		// registers instead of widening them into memory first.
 		dot = func(t int) float32 { return vec.DotF16(row(kPages, t), q) }
 	}
-	attendRows(out, q, n, sc.scores, dot,
-		func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) })
+	val := func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) }
+	add4 := func(out []float32, e *[4]float32, t int) {
+		vec.Axpy4(out, e, val(t), val(t+1), val(t+2), val(t+3))
+	}
+	if typ == quant.F16 {
+		// Value rows too are read once each, and widened in registers.
+		add4 = func(out []float32, e *[4]float32, t int) {
+			vec.Axpy4F16(out, e, row(vPages, t), row(vPages, t+1), row(vPages, t+2), row(vPages, t+3))
+		}
+	}
+	attendRows(out, q, n, sc.scores, dot, add4, val)
 }

@@ -1763,6 +1763,26 @@ func quantQ8_KAVX2(x *float32, y *byte, nb int)
 //go:noescape
 func expSumAVX2(dst *float32, x *float32, n int, shift float32) float32
 
+// axpy4F32AVX2 adds e[0]·v0 + e[1]·v1 + e[2]·v2 + e[3]·v3 to y over n elements (a
+// multiple of 8), the rows v0…v3 holding float32 values:
+//
+//	for i := 0; i < n; i++ {
+//		y[i] += (e[0]*v0[i] + e[1]*v1[i]) + (e[2]*v2[i] + e[3]*v3[i])
+//	}
+//
+//go:noescape
+func axpy4F32AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
+
+// axpy4F16AVX2 adds e[0]·v0 + e[1]·v1 + e[2]·v2 + e[3]·v3 to y over n elements (a
+// multiple of 8), the rows v0…v3 holding uint16 (binary16) values:
+//
+//	for i := 0; i < n; i++ {
+//		y[i] += (e[0]*v0[i] + e[1]*v1[i]) + (e[2]*v2[i] + e[3]*v3[i])
+//	}
+//
+//go:noescape
+func axpy4F16AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
+
 // dotF32AVX512 returns the dot product of n float32 weights at w
 // with n float32 activations at x:
 //

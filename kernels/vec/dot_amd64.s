@@ -9134,6 +9134,80 @@ done:
 	MOVSS        X1, ret+32(FP)
 	RET
 
+// func axpy4F32AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
+// Requires: AVX
+TEXT ·axpy4F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ         y+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         v0+16(FP), DX
+	MOVQ         v1+24(FP), BX
+	MOVQ         v2+32(FP), SI
+	MOVQ         v3+40(FP), DI
+	MOVQ         n+48(FP), R8
+	VBROADCASTSS (CX), Y0
+	VBROADCASTSS 4(CX), Y1
+	VBROADCASTSS 8(CX), Y2
+	VBROADCASTSS 12(CX), Y3
+	XORQ         CX, CX
+
+loop:
+	CMPQ    CX, R8
+	JGE     done
+	VMULPS  (DX)(CX*4), Y0, Y4
+	VMULPS  (BX)(CX*4), Y1, Y5
+	VMULPS  (SI)(CX*4), Y2, Y6
+	VMULPS  (DI)(CX*4), Y3, Y7
+	VADDPS  Y5, Y4, Y4
+	VADDPS  Y7, Y6, Y6
+	VADDPS  Y6, Y4, Y4
+	VADDPS  (AX)(CX*4), Y4, Y4
+	VMOVUPS Y4, (AX)(CX*4)
+	ADDQ    $0x08, CX
+	JMP     loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func axpy4F16AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
+// Requires: AVX, F16C
+TEXT ·axpy4F16AVX2(SB), NOSPLIT, $0-56
+	MOVQ         y+0(FP), AX
+	MOVQ         e+8(FP), CX
+	MOVQ         v0+16(FP), DX
+	MOVQ         v1+24(FP), BX
+	MOVQ         v2+32(FP), SI
+	MOVQ         v3+40(FP), DI
+	MOVQ         n+48(FP), R8
+	VBROADCASTSS (CX), Y0
+	VBROADCASTSS 4(CX), Y1
+	VBROADCASTSS 8(CX), Y2
+	VBROADCASTSS 12(CX), Y3
+	XORQ         CX, CX
+
+loop:
+	CMPQ      CX, R8
+	JGE       done
+	VCVTPH2PS (DX)(CX*2), Y4
+	VMULPS    Y0, Y4, Y4
+	VCVTPH2PS (BX)(CX*2), Y5
+	VMULPS    Y1, Y5, Y5
+	VCVTPH2PS (SI)(CX*2), Y6
+	VMULPS    Y2, Y6, Y6
+	VCVTPH2PS (DI)(CX*2), Y7
+	VMULPS    Y3, Y7, Y7
+	VADDPS    Y5, Y4, Y4
+	VADDPS    Y7, Y6, Y6
+	VADDPS    Y6, Y4, Y4
+	VADDPS    (AX)(CX*4), Y4, Y4
+	VMOVUPS   Y4, (AX)(CX*4)
+	ADDQ      $0x08, CX
+	JMP       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func dotF32AVX512(w *byte, x *float32, n int) float32
 // Requires: AVX, AVX512F, AVX512VL, MMX+, SSE
 TEXT ·dotF32AVX512(SB), NOSPLIT, $0-28

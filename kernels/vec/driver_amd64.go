@@ -257,6 +257,8 @@ func newAsmImpl(name string, g geometry) *impl {
 		quantQ8_0:  quantQ8_0Asm,
 		quantQ8_K:  quantQ8_KAsm,
 		expSum:     expSumAsm,
+		axpy4:      axpy4Asm,
+		axpy4F16:   axpy4F16Asm,
 	}
 	for q := range numQ {
 		sh, qt := g.q80, g.main
@@ -297,3 +299,27 @@ func expSumAsm(dst, x []float32, shift float32) float32 {
 	}
 	return s
 }
+
+func axpy4Asm(y []float32, e *[4]float32, v0, v1, v2, v3 []float32) {
+	n := len(y) &^ 7
+	if n > 0 {
+		axpy4F32AVX2(&y[0], e, f32Ptr(v0), f32Ptr(v1), f32Ptr(v2), f32Ptr(v3), n)
+	}
+	if n < len(y) {
+		axpy4Go(y[n:], e, v0[n:], v1[n:], v2[n:], v3[n:])
+	}
+}
+
+func axpy4F16Asm(y []float32, e *[4]float32, v0, v1, v2, v3 []byte) {
+	n := len(y) &^ 7
+	if n > 0 {
+		axpy4F16AVX2(&y[0], e, &v0[0], &v1[0], &v2[0], &v3[0], n)
+	}
+	if n < len(y) {
+		axpy4F16Go(y[n:], e, v0[2*n:], v1[2*n:], v2[2*n:], v3[2*n:])
+	}
+}
+
+// f32Ptr is the address of a float32 row as bytes, for the kernels that
+// take rows of either width.
+func f32Ptr(v []float32) *byte { return (*byte)(unsafe.Pointer(&v[0])) }

@@ -29,6 +29,53 @@ func Axpy(a float32, x, y []float32) {
 	}
 }
 
+// Axpy4 adds the weighted sum of four rows to y:
+// y[i] += (e[0]·v0[i] + e[1]·v1[i]) + (e[2]·v2[i] + e[3]·v3[i]), each
+// product and sum rounded to float32 in that order (no fused
+// multiply-adds), so that every implementation gives the same bits. It is
+// attention's weighted sum of value rows, four cached positions at a time;
+// y is filled with NaN unless every row has len(y) values.
+func Axpy4(y []float32, e *[4]float32, v0, v1, v2, v3 []float32) {
+	n := len(y)
+	if len(v0) != n || len(v1) != n || len(v2) != n || len(v3) != n {
+		fillNaN(y)
+		return
+	}
+	active.axpy4(y, e, v0, v1, v2, v3)
+}
+
+// Axpy4F16 is Axpy4 for rows of little-endian IEEE binary16 values
+// (2·len(y) bytes each), as an F16 KV cache stores them; they are widened
+// exactly, without a copy.
+func Axpy4F16(y []float32, e *[4]float32, v0, v1, v2, v3 []byte) {
+	n := 2 * len(y)
+	if len(v0) != n || len(v1) != n || len(v2) != n || len(v3) != n {
+		fillNaN(y)
+		return
+	}
+	active.axpy4F16(y, e, v0, v1, v2, v3)
+}
+
+func axpy4Go(y []float32, e *[4]float32, v0, v1, v2, v3 []float32) {
+	e0, e1, e2, e3 := e[0], e[1], e[2], e[3]
+	v0, v1, v2, v3 = v0[:len(y)], v1[:len(y)], v2[:len(y)], v3[:len(y)]
+	for i := range y {
+		// The conversions round each product, which forbids fusing.
+		a := float32(e0*v0[i]) + float32(e1*v1[i])
+		b := float32(e2*v2[i]) + float32(e3*v3[i])
+		y[i] += a + b
+	}
+}
+
+func axpy4F16Go(y []float32, e *[4]float32, v0, v1, v2, v3 []byte) {
+	e0, e1, e2, e3 := e[0], e[1], e[2], e[3]
+	for i := range y {
+		a := float32(e0*f16At(v0[2*i:])) + float32(e1*f16At(v1[2*i:]))
+		b := float32(e2*f16At(v2[2*i:])) + float32(e3*f16At(v3[2*i:]))
+		y[i] += a + b
+	}
+}
+
 // Scale multiplies x by a in place.
 func Scale(a float32, x []float32) {
 	for len(x) >= 4 {

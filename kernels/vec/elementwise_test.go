@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // ulpDiff returns how many float32 values lie between got and want (both
@@ -211,4 +213,74 @@ func TestExpSumVariants(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAxpy4 checks attention's weighted sum of four value rows on every
+// implementation against the Go reference, bit for bit, for float32 and
+// binary16 rows, with guarded buffers that catch reads and writes outside
+// them.
+func TestAxpy4(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 100, 1027} {
+		e := &[4]float32{float32(r.Float64()), float32(r.Float64()), float32(r.Float64()), -float32(r.Float64())}
+		var vf [4][]float32
+		var vh [4][]byte
+		for j := range 4 {
+			vf[j] = randF32(r, n, 1)
+			vh[j], _ = guarded(2*n, byteSentinel)
+			for i, v := range randF32(r, n, 1) {
+				h := quant.F32ToF16(v)
+				vh[j][2*i], vh[j][2*i+1] = byte(h), byte(h>>8)
+			}
+		}
+		y0 := randF32(r, n, 1)
+		wantF, wantH := append([]float32(nil), y0...), append([]float32(nil), y0...)
+		axpy4Go(wantF, e, vf[0], vf[1], vf[2], vf[3])
+		axpy4F16Go(wantH, e, vh[0], vh[1], vh[2], vh[3])
+		for i := range n {
+			// The reference itself, element by element, rounded as
+			// documented.
+			ref := func(v [4]float32) float32 {
+				a := float32(e[0]*v[0]) + float32(e[1]*v[1])
+				b := float32(e[2]*v[2]) + float32(e[3]*v[3])
+				return y0[i] + (a + b)
+			}
+			h := func(j int) float32 { return f16At(vh[j][2*i:]) }
+			if got, want := wantF[i], ref([4]float32{vf[0][i], vf[1][i], vf[2][i], vf[3][i]}); got != want {
+				t.Fatalf("n=%d: axpy4Go[%d] = %g, want %g", n, i, got, want)
+			}
+			if got, want := wantH[i], ref([4]float32{h(0), h(1), h(2), h(3)}); got != want {
+				t.Fatalf("n=%d: axpy4F16Go[%d] = %g, want %g", n, i, got, want)
+			}
+		}
+		for _, im := range impls() {
+			for _, half := range []bool{false, true} {
+				y, check := guarded(n, outSentinel)
+				copy(y, y0)
+				want := wantF
+				if half {
+					im.axpy4F16(y, e, vh[0], vh[1], vh[2], vh[3])
+					want = wantH
+				} else {
+					im.axpy4(y, e, vf[0], vf[1], vf[2], vf[3])
+				}
+				check(t, im.name)
+				for i := range y {
+					if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s half=%v n=%d: y[%d] = %g, want %g", im.name, half, n, i, y[i], want[i])
+					}
+				}
+			}
+		}
+	}
+	y := []float32{1, 2}
+	Axpy4(y, &[4]float32{}, []float32{1, 2}, []float32{1, 2}, []float32{1}, []float32{1, 2})
+	if !math.IsNaN(float64(y[0])) {
+		t.Errorf("Axpy4 with a short row left y = %v, want NaN", y)
+	}
+	y = []float32{1, 2}
+	Axpy4F16(y, &[4]float32{}, make([]byte, 4), make([]byte, 4), make([]byte, 4), make([]byte, 2))
+	if !math.IsNaN(float64(y[0])) {
+		t.Errorf("Axpy4F16 with a short row left y = %v, want NaN", y)
+	}
 }

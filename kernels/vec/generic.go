@@ -35,6 +35,8 @@ var genericImpl = &impl{
 	quantQ8_0: quantQ8_0Go,
 	quantQ8_K: quantQ8_KGo,
 	expSum:    expSumGo,
+	axpy4:     axpy4Go,
+	axpy4F16:  axpy4F16Go,
 }
 
 func f16At(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }

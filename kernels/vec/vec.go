@@ -75,6 +75,11 @@ type impl struct {
 	quantQ8_K func(x []float32, dst []byte)
 
 	expSum func(dst, x []float32, shift float32) float32
+
+	// axpy4 and axpy4F16 take rows of len(y) values (float32, or 2·len(y)
+	// bytes of binary16).
+	axpy4    func(y []float32, e *[4]float32, v0, v1, v2, v3 []float32)
+	axpy4F16 func(y []float32, e *[4]float32, v0, v1, v2, v3 []byte)
 }
 
 // active is the implementation chosen at package initialisation; it is

@@ -46,6 +46,7 @@ func genQuantizers(s isa) {
 	quantQ80()
 	quantQ8K()
 	genExpSum()
+	genAxpy4()
 }
 
 // absMax loads n float32 vectors from base+off, and returns the vector of
