@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Measures the engine's forward pass on the three shapes of the kernel
+# speed study (docs/kernels.md): pp128 and tg64 at --threads 2 and 1, as
+# llama-bench measures them, with the machine's read bandwidth beside each
+# 2-thread run. Given --llama-bench PATH, it runs llama.cpp's llama-bench on
+# the same GGUF files, interleaved with Baton model by model and thread
+# count by thread count, so that both see the same machine, and prints the
+# ratios.
+#
+# Run it on a quiet machine: anything else running skews every figure.
+#
+# Usage: scripts/bench-kernels.sh [--models-dir DIR] [--out DIR] [-r R]
+#          [--threads "2 1"] [--shapes "llama-110m-f32 tinyllama-1.1b-q8_0 tinyllama-1.1b-f16"]
+#          [--llama-bench PATH]
+#
+#   --models-dir DIR  where the GGUF files are, or are generated once with
+#                     batonctl gen-model (default $BATON_KERNEL_MODELS, else
+#                     results/kernel-models; 3.8 GB for all three)
+#   --out DIR         results directory (default results/bench-kernels-DATE)
+#   -r R              repetitions of each test (default 3)
+#   --llama-bench P   also run llama.cpp's llama-bench at P
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODELS_DIR=${BATON_KERNEL_MODELS:-results/kernel-models} OUT="" REPS=3 THREADS="2 1" LLAMA_BENCH=""
+SHAPES="llama-110m-f32 tinyllama-1.1b-q8_0 tinyllama-1.1b-f16"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --models-dir) MODELS_DIR=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -r) REPS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --shapes) SHAPES=$2; shift 2 ;;
+    --llama-bench) LLAMA_BENCH=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-kernels: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-results/bench-kernels-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT" "$MODELS_DIR"
+if [[ -n $LLAMA_BENCH && ! -x $LLAMA_BENCH ]]; then
+  echo "bench-kernels: --llama-bench $LLAMA_BENCH is not an executable" >&2; exit 2
+fi
+
+echo "== building batonctl"
+go build -o "$OUT/batonctl" ./cmd/batonctl
+BATONCTL=$OUT/batonctl
+
+model_path() { echo "$MODELS_DIR/$1.gguf"; }
+for s in $SHAPES; do
+  p=$(model_path "$s")
+  [[ -f $p ]] && continue
+  echo "== generating $p"
+  case $s in
+    llama-110m-f32) "$BATONCTL" gen-model --preset llama-110m --type f32 --out "$p" ;;
+    tinyllama-1.1b-q8_0) "$BATONCTL" gen-model --preset tinyllama-1.1b --type q8_0 --out "$p" ;;
+    tinyllama-1.1b-f16) "$BATONCTL" gen-model --preset tinyllama-1.1b --type f16 --out "$p" ;;
+    *) echo "bench-kernels: unknown shape $s" >&2; exit 2 ;;
+  esac
+done
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //') × $(nproc)"
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+  [[ -n $LLAMA_BENCH ]] && echo "llama-bench: $LLAMA_BENCH"
+} > "$OUT/machine.txt"
+cat "$OUT/machine.txt"
+
+# field FILE NAME prints the first number after "NAME": in a JSON file.
+field() { grep -o "\"$2\": *[0-9.eE+-]*" "$1" | head -1 | sed 's/.*: *//'; }
+# llama_field FILE N_PROMPT prints llama-bench's avg_ts of the pp (n_gen 0)
+# or tg (n_prompt 0) test in its JSON output.
+llama_ts() {
+  tr -d '\n ' < "$1" | sed 's/},{/}\n{/g' | grep "\"n_prompt\":$2," | grep "\"n_gen\":$3," |
+    grep -o '"avg_ts":[0-9.eE+-]*' | head -1 | cut -d: -f2
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+ROWS=()
+for s in $SHAPES; do
+  m=$(model_path "$s")
+  for t in $THREADS; do
+    membw=()
+    [[ $t == 2 ]] && membw=(--membw)
+    echo "== $s, $t thread(s): Baton"
+    "$BATONCTL" bench-engine --model "$m" --threads "$t" -p 128 -n 64 -r "$REPS" --json "${membw[@]}" > "$OUT/$s-t$t.baton.json"
+    bpp=$(field "$OUT/$s-t$t.baton.json" pp_tokens_per_second)
+    btg=$(field "$OUT/$s-t$t.baton.json" tg_tokens_per_second)
+    bw=$(field "$OUT/$s-t$t.baton.json" read_gb_per_second)
+    frac=$(field "$OUT/$s-t$t.baton.json" tg_bandwidth_fraction)
+    lpp="" ltg=""
+    if [[ -n $LLAMA_BENCH ]]; then
+      echo "== $s, $t thread(s): llama-bench"
+      "$LLAMA_BENCH" -m "$m" -t "$t" -p 128 -n 64 -r "$REPS" -o json > "$OUT/$s-t$t.llama.json" 2> "$OUT/$s-t$t.llama.log"
+      lpp=$(llama_ts "$OUT/$s-t$t.llama.json" 128 0)
+      ltg=$(llama_ts "$OUT/$s-t$t.llama.json" 0 64)
+    fi
+    ROWS+=("| $s | $t | ${bpp:-} | ${btg:-} | ${bw:--} | ${frac:--} | ${lpp:--} | ${ltg:--} | $(ratio "${bpp:-0}" "${lpp:-0}") | $(ratio "${btg:-0}" "${ltg:-0}") |")
+  done
+done
+
+{
+  echo
+  echo "| shape | threads | Baton pp128 t/s | Baton tg64 t/s | read GB/s | tg / read bw | llama.cpp pp128 | llama.cpp tg64 | pp ratio | tg ratio |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$OUT/summary.md"
+echo "== results in $OUT"
