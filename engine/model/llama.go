@@ -255,8 +255,7 @@ func (m *llama) forward(s *llamaState) error {
 		for r := range n {
 			kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
 		}
-		m.matmul(s.k[:n*kvDim], &l.wk, l.bk, s.xb[:n*dim], n)
-		m.matmul(s.v[:n*kvDim], &l.wv, l.bv, s.xb[:n*dim], n)
+		m.mm.products(s.k[:n*kvDim], &l.wk, l.bk, s.v[:n*kvDim], &l.wv, l.bv, s.xb[:n*dim], n)
 		for r, ri := range s.rows {
 			cs, sn := s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half]
 			for h := range c.KVHeads {
@@ -312,8 +311,7 @@ func (m *llama) forward(s *llamaState) error {
 			kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
 		}
 		hid := c.Hidden
-		m.matmul(s.gate[:na*hid], &l.ffnGate, nil, s.xb[:na*dim], na)
-		m.matmul(s.up[:na*hid], &l.ffnUp, nil, s.xb[:na*dim], na)
+		m.mm.products(s.gate[:na*hid], &l.ffnGate, nil, s.up[:na*hid], &l.ffnUp, nil, s.xb[:na*dim], na)
 		siluMul(s.gate[:na*hid], s.up[:na*hid], hid)
 		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
 		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])

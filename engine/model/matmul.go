@@ -74,7 +74,7 @@ func newMatmuls(p *pool) *matmuls {
 type mmCall struct {
 	w    *matrix
 	dst  []float32 // n rows of ldd = w.rows outputs
-	x    []float32 // float activations (n or n+1 rows)
+	x    []float32 // float activations, n rows
 	xq   []byte    // quantized activations, n rows
 	n    int
 	wf32 []float32 // w.data viewed as float32 (F32 weights)
@@ -83,6 +83,7 @@ type mmCall struct {
 	// Buffers kept across calls.
 	qbuf []byte
 	quan quantizeTask
+	pair pairTask
 }
 
 // quantizeTask quantizes token rows of activations.
@@ -194,6 +195,61 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 	if n == 0 {
 		return
 	}
+	c := mm.prepare(dst, w, x, n, nil)
+	mm.pool.run(w.rows, mm.chunkRows(w, c.n), c)
+	mm.finish(c, bias)
+}
+
+// products computes two products of the same activations, as product does
+// for each (the keys and values of a block, or its gate and up
+// projections): the activations are quantized once, and the rows of both
+// matrices are one loop for the pool, which halves the hand-offs of a
+// decoding step. Each output is computed exactly as product computes it.
+func (mm *matmuls) products(dst1 []float32, w1 *matrix, bias1 []float32, dst2 []float32, w2 *matrix, bias2 []float32, x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	if w1.typ != w2.typ || w1.cols != w2.cols || mm.pool.n == 1 {
+		mm.product(dst1, w1, bias1, x, n)
+		mm.product(dst2, w2, bias2, x, n)
+		return
+	}
+	c1 := mm.prepare(dst1, w1, x, n, nil)
+	c2 := mm.prepare(dst2, w2, x, n, c1)
+	p := &c1.pair // concurrent forward calls each have their own
+	p.c[0], p.c[1] = c1, c2
+	p.chunk[0], p.chunk[1] = mm.chunkRows(w1, c1.n), mm.chunkRows(w2, c2.n)
+	p.first = (w1.rows + p.chunk[0] - 1) / p.chunk[0]
+	total := p.first + (w2.rows+p.chunk[1]-1)/p.chunk[1]
+	mm.pool.run(total, 1, p)
+	p.c[0], p.c[1] = nil, nil
+	mm.finish(c1, bias1)
+	mm.finish(c2, bias2)
+}
+
+// pairTask runs the row chunks of two products as one loop: items
+// [0, first) are the first product's chunks, the rest the second's.
+type pairTask struct {
+	c     [2]*mmCall
+	chunk [2]int
+	first int
+}
+
+func (p *pairTask) run(part, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		k, j := 0, i
+		if i >= p.first {
+			k, j = 1, i-p.first
+		}
+		c := p.c[k]
+		c.run(part, j*p.chunk[k], min((j+1)*p.chunk[k], c.w.rows))
+	}
+}
+
+// prepare readies a product for the pool: the quantized activations (or,
+// given shared, those of another product of the same activations and
+// weight type) and the view of float32 weights.
+func (mm *matmuls) prepare(dst []float32, w *matrix, x []float32, n int, shared *mmCall) *mmCall {
 	c, _ := mm.scratch.Get().(*mmCall)
 	if c == nil {
 		c = new(mmCall)
@@ -201,26 +257,32 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 	c.w, c.dst, c.x, c.xq, c.n, c.ref = w, dst[:n*w.rows], x[:n*w.cols], nil, n, false
 
 	if kq, xRow, ok := quantized(w); ok {
-		// Quantize every token's activations once, before the rows are
-		// split, in parallel by tokens for a long prompt.
-		c.qbuf = growBytes(c.qbuf, n*xRow)
-		c.quan = quantizeTask{x: c.x, xq: c.qbuf, cols: w.cols, xRow: xRow, kquan: kq}
-		mm.pool.run(n, max(1, (n+mm.pool.n-1)/mm.pool.n), &c.quan)
-		c.quan.x = nil
-		c.xq = c.qbuf
-	} else if w.typ == quant.F32 || w.typ == quant.F16 || w.typ == quant.BF16 {
-		if w.typ == quant.F32 {
-			if !mm.inPlace || len(w.data) == 0 || uintptr(unsafe.Pointer(&w.data[0]))%4 != 0 {
-				// Misaligned or big-endian data: the reference path
-				// decodes it.
-				c.ref = true
-			} else {
-				c.wf32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.data[0])), len(w.data)/4)
-			}
+		if shared != nil {
+			c.xq = shared.xq
+		} else {
+			// Quantize every token's activations once, before the rows
+			// are split, in parallel by tokens for a long prompt.
+			c.qbuf = growBytes(c.qbuf, n*xRow)
+			c.quan = quantizeTask{x: c.x, xq: c.qbuf, cols: w.cols, xRow: xRow, kquan: kq}
+			mm.pool.run(n, max(1, (n+mm.pool.n-1)/mm.pool.n), &c.quan)
+			c.quan.x = nil
+			c.xq = c.qbuf
+		}
+	} else if w.typ == quant.F32 {
+		if !mm.inPlace || len(w.data) == 0 || uintptr(unsafe.Pointer(&w.data[0]))%4 != 0 {
+			// Misaligned or big-endian data: the reference path decodes
+			// it.
+			c.ref = true
+		} else {
+			c.wf32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.data[0])), len(w.data)/4)
 		}
 	}
+	return c
+}
 
-	mm.pool.run(w.rows, mm.chunkRows(w, c.n), c)
+// finish adds the bias and recycles the call's scratch space.
+func (mm *matmuls) finish(c *mmCall, bias []float32) {
+	w, n, dst := c.w, c.n, c.dst
 	if bias != nil {
 		for t := range n {
 			kernels.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)

@@ -232,3 +232,45 @@ func TestPoolChunks(t *testing.T) {
 		p.close()
 	}
 }
+
+// TestProductsPair checks that two products of the same activations run as
+// one loop (the keys and values, the gate and up projections) give exactly
+// what two separate products give, with biases, for every weight type, and
+// with matrices of different heights and types.
+func TestProductsPair(t *testing.T) {
+	const cols = 512
+	for _, typ := range quant.SupportedTypes() {
+		t.Run(typ.String(), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(31, uint64(typ)))
+			w1, _ := testMatrix(t, r, typ, 200, cols)
+			w2, _ := testMatrix(t, r, typ, 72, cols)
+			other := quant.F32
+			if typ == quant.F32 {
+				other = quant.Q8_0
+			}
+			w3, _ := testMatrix(t, r, other, 40, cols)
+			bias1 := make([]float32, 200)
+			for i := range bias1 {
+				bias1[i] = float32(r.NormFloat64())
+			}
+			for _, threads := range []int{1, 3} {
+				mm := newMatmuls(newPool(threads))
+				for _, n := range []int{1, 5, 33} {
+					x := testActivations(r, n, cols)
+					for _, pair := range [][2]*matrix{{w1, w2}, {w2, w3}} {
+						a, b := pair[0], pair[1]
+						want1, want2 := make([]float32, n*a.rows), make([]float32, n*b.rows)
+						mm.product(want1, a, bias1[:a.rows], x, n)
+						mm.product(want2, b, nil, x, n)
+						got1, got2 := make([]float32, n*a.rows), make([]float32, n*b.rows)
+						mm.products(got1, a, bias1[:a.rows], got2, b, nil, x, n)
+						if !slices.Equal(got1, want1) || !slices.Equal(got2, want2) {
+							t.Fatalf("%d threads, %d tokens, %v·%v: the paired products differ from separate ones", threads, n, a.typ, b.typ)
+						}
+					}
+				}
+				mm.pool.close()
+			}
+		})
+	}
+}
