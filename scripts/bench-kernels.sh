@@ -69,12 +69,12 @@ done
 cat "$OUT/machine.txt"
 
 # field FILE NAME prints the first number after "NAME": in a JSON file.
-field() { grep -o "\"$2\": *[0-9.eE+-]*" "$1" | head -1 | sed 's/.*: *//'; }
-# llama_field FILE N_PROMPT prints llama-bench's avg_ts of the pp (n_gen 0)
+field() { { grep -o "\"$2\": *[0-9.eE+-]*" "$1" || true; } | head -1 | sed 's/.*: *//'; }
+# llama_ts FILE N_PROMPT N_GEN prints llama-bench's avg_ts of the pp (n_gen 0)
 # or tg (n_prompt 0) test in its JSON output.
 llama_ts() {
-  tr -d '\n ' < "$1" | sed 's/},{/}\n{/g' | grep "\"n_prompt\":$2," | grep "\"n_gen\":$3," |
-    grep -o '"avg_ts":[0-9.eE+-]*' | head -1 | cut -d: -f2
+  tr -d '\n ' < "$1" | sed 's/},{/}\n{/g' | { grep "\"n_prompt\":$2," || true; } | { grep "\"n_gen\":$3," || true; } |
+    { grep -o '"avg_ts":[0-9.eE+-]*' || true; } | head -1 | cut -d: -f2
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
