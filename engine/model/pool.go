@@ -1,8 +1,10 @@
 package model
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pool is a fixed set of worker goroutines that a model splits loops over.
@@ -12,9 +14,11 @@ import (
 // A loop is cut into chunks that the participants claim one at a time from
 // a shared counter, so a participant that loses its core (another process,
 // the garbage collector) delays the loop by at most the chunk it holds
-// while the others take the rest. Waiting is blocking (channels and a
-// WaitGroup), never spinning: an idle worker costs nothing, and a pool
-// with more workers than free cores slows down instead of collapsing.
+// while the others take the rest (a helper that starts late finds the
+// chunks taken and signs off at once). Waiting for the helpers is blocking
+// (a WaitGroup). An idle worker polls for the next loop for spinWait, then
+// blocks: a parked pool costs nothing, and a pool with more workers than
+// free cores slows down instead of collapsing.
 // Tasks never wait on other tasks, so concurrent callers cannot deadlock.
 type pool struct {
 	n     int
@@ -53,7 +57,11 @@ func newPool(n int) *pool {
 		ch := make(chan *job, 1)
 		p.wake[i] = ch
 		p.wg.Go(func() {
-			for j := range ch {
+			for {
+				j, ok := awaitJob(ch, spinWait)
+				if !ok {
+					return
+				}
 				j.work(i + 1)
 				j.helpers.Done()
 			}
@@ -127,4 +135,37 @@ func (p *pool) close() {
 		close(ch)
 	}
 	p.wg.Wait()
+}
+
+// spinWait is how long an idle worker keeps polling for the next loop
+// before it parks. A decoding step hands the pool a loop every few hundred
+// microseconds with short serial stretches between them (norms, rotary
+// embedding, the KV write), and waking a parked thread takes tens of
+// microseconds on a virtual machine: polling through those gaps added
+// 5-10% to the 110M model's decode on two cores. The poll yields to other
+// goroutines and gives up after spinWait, so an idle pool, or one whose
+// core another process holds, costs at most that much per loop; the caller
+// never waits for a worker to show up (it claims the chunks itself).
+const spinWait = 20 * time.Microsecond
+
+// awaitJob returns the next loop handed to a worker, polling ch for up to
+// spin before blocking on it; ok is false once ch is closed.
+func awaitJob(ch chan *job, spin time.Duration) (j *job, ok bool) {
+	deadline := time.Now().Add(spin)
+	for k := 0; spin > 0; k++ {
+		select {
+		case j, ok = <-ch:
+			return j, ok
+		default:
+		}
+		// Reading the clock costs more than polling: every 64 polls.
+		if k%64 == 63 {
+			if time.Now().After(deadline) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	j, ok = <-ch
+	return j, ok
 }

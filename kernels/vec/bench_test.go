@@ -182,4 +182,29 @@ func BenchmarkElementwise(b *testing.B) {
 			Axpy(0.5, x, y)
 		}
 	})
+	// Attention's weighted sum of four value rows of a 64-wide head, as
+	// the engine calls it, on every implementation: bytes are the rows read
+	// plus y read and written.
+	const hd = 64
+	e := &[4]float32{0.1, 0.2, 0.3, 0.4}
+	vf := randF32(r, 4*hd, 1)
+	vh := make([]byte, 8*hd)
+	for i, v := range vf {
+		h := quant.F32ToF16(v)
+		vh[2*i], vh[2*i+1] = byte(h), byte(h>>8)
+	}
+	for _, im := range impls() {
+		b.Run("Axpy4/"+im.name, func(b *testing.B) {
+			b.SetBytes(4*4*hd + 8*hd)
+			for b.Loop() {
+				im.axpy4(y[:hd], e, vf[:hd], vf[hd:2*hd], vf[2*hd:3*hd], vf[3*hd:])
+			}
+		})
+		b.Run("Axpy4F16/"+im.name, func(b *testing.B) {
+			b.SetBytes(4*2*hd + 8*hd)
+			for b.Loop() {
+				im.axpy4F16(y[:hd], e, vh[:2*hd], vh[2*hd:4*hd], vh[4*hd:6*hd], vh[6*hd:])
+			}
+		})
+	}
 }

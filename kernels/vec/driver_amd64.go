@@ -26,10 +26,12 @@ type kernelTables struct {
 }
 
 // shape is the tiling used for one family of kernels: mmR×mmT tiles for
-// matrix-matrix products and mvR×1 for matrix-vector ones and one-token
-// matrix-matrix ones (decoding), which stream the weights. Every smaller
-// tile must exist too, for the edges.
-type shape struct{ mmR, mmT, mvR int }
+// matrix-matrix products, mvR×1 for matrix-vector ones, and dR×1 for
+// one-token matrix-matrix products (decoding), which stream the weights
+// from memory once. A dR×1 tile must sum each row in the order of the
+// mmR×mmT tiles, so that a token's result does not depend on the batch.
+// Every smaller tile must exist too, for the edges.
+type shape struct{ mmR, mmT, mvR, dR int }
 
 type geometry struct {
 	vl             int // float32 lanes of the float kernels
@@ -121,8 +123,12 @@ func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x []float32, rows, c
 				T := min(k.mmT, t1-t)
 				packTokens(packed[(t-t0)*n:(t-t0+T)*n], x[t*cols:], cols, n, T, k.vl)
 			}
-			for r := 0; r < rows; r += k.mmR {
-				R := min(k.mmR, rows-r)
+			mmR := k.mmR
+			if tokens == 1 {
+				mmR = k.dR
+			}
+			for r := 0; r < rows; r += mmR {
+				R := min(mmR, rows-r)
 				for c := 0; c < n; c += kc {
 					m := min(kc, n-c)
 					for t := t0; t < t1; t += k.mmT {
@@ -199,9 +205,7 @@ func (k *qKernels) matMul(dst []float32, ldd int, w, xq []byte, rows, nb, tokens
 	kc := max(2, qChunkBytes/k.xBytes&^1)
 	mmR := k.mmR
 	if tokens == 1 {
-		// A decoding step streams the weights from memory once; the
-		// matrix-vector tile height streams fastest (see shape.mvR).
-		mmR = k.mvR
+		mmR = k.dR
 	}
 	for t0 := 0; t0 < tokens; t0 += tb {
 		t1 := min(t0+tb, tokens)
