@@ -101,7 +101,22 @@ func (k *fKernels) matVec(dst []float32, w []byte, x []float32, rows, cols int) 
 // token for quantized weights, geometry.chunk elements for float ones.
 const qChunkBytes = 4096
 
-func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+// packLen is the length of tokens packed activation rows of cols values:
+// the whole vectors of each row (packTokens' layout, tile by tile).
+func (k *fKernels) packLen(cols, tokens int) int { return tokens * (cols &^ (k.vl - 1)) }
+
+// pack lays out tokens rows of x in tiles of mmT tokens, as matMul packs
+// each token block: token blocks are whole tiles, so a block of the whole
+// packing is the block matMul would have packed.
+func (k *fKernels) pack(dst, x []float32, cols, tokens int) {
+	n := cols &^ (k.vl - 1)
+	for t := 0; t < tokens; t += k.mmT {
+		T := min(k.mmT, tokens-t)
+		packTokens(dst[t*n:(t+T)*n], x[t*cols:], cols, n, T, k.vl)
+	}
+}
+
+func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
 	for t := range tokens {
 		clear(dst[t*ldd : t*ldd+rows]) // the tiles accumulate
 	}
@@ -111,17 +126,22 @@ func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x []float32, rows, c
 		tb := min(tokenBlock(4*n, k.mmT), tokens)
 		kc := k.chunk
 		var packed []float32
-		if tokens == 1 {
+		switch {
+		case tokens == 1:
 			// One token's packed order is its row: decoding copies nothing.
 			packed = x[:n]
-		} else {
+		case xp == nil:
 			packed = make([]float32, tb*n)
 		}
 		for t0 := 0; t0 < tokens; t0 += tb {
 			t1 := min(t0+tb, tokens)
-			for t := t0; t < t1 && tokens > 1; t += k.mmT {
-				T := min(k.mmT, t1-t)
-				packTokens(packed[(t-t0)*n:(t-t0+T)*n], x[t*cols:], cols, n, T, k.vl)
+			if tokens > 1 && xp != nil {
+				packed = xp[t0*n : t1*n]
+			} else if tokens > 1 {
+				for t := t0; t < t1; t += k.mmT {
+					T := min(k.mmT, t1-t)
+					packTokens(packed[(t-t0)*n:(t-t0+T)*n], x[t*cols:], cols, n, T, k.vl)
+				}
 			}
 			mmR := k.mmR
 			if tokens == 1 {
@@ -253,9 +273,11 @@ func newAsmImpl(name string, g geometry) *impl {
 		},
 		matVecF16:  f16.matVec,
 		matVecBF16: bf16.matVec,
-		matMulF32: func(dst []float32, ldd int, w, x []float32, rows, cols, tokens int) {
-			f32.matMul(dst, ldd, f32Bytes(w), x, rows, cols, tokens)
+		matMulF32: func(dst []float32, ldd int, w, x, xp []float32, rows, cols, tokens int) {
+			f32.matMul(dst, ldd, f32Bytes(w), x, xp, rows, cols, tokens)
 		},
+		packLen:    f32.packLen,
+		pack:       f32.pack,
 		matMulF16:  f16.matMul,
 		matMulBF16: bf16.matMul,
 		quantQ8_0:  quantQ8_0Asm,

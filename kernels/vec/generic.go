@@ -23,6 +23,8 @@ var genericImpl = &impl{
 	matMulF32:  matMulF32Go,
 	matMulF16:  matMulF16Go,
 	matMulBF16: matMulBF16Go,
+	packLen:    func(int, int) int { return 0 },
+	pack:       func([]float32, []float32, int, int) {},
 	dotQ:       [numQ]func(w, xq []byte, nb int) float32{dotQ8_0Go, dotQ4_0Go, dotQ4_KGo, dotQ6_KGo},
 	matVecQ: [numQ]func(dst []float32, w, xq []byte, rows, nb int){
 		matVecQGo(q8_0, dotQ8_0Go), matVecQGo(q4_0, dotQ4_0Go),
@@ -101,7 +103,7 @@ func matVecBF16Go(dst []float32, w []byte, x []float32, rows, cols int) {
 	}
 }
 
-func matMulF32Go(dst []float32, ldd int, w, x []float32, rows, cols, tokens int) {
+func matMulF32Go(dst []float32, ldd int, w, x, _ []float32, rows, cols, tokens int) {
 	for t := range tokens {
 		xt := x[t*cols : (t+1)*cols]
 		out := dst[t*ldd : t*ldd+rows]
@@ -111,7 +113,7 @@ func matMulF32Go(dst []float32, ldd int, w, x []float32, rows, cols, tokens int)
 	}
 }
 
-func matMulF16Go(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+func matMulF16Go(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
 	for t := range tokens {
 		xt := x[t*cols : (t+1)*cols]
 		out := dst[t*ldd : t*ldd+rows]
@@ -121,7 +123,7 @@ func matMulF16Go(dst []float32, ldd int, w []byte, x []float32, rows, cols, toke
 	}
 }
 
-func matMulBF16Go(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
+func matMulBF16Go(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
 	for t := range tokens {
 		xt := x[t*cols : (t+1)*cols]
 		out := dst[t*ldd : t*ldd+rows]

@@ -62,9 +62,14 @@ type impl struct {
 	matVecF16  func(dst []float32, w []byte, x []float32, rows, cols int)
 	matVecBF16 func(dst []float32, w []byte, x []float32, rows, cols int)
 
-	matMulF32  func(dst []float32, ldd int, w, x []float32, rows, cols, tokens int)
-	matMulF16  func(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int)
-	matMulBF16 func(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int)
+	// The float matrix-matrix kernels take the activations as rows (x)
+	// and, where packLen is not zero, optionally already packed (xp, from
+	// pack; nil packs them per call).
+	matMulF32  func(dst []float32, ldd int, w, x, xp []float32, rows, cols, tokens int)
+	matMulF16  func(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int)
+	matMulBF16 func(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int)
+	packLen    func(cols, tokens int) int
+	pack       func(dst, x []float32, cols, tokens int)
 
 	// The quantized kernels count in blocks: nb blocks per row.
 	dotQ    [numQ]func(w, xq []byte, nb int) float32
@@ -277,34 +282,89 @@ func matMulOK(dst, ldd, w, rowLen, x, xRow, rows, tokens int) bool {
 // are inconsistent (including ldd < rows or dst too short) it fills dst
 // with NaN instead.
 func MatMulF32(dst []float32, ldd int, w, x []float32, rows, cols, tokens int) {
-	if cols < 0 || !matMulOK(len(dst), ldd, len(w), cols, len(x), cols, rows, tokens) {
+	MatMulF32Packed(dst, ldd, w, x, nil, rows, cols, tokens)
+}
+
+// PackLen returns the length of the copy of tokens activation rows of cols
+// values that [Pack] lays out for the float matrix-matrix kernels, or 0 if
+// the kernels in use read the rows as they are.
+func PackLen(cols, tokens int) int {
+	if cols <= 0 || tokens <= 1 {
+		return 0
+	}
+	return active.packLen(cols, tokens)
+}
+
+// Pack lays out tokens activation rows of cols values (x) in dst, which
+// holds PackLen(cols, tokens) values, in the order the register tiles of
+// the float kernels read them. The MatMul*Packed functions take it, so
+// that several products of the same activations (or the row pieces of one
+// product, computed by several goroutines) copy them once instead of once
+// per call. It does nothing if the lengths do not fit.
+func Pack(dst, x []float32, cols, tokens int) {
+	if n := PackLen(cols, tokens); n > 0 && len(dst) == n && len(x) >= cols*tokens {
+		active.pack(dst, x, cols, tokens)
+	}
+}
+
+// packOK reports whether xp is a packing of tokens rows of cols values
+// from Pack, or nil (the kernels pack per call).
+func packOK(xp []float32, cols, tokens int) bool {
+	return xp == nil || len(xp) == PackLen(cols, tokens)
+}
+
+// MatMulF32Packed is [MatMulF32] with the activations also packed
+// beforehand by [Pack] (xp; nil packs them per call, and so does an empty
+// xp where PackLen is 0). The results are the same bits either way. A
+// packing of the wrong length fills dst with NaN.
+func MatMulF32Packed(dst []float32, ldd int, w, x, xp []float32, rows, cols, tokens int) {
+	if cols < 0 || !matMulOK(len(dst), ldd, len(w), cols, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
 		fillNaN(dst)
 		return
 	}
+	if len(xp) == 0 {
+		xp = nil
+	}
 	if rows > 0 && tokens > 0 {
-		active.matMulF32(dst, ldd, w, x, rows, cols, tokens)
+		active.matMulF32(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
 
 // MatMulF16 is [MatMulF32] for binary16 weights (2·rows·cols bytes).
 func MatMulF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
-	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) {
+	MatMulF16Packed(dst, ldd, w, x, nil, rows, cols, tokens)
+}
+
+// MatMulF16Packed is [MatMulF32Packed] for binary16 weights.
+func MatMulF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
+	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
 		fillNaN(dst)
 		return
 	}
+	if len(xp) == 0 {
+		xp = nil
+	}
 	if rows > 0 && tokens > 0 {
-		active.matMulF16(dst, ldd, w, x, rows, cols, tokens)
+		active.matMulF16(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
 
 // MatMulBF16 is [MatMulF32] for bfloat16 weights (2·rows·cols bytes).
 func MatMulBF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens int) {
-	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) {
+	MatMulBF16Packed(dst, ldd, w, x, nil, rows, cols, tokens)
+}
+
+// MatMulBF16Packed is [MatMulF32Packed] for bfloat16 weights.
+func MatMulBF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
+	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
 		fillNaN(dst)
 		return
 	}
+	if len(xp) == 0 {
+		xp = nil
+	}
 	if rows > 0 && tokens > 0 {
-		active.matMulBF16(dst, ldd, w, x, rows, cols, tokens)
+		active.matMulBF16(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
 

@@ -103,13 +103,18 @@ func (m floatMat) matVec(im *impl, dst, x []float32, rows, cols int) {
 }
 
 func (m floatMat) matMul(im *impl, dst []float32, ldd int, x []float32, rows, cols, tokens int) {
+	m.matMulPacked(im, dst, ldd, x, nil, rows, cols, tokens)
+}
+
+// matMulPacked is matMul with activations packed beforehand (xp).
+func (m floatMat) matMulPacked(im *impl, dst []float32, ldd int, x, xp []float32, rows, cols, tokens int) {
 	switch m.typ {
 	case quant.F32:
-		im.matMulF32(dst, ldd, m.f32, x, rows, cols, tokens)
+		im.matMulF32(dst, ldd, m.f32, x, xp, rows, cols, tokens)
 	case quant.F16:
-		im.matMulF16(dst, ldd, m.bytes, x, rows, cols, tokens)
+		im.matMulF16(dst, ldd, m.bytes, x, xp, rows, cols, tokens)
 	default:
-		im.matMulBF16(dst, ldd, m.bytes, x, rows, cols, tokens)
+		im.matMulBF16(dst, ldd, m.bytes, x, xp, rows, cols, tokens)
 	}
 }
 
@@ -190,6 +195,20 @@ func TestMatMulFloat(t *testing.T) {
 				checkMatMulOut(t, what, dst, ldd, sh.rows, sh.tokens, func(tok, row int) (float64, float64) {
 					return dotRef(m.exact[row*sh.cols:(row+1)*sh.cols], x[tok*sh.cols:(tok+1)*sh.cols])
 				}, floatTol)
+				// Activations packed once beforehand give the same bits.
+				if pl := im.packLen(sh.cols, sh.tokens); pl > 0 {
+					xp, checkXP := guarded(pl, f32Sentinel)
+					im.pack(xp, x, sh.cols, sh.tokens)
+					checkXP(t, "pack")
+					got, check := guarded(n, outSentinel)
+					m.matMulPacked(im, got, ldd, x, xp, sh.rows, sh.cols, sh.tokens)
+					check(t, "packed matMul dst")
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(dst[i]) && !(got[i] != got[i] && dst[i] != dst[i]) {
+							t.Fatalf("%s: packed beforehand, dst[%d] = %g, want %g", what, i, got[i], dst[i])
+						}
+					}
+				}
 			}
 		}
 	})
