@@ -224,3 +224,52 @@ func TestAttentionGroupedHeads(t *testing.T) {
 	Attention(out2, []float32{0, 0, 0, 0}, k2, v2, 2, 4, 4, 1, make([]float32, 2))
 	assertSlice(t, "MHA", out2, []float32{3, 4, 5, 6}, 1e-6)
 }
+
+// BenchmarkOps measures the row operations of a forward step on one
+// 2048-wide row (the 1.1B shape's embedding width; 64-wide heads for
+// RoPE), reporting the bytes they read and write per second:
+//
+//	go test -run '^$' -bench Ops .
+func BenchmarkOps(b *testing.B) {
+	const n, hd = 2048, 64
+	x, y, w := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i], y[i], w[i] = float32(i%17)*0.1-0.8, float32(i%5)*0.3-0.6, 1
+	}
+	dst := make([]float32, n)
+	cos, sin := make([]float32, hd/2), make([]float32, hd/2)
+	RopeTable(cos, sin, 17, 10000, 1, nil)
+	b.Run("RMSNorm", func(b *testing.B) {
+		b.SetBytes(3 * 4 * n)
+		for b.Loop() {
+			RMSNorm(dst, x, w, 1e-5)
+		}
+	})
+	b.Run("Rope", func(b *testing.B) {
+		b.SetBytes(2 * 4 * n)
+		for b.Loop() {
+			for h := 0; h < n; h += hd {
+				Rope(dst[h:h+hd], cos, sin, RopeNormal)
+			}
+		}
+	})
+	b.Run("Softmax", func(b *testing.B) {
+		b.SetBytes(2 * 4 * n)
+		for b.Loop() {
+			copy(dst, x)
+			Softmax(dst)
+		}
+	})
+	b.Run("SiLUMul", func(b *testing.B) {
+		b.SetBytes(3 * 4 * n)
+		for b.Loop() {
+			SiLUMul(dst, x, y)
+		}
+	})
+	b.Run("Add", func(b *testing.B) {
+		b.SetBytes(3 * 4 * n)
+		for b.Loop() {
+			Add(dst, x, y)
+		}
+	})
+}

@@ -182,6 +182,23 @@ func BenchmarkElementwise(b *testing.B) {
 			Axpy(0.5, x, y)
 		}
 	})
+	// The activation quantizers, run once per product: bytes are the
+	// float32 activations read.
+	for _, im := range impls() {
+		q8, qk := make([]byte, n/Q8_0Values*Q8_0Bytes), make([]byte, n/Q8_KValues*Q8_KBytes)
+		b.Run("QuantizeQ8_0/"+im.name, func(b *testing.B) {
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				im.quantQ8_0(x, q8)
+			}
+		})
+		b.Run("QuantizeQ8_K/"+im.name, func(b *testing.B) {
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				im.quantQ8_K(x, qk)
+			}
+		})
+	}
 	// Attention's weighted sum of four value rows of a 64-wide head, as
 	// the engine calls it, on every implementation: bytes are the rows read
 	// plus y read and written.
