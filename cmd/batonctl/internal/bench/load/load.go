@@ -169,11 +169,10 @@ func Run(ctx context.Context, cfg Config, n int, do Do) (samples []measure.Sampl
 			if rerr != nil {
 				s.Err = rerr.Error()
 			}
-			if slots != nil {
-				<-slots
-			}
+			// Count the request before freeing its slot, so that the
+			// request taking the slot is counted after it and progress
+			// reports completions in order.
 			mu.Lock()
-			defer mu.Unlock()
 			done++
 			if !s.OK() {
 				failed++
@@ -183,6 +182,10 @@ func Run(ctx context.Context, cfg Config, n int, do Do) (samples []measure.Sampl
 			}
 			if cfg.Progress != nil {
 				cfg.Progress(done, failed)
+			}
+			mu.Unlock()
+			if slots != nil {
+				<-slots
 			}
 		}()
 	}
