@@ -255,7 +255,15 @@ func (m *llama) forward(s *llamaState) error {
 		for r := range n {
 			kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
 		}
-		m.mm.products(s.k[:n*kvDim], &l.wk, l.bk, s.v[:n*kvDim], &l.wv, l.bv, s.xb[:n*dim], n)
+		// The queries need computing only for the rows that go on (see
+		// below): where that is every row, they join the keys and values.
+		last := li == len(m.layers)-1
+		if last {
+			m.mm.products(s.xb[:n*dim], n, prod{s.k[:n*kvDim], &l.wk, l.bk}, prod{s.v[:n*kvDim], &l.wv, l.bv})
+		} else {
+			m.mm.products(s.xb[:n*dim], n, prod{s.q[:n*qDim], &l.wq, l.bq},
+				prod{s.k[:n*kvDim], &l.wk, l.bk}, prod{s.v[:n*kvDim], &l.wv, l.bv})
+		}
 		for r, ri := range s.rows {
 			cs, sn := s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half]
 			for h := range c.KVHeads {
@@ -268,7 +276,7 @@ func (m *llama) forward(s *llamaState) error {
 		// block only the rows whose logits are wanted need the rest:
 		// move them to the front and carry on with those alone.
 		s.act = append(s.act[:0], s.rows...)
-		if li == len(m.layers)-1 {
+		if last {
 			if nOut == 0 {
 				break
 			}
@@ -281,7 +289,9 @@ func (m *llama) forward(s *llamaState) error {
 		}
 		na := len(s.act)
 
-		m.matmul(s.q[:na*qDim], &l.wq, l.bq, s.xb[:na*dim], na)
+		if last {
+			m.matmul(s.q[:na*qDim], &l.wq, l.bq, s.xb[:na*dim], na)
+		}
 		for i, ri := range s.act {
 			cs, sn := s.cos[ri.row*half:(ri.row+1)*half], s.sin[ri.row*half:(ri.row+1)*half]
 			for h := range c.Heads {
@@ -311,7 +321,7 @@ func (m *llama) forward(s *llamaState) error {
 			kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
 		}
 		hid := c.Hidden
-		m.mm.products(s.gate[:na*hid], &l.ffnGate, nil, s.up[:na*hid], &l.ffnUp, nil, s.xb[:na*dim], na)
+		m.mm.products(s.xb[:na*dim], na, prod{s.gate[:na*hid], &l.ffnGate, nil}, prod{s.up[:na*hid], &l.ffnUp, nil})
 		siluMul(s.gate[:na*hid], s.up[:na*hid], hid)
 		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
 		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])

@@ -82,10 +82,10 @@ type mmCall struct {
 	ref  bool      // use the reference dot products
 
 	// Buffers kept across calls.
-	qbuf []byte
-	pbuf []float32
-	quan quantizeTask
-	pair pairTask
+	qbuf  []byte
+	pbuf  []float32
+	quan  quantizeTask
+	group groupTask
 }
 
 // quantizeTask quantizes token rows of activations.
@@ -201,49 +201,80 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 	mm.finish(c, bias)
 }
 
-// products computes two products of the same activations, as product does
-// for each (the keys and values of a block, or its gate and up
-// projections): the activations are quantized once, and the rows of both
-// matrices are one loop for the pool, which halves the hand-offs of a
-// decoding step. Each output is computed exactly as product computes it.
-func (mm *matmuls) products(dst1 []float32, w1 *matrix, bias1 []float32, dst2 []float32, w2 *matrix, bias2 []float32, x []float32, n int) {
-	if n == 0 {
-		return
-	}
-	if w1.typ != w2.typ || w1.cols != w2.cols || mm.pool.n == 1 {
-		mm.product(dst1, w1, bias1, x, n)
-		mm.product(dst2, w2, bias2, x, n)
-		return
-	}
-	c1 := mm.prepare(dst1, w1, x, n, nil)
-	c2 := mm.prepare(dst2, w2, x, n, c1)
-	p := &c1.pair // concurrent forward calls each have their own
-	p.c[0], p.c[1] = c1, c2
-	p.chunk[0], p.chunk[1] = mm.chunkRows(w1, c1.n), mm.chunkRows(w2, c2.n)
-	p.first = (w1.rows + p.chunk[0] - 1) / p.chunk[0]
-	total := p.first + (w2.rows+p.chunk[1]-1)/p.chunk[1]
-	mm.pool.run(total, 1, p)
-	p.c[0], p.c[1] = nil, nil
-	mm.finish(c1, bias1)
-	mm.finish(c2, bias2)
+// prod is one weight product of a group that shares its activations.
+type prod struct {
+	dst  []float32
+	w    *matrix
+	bias []float32
 }
 
-// pairTask runs the row chunks of two products as one loop: items
-// [0, first) are the first product's chunks, the rest the second's.
-type pairTask struct {
-	c     [2]*mmCall
-	chunk [2]int
-	first int
-}
+// maxGroup is the most products one loop takes (queries, keys, values).
+const maxGroup = 3
 
-func (p *pairTask) run(part, lo, hi int) {
-	for i := lo; i < hi; i++ {
-		k, j := 0, i
-		if i >= p.first {
-			k, j = 1, i-p.first
+// products computes up to maxGroup products of the same activations x (n
+// rows), as product does for each: a block's queries, keys and values, or
+// its gate and up projections. The activations are quantized (or packed)
+// once, and the rows of every matrix are one loop for the pool, which cuts
+// the hand-offs of a decoding step. Each output is computed exactly as
+// product computes it.
+func (mm *matmuls) products(x []float32, n int, ps ...prod) {
+	if n == 0 || len(ps) == 0 {
+		return
+	}
+	same := len(ps) <= maxGroup && mm.pool.n > 1
+	for _, p := range ps[1:] {
+		same = same && p.w.typ == ps[0].w.typ && p.w.cols == ps[0].w.cols
+	}
+	if !same {
+		for _, p := range ps {
+			mm.product(p.dst, p.w, p.bias, x, n)
 		}
-		c := p.c[k]
-		c.run(part, j*p.chunk[k], min((j+1)*p.chunk[k], c.w.rows))
+		return
+	}
+	var cs [maxGroup]*mmCall
+	for i, p := range ps {
+		var shared *mmCall
+		if i > 0 {
+			shared = cs[0]
+		}
+		cs[i] = mm.prepare(p.dst, p.w, x, n, shared)
+	}
+	g := &cs[0].group // concurrent forward calls each have their own
+	total := 0
+	for i, c := range cs[:len(ps)] {
+		g.c[i] = c
+		g.chunk[i] = mm.chunkRows(c.w, c.n)
+		total += (c.w.rows + g.chunk[i] - 1) / g.chunk[i]
+		g.end[i] = total
+	}
+	mm.pool.run(total, 1, g)
+	// g lives in cs[0]: clear it before cs[0] goes back to the scratch pool.
+	g.c = [maxGroup]*mmCall{}
+	for i, p := range ps {
+		mm.finish(cs[i], p.bias)
+	}
+}
+
+// groupTask runs the row chunks of several products as one loop: items
+// [end[i-1], end[i]) are product i's chunks.
+type groupTask struct {
+	c     [maxGroup]*mmCall
+	chunk [maxGroup]int
+	end   [maxGroup]int
+}
+
+func (g *groupTask) run(part, lo, hi int) {
+	k := 0
+	for i := lo; i < hi; i++ {
+		for i >= g.end[k] {
+			k++
+		}
+		j := i
+		if k > 0 {
+			j -= g.end[k-1]
+		}
+		c := g.c[k]
+		c.run(part, j*g.chunk[k], min((j+1)*g.chunk[k], c.w.rows))
 	}
 }
 

@@ -233,11 +233,12 @@ func TestPoolChunks(t *testing.T) {
 	}
 }
 
-// TestProductsPair checks that two products of the same activations run as
-// one loop (the keys and values, the gate and up projections) give exactly
-// what two separate products give, with biases, for every weight type, and
-// with matrices of different heights and types.
-func TestProductsPair(t *testing.T) {
+// TestProductsGroup checks that products of the same activations run as
+// one loop (the queries, keys and values; the gate and up projections)
+// give exactly what separate products give, with biases, for every weight
+// type, and with matrices of different heights and types (which fall back
+// to separate products).
+func TestProductsGroup(t *testing.T) {
 	const cols = 512
 	for _, typ := range quant.SupportedTypes() {
 		t.Run(typ.String(), func(t *testing.T) {
@@ -249,23 +250,32 @@ func TestProductsPair(t *testing.T) {
 				other = quant.Q8_0
 			}
 			w3, _ := testMatrix(t, r, other, 40, cols)
-			bias1 := make([]float32, 200)
-			for i := range bias1 {
-				bias1[i] = float32(r.NormFloat64())
+			bias := make([]float32, 200)
+			for i := range bias {
+				bias[i] = float32(r.NormFloat64())
 			}
 			for _, threads := range []int{1, 3} {
 				mm := newMatmuls(newPool(threads))
 				for _, n := range []int{1, 5, 33} {
 					x := testActivations(r, n, cols)
-					for _, pair := range [][2]*matrix{{w1, w2}, {w2, w3}} {
-						a, b := pair[0], pair[1]
-						want1, want2 := make([]float32, n*a.rows), make([]float32, n*b.rows)
-						mm.product(want1, a, bias1[:a.rows], x, n)
-						mm.product(want2, b, nil, x, n)
-						got1, got2 := make([]float32, n*a.rows), make([]float32, n*b.rows)
-						mm.products(got1, a, bias1[:a.rows], got2, b, nil, x, n)
-						if !slices.Equal(got1, want1) || !slices.Equal(got2, want2) {
-							t.Fatalf("%d threads, %d tokens, %v·%v: the paired products differ from separate ones", threads, n, a.typ, b.typ)
+					for _, group := range [][]*matrix{{w1, w2}, {w2, w1, w2}, {w2, w3}, {w1, w2, w3}} {
+						var want, got [][]float32
+						var ps []prod
+						for i, w := range group {
+							var b []float32
+							if i == 0 {
+								b = bias[:w.rows]
+							}
+							want = append(want, make([]float32, n*w.rows))
+							got = append(got, make([]float32, n*w.rows))
+							mm.product(want[i], w, b, x, n)
+							ps = append(ps, prod{got[i], w, b})
+						}
+						mm.products(x, n, ps...)
+						for i := range group {
+							if !slices.Equal(got[i], want[i]) {
+								t.Fatalf("%d threads, %d tokens, product %d of %d: the grouped products differ from separate ones", threads, n, i, len(group))
+							}
 						}
 					}
 				}
