@@ -38,25 +38,35 @@ func (a *attnScratch) size(n, d int) {
 }
 
 // attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
-// dot(t) returns q·k for position t, add4(out, e, t) adds e[0]·v(t) + … +
+// dot4(dst, t) sets dst to q·k for positions t…t+3 (vec.Dot4F32 on the key
+// rows), or, when dot4 is nil, dot(t) returns q·k for position t, as it
+// does for the last n mod 4 positions; add4(out, e, t) adds e[0]·v(t) + … +
 // e[3]·v(t+3) to out (vec.Axpy4 or vec.Axpy4F16 on the value rows), and
 // val(t) returns the value row of position t as d float32 values, for the
 // last n mod 4 positions. scores is scratch space of at least n elements.
 func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float32,
-	add4 func(out []float32, e *[4]float32, t int), val func(t int) []float32) {
+	dot4 func(dst *[4]float32, t int), add4 func(out []float32, e *[4]float32, t int), val func(t int) []float32) {
 	d := len(q)
 	out = out[:d]
 	scale := float32(1 / math.Sqrt(float64(d)))
 	scores = scores[:n]
-	for t := range n {
-		scores[t] = dot(t) * scale
+	// Positions are grouped from 0, so a position's group (and so its
+	// score's bits) depends only on n, as for the values below.
+	t := 0
+	for ; dot4 != nil && t+4 <= n; t += 4 {
+		dot4((*[4]float32)(scores[t:t+4]), t)
+	}
+	for ; t < n; t++ {
+		scores[t] = dot(t)
+	}
+	for t := range scores {
+		scores[t] *= scale
 	}
 	sum := vec.ExpSum(scores, scores, vec.MaxF32(scores))
 	clear(out)
 	// Four value rows per pass over out: a quarter of the loads and
-	// stores of out that one row at a time takes. Positions are grouped
-	// from 0, so a position's group depends only on n.
-	t := 0
+	// stores of out that one row at a time takes.
+	t = 0
 	for ; t+4 <= n; t += 4 {
 		add4(out, (*[4]float32)(scores[t:t+4]), t)
 	}
@@ -74,6 +84,7 @@ func attendContig(out, q, k, v []float32, n, stride int, sc *attnScratch) {
 	val := func(t int) []float32 { return v[t*stride : t*stride+d] }
 	attendRows(out, q, n, sc.scores,
 		func(t int) float32 { return vec.DotF32(q, k[t*stride:t*stride+d]) },
+		func(dst *[4]float32, t int) { vec.Dot4F32(dst, k[t*stride:t*stride+3*stride+d], stride, q) },
 		func(out []float32, e *[4]float32, t int) { vec.Axpy4(out, e, val(t), val(t+1), val(t+2), val(t+3)) },
 		val)
 }
@@ -120,10 +131,30 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 		return dst
 	}
 	dot := func(t int) float32 { return vec.DotF32(q, widen(kbuf, row(kPages, t))) }
+	// Four keys at a time, as the contiguous cache scores them: in place
+	// when the four rows share a page and can be read as float32s, else
+	// widened side by side into scratch space (the value rows' scratch,
+	// which is free until every score is done).
+	kRows := sc.rows[d : 5*d]
+	dot4 := func(dst *[4]float32, t int) {
+		if inPlace && pageSize%4 == 0 {
+			b := kPages[t/pageSize][((t%pageSize)*stride+off)*es:]
+			if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+				vec.Dot4F32(dst, unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), 3*stride+d), stride, q)
+				return
+			}
+		}
+		for i := range 4 {
+			r := kRows[i*d : (i+1)*d]
+			copy(r, widen(r, row(kPages, t+i))) // widen may return the row in place
+		}
+		vec.Dot4F32(dst, kRows, d, q)
+	}
 	if typ == quant.F16 {
 		// Keys are read once each: the SIMD kernel converts them in
 		// registers instead of widening them into memory first.
 		dot = func(t int) float32 { return vec.DotF16(row(kPages, t), q) }
+		dot4 = nil
 	}
 	val := func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) }
 	add4 := func(out []float32, e *[4]float32, t int) {
@@ -135,5 +166,5 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 			vec.Axpy4F16(out, e, row(vPages, t), row(vPages, t+1), row(vPages, t+2), row(vPages, t+3))
 		}
 	}
-	attendRows(out, q, n, sc.scores, dot, add4, val)
+	attendRows(out, q, n, sc.scores, dot, dot4, add4, val)
 }

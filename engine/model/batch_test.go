@@ -44,12 +44,15 @@ type batchSeq struct {
 // every requested logit vector bit for bit against the sequence run alone.
 func TestForwardBatchMatchesForward(t *testing.T) {
 	f := writeModel(t, tinySpec())
-	for _, threads := range []int{1, 3} {
-		t.Run(fmt.Sprint("threads", threads), func(t *testing.T) {
+	// Pages of 3 positions put four consecutive keys on two pages, which
+	// attention then scores from scratch space rather than in place.
+	for _, tc := range []struct{ threads, pageSize int }{{1, 4}, {3, 4}, {3, 3}} {
+		threads := tc.threads
+		t.Run(fmt.Sprint("threads", threads, "/page", tc.pageSize), func(t *testing.T) {
 			m := load(t, f, Options{Threads: threads})
 			cfg := m.Config()
 			rng := rand.New(rand.NewPCG(7, uint64(threads)))
-			pool, err := kvcache.New(cfg.KVLayout(4, quant.F32), 64)
+			pool, err := kvcache.New(cfg.KVLayout(tc.pageSize, quant.F32), 96)
 			if err != nil {
 				t.Fatal(err)
 			}

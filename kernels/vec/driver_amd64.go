@@ -77,6 +77,22 @@ func (k *fKernels) dotRow(w []byte, x []float32) float32 {
 	return s
 }
 
+// dot4 computes four dot products with x of rows stride values apart
+// (float32 weights) in one 4×1 tile, the rest of each row (len(x) mod vl)
+// in Go.
+func (k *fKernels) dot4(dst *[4]float32, w []float32, stride int, x []float32) {
+	n := len(x) &^ (k.vl - 1)
+	*dst = [4]float32{}
+	if n > 0 {
+		k.tiles[4][1](&f32Bytes(w)[0], 4*stride, &x[0], n, &dst[0], 0)
+	}
+	if n < len(x) {
+		for i := range dst {
+			dst[i] += dotF32Go(w[i*stride+n:i*stride+len(x)], x[n:])
+		}
+	}
+}
+
 func (k *fKernels) matVec(dst []float32, w []byte, x []float32, rows, cols int) {
 	rb := cols * k.size
 	n := cols &^ (k.vl - 1)
@@ -266,6 +282,7 @@ func newAsmImpl(name string, g geometry) *impl {
 	im := &impl{
 		name:    name,
 		dotF32:  func(a, b []float32) float32 { return f32.dotRow(f32Bytes(a), b) },
+		dot4F32: f32.dot4,
 		dotF16:  f16.dotRow,
 		dotBF16: bf16.dotRow,
 		matVecF32: func(dst, w, x []float32, rows, cols int) {

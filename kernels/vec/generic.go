@@ -15,6 +15,7 @@ import (
 var genericImpl = &impl{
 	name:       "purego",
 	dotF32:     dotF32Go,
+	dot4F32:    dot4F32Go,
 	dotF16:     dotF16Go,
 	dotBF16:    dotBF16Go,
 	matVecF32:  matVecF32Go,

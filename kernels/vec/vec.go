@@ -54,7 +54,9 @@ var qinfo = [numQ]struct {
 type impl struct {
 	name string
 
-	dotF32  func(a, b []float32) float32
+	dotF32 func(a, b []float32) float32
+	// dot4F32 sets dst[i] = w[i·stride:]·x for i < 4 (shapes checked).
+	dot4F32 func(dst *[4]float32, w []float32, stride int, x []float32)
 	dotF16  func(w []byte, x []float32) float32
 	dotBF16 func(w []byte, x []float32) float32
 
@@ -109,6 +111,27 @@ func DotF32(a, b []float32) float32 {
 		return nan32()
 	}
 	return active.dotF32(a, b)
+}
+
+// Dot4F32 sets dst[i] to the dot product of x with the row of len(x)
+// values at w[i·stride:], for the four rows i = 0…3: attention's scores of
+// four cached positions, whose keys are stride apart. It computes the four
+// together (one pass over x), which costs much less than four DotF32
+// calls on short rows; its results can differ from DotF32's in the last
+// places (another order of additions). If w is too short it sets dst to
+// NaN.
+func Dot4F32(dst *[4]float32, w []float32, stride int, x []float32) {
+	if stride < len(x) || len(w) < 3*stride+len(x) {
+		*dst = [4]float32{nan32(), nan32(), nan32(), nan32()}
+		return
+	}
+	active.dot4F32(dst, w, stride, x)
+}
+
+func dot4F32Go(dst *[4]float32, w []float32, stride int, x []float32) {
+	for i := range dst {
+		dst[i] = dotF32Go(w[i*stride:i*stride+len(x)], x)
+	}
 }
 
 // DotF16 returns the dot product of the little-endian IEEE binary16 row w
