@@ -151,10 +151,17 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 		vec.Dot4F32(dst, kRows, d, q)
 	}
 	if typ == quant.F16 {
-		// Keys are read once each: the SIMD kernel converts them in
-		// registers instead of widening them into memory first.
+		// Keys are read once each: the SIMD kernels convert them in
+		// registers instead of widening them into memory first, four at a
+		// time where the four share a page.
 		dot = func(t int) float32 { return vec.DotF16(row(kPages, t), q) }
 		dot4 = nil
+		if pageSize%4 == 0 {
+			dot4 = func(dst *[4]float32, t int) {
+				start := ((t%pageSize)*stride + off) * es
+				vec.Dot4F16(dst, kPages[t/pageSize][start:start+(3*stride+d)*es], stride, q)
+			}
+		}
 	}
 	val := func(t int) []float32 { return widen(vbuf[t%4], row(vPages, t)) }
 	add4 := func(out []float32, e *[4]float32, t int) {

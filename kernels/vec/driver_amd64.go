@@ -77,18 +77,17 @@ func (k *fKernels) dotRow(w []byte, x []float32) float32 {
 	return s
 }
 
-// dot4 computes four dot products with x of rows stride values apart
-// (float32 weights) in one 4×1 tile, the rest of each row (len(x) mod vl)
-// in Go.
-func (k *fKernels) dot4(dst *[4]float32, w []float32, stride int, x []float32) {
+// dot4 computes the dot products with x of four weight rows stride values
+// apart in one 4×1 tile, the rest of each row (len(x) mod vl) in Go.
+func (k *fKernels) dot4(dst *[4]float32, w []byte, stride int, x []float32) {
 	n := len(x) &^ (k.vl - 1)
 	*dst = [4]float32{}
 	if n > 0 {
-		k.tiles[4][1](&f32Bytes(w)[0], 4*stride, &x[0], n, &dst[0], 0)
+		k.tiles[4][1](&w[0], stride*k.size, &x[0], n, &dst[0], 0)
 	}
 	if n < len(x) {
 		for i := range dst {
-			dst[i] += dotF32Go(w[i*stride+n:i*stride+len(x)], x[n:])
+			dst[i] += k.tail(w[(i*stride+n)*k.size:(i*stride+len(x))*k.size], x[n:])
 		}
 	}
 }
@@ -280,9 +279,12 @@ func newAsmImpl(name string, g geometry) *impl {
 	f16 := f(kt.dotF16, &kt.f16, 2, dotF16Go)
 	bf16 := f(kt.dotBF16, &kt.bf16, 2, dotBF16Go)
 	im := &impl{
-		name:    name,
-		dotF32:  func(a, b []float32) float32 { return f32.dotRow(f32Bytes(a), b) },
-		dot4F32: f32.dot4,
+		name:   name,
+		dotF32: func(a, b []float32) float32 { return f32.dotRow(f32Bytes(a), b) },
+		dot4F32: func(dst *[4]float32, w []float32, stride int, x []float32) {
+			f32.dot4(dst, f32Bytes(w), stride, x)
+		},
+		dot4F16: f16.dot4,
 		dotF16:  f16.dotRow,
 		dotBF16: bf16.dotRow,
 		matVecF32: func(dst, w, x []float32, rows, cols int) {

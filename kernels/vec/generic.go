@@ -16,6 +16,7 @@ var genericImpl = &impl{
 	name:       "purego",
 	dotF32:     dotF32Go,
 	dot4F32:    dot4F32Go,
+	dot4F16:    dot4F16Go,
 	dotF16:     dotF16Go,
 	dotBF16:    dotBF16Go,
 	matVecF32:  matVecF32Go,

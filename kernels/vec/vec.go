@@ -57,6 +57,8 @@ type impl struct {
 	dotF32 func(a, b []float32) float32
 	// dot4F32 sets dst[i] = w[i·stride:]·x for i < 4 (shapes checked).
 	dot4F32 func(dst *[4]float32, w []float32, stride int, x []float32)
+	// dot4F16 is dot4F32 for binary16 rows, stride in values.
+	dot4F16 func(dst *[4]float32, w []byte, stride int, x []float32)
 	dotF16  func(w []byte, x []float32) float32
 	dotBF16 func(w []byte, x []float32) float32
 
@@ -126,6 +128,23 @@ func Dot4F32(dst *[4]float32, w []float32, stride int, x []float32) {
 		return
 	}
 	active.dot4F32(dst, w, stride, x)
+}
+
+// Dot4F16 is [Dot4F32] for rows of little-endian IEEE binary16 values, as
+// an F16 KV cache stores keys: row i is the 2·len(x) bytes at
+// w[2·i·stride:], converted in registers.
+func Dot4F16(dst *[4]float32, w []byte, stride int, x []float32) {
+	if stride < len(x) || len(w) < 2*(3*stride+len(x)) {
+		*dst = [4]float32{nan32(), nan32(), nan32(), nan32()}
+		return
+	}
+	active.dot4F16(dst, w, stride, x)
+}
+
+func dot4F16Go(dst *[4]float32, w []byte, stride int, x []float32) {
+	for i := range dst {
+		dst[i] = dotF16Go(w[2*i*stride:2*(i*stride+len(x))], x)
+	}
 }
 
 func dot4F32Go(dst *[4]float32, w []float32, stride int, x []float32) {

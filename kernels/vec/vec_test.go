@@ -632,3 +632,29 @@ func TestDot4F32(t *testing.T) {
 		t.Errorf("Dot4F32 with too short rows gave %v, want NaN", dst)
 	}
 }
+
+// TestDot4F16 is TestDot4F32 for binary16 rows.
+func TestDot4F16(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, im *impl) {
+		r := rand.New(rand.NewPCG(43, 44))
+		for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 100, 257} {
+			for _, stride := range []int{n, n + 3, 2*n + 8} {
+				w, wf := halfRow(r, quant.F16, 3*stride+n)
+				x := randF32(r, n, 1)
+				var dst [4]float32
+				im.dot4F16(&dst, w, stride, x)
+				for i := range dst {
+					want, mag := dotRef(wf[i*stride:i*stride+n], x)
+					if d := math.Abs(float64(dst[i]) - want); !(d <= floatTol*mag+1e-6) {
+						t.Fatalf("n=%d stride=%d row %d: %g, want %g", n, stride, i, dst[i], want)
+					}
+				}
+			}
+		}
+	})
+	var dst [4]float32
+	Dot4F16(&dst, make([]byte, 20), 4, make([]float32, 4))
+	if !math.IsNaN(float64(dst[0])) {
+		t.Errorf("Dot4F16 with too short rows gave %v, want NaN", dst)
+	}
+}
