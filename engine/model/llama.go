@@ -252,9 +252,11 @@ func (m *llama) forward(s *llamaState) error {
 	group := c.Heads / c.KVHeads
 	for li := range m.layers {
 		l := &m.layers[li]
-		for r := range n {
-			kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
-		}
+		m.eachRow(n, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
+			}
+		})
 		// The queries need computing only for the rows that go on (see
 		// below): where that is every row, they join the keys and values.
 		last := li == len(m.layers)-1
@@ -292,12 +294,15 @@ func (m *llama) forward(s *llamaState) error {
 		if last {
 			m.matmul(s.q[:na*qDim], &l.wq, l.bq, s.xb[:na*dim], na)
 		}
-		for i, ri := range s.act {
-			cs, sn := s.cos[ri.row*half:(ri.row+1)*half], s.sin[ri.row*half:(ri.row+1)*half]
-			for h := range c.Heads {
-				kernels.Rope(s.q[i*qDim+h*hd:i*qDim+(h+1)*hd], cs, sn, c.RopeLayout)
+		m.eachRow(na, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				ri := s.act[i]
+				cs, sn := s.cos[ri.row*half:(ri.row+1)*half], s.sin[ri.row*half:(ri.row+1)*half]
+				for h := range c.Heads {
+					kernels.Rope(s.q[i*qDim+h*hd:i*qDim+(h+1)*hd], cs, sn, c.RopeLayout)
+				}
 			}
-		}
+		})
 		for si := range s.segs {
 			seg := &s.segs[si]
 			seg.kv.prepare(li, seg.pos+len(seg.tokens))
@@ -315,16 +320,21 @@ func (m *llama) forward(s *llamaState) error {
 			}
 		})
 		m.matmul(s.xb[:na*dim], &l.wo, l.bo, s.att[:na*qDim], na)
-		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])
-
-		for i := range na {
-			kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
-		}
+		m.eachRow(na, func(lo, hi int) {
+			kernels.Add(s.x[lo*dim:hi*dim], s.x[lo*dim:hi*dim], s.xb[lo*dim:hi*dim])
+			for i := lo; i < hi; i++ {
+				kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
+			}
+		})
 		hid := c.Hidden
 		m.mm.products(s.xb[:na*dim], na, prod{s.gate[:na*hid], &l.ffnGate, nil}, prod{s.up[:na*hid], &l.ffnUp, nil})
-		siluMul(s.gate[:na*hid], s.up[:na*hid], hid)
+		m.eachRow(na, func(lo, hi int) {
+			siluMul(s.gate[lo*hid:hi*hid], s.up[lo*hid:hi*hid], hid)
+		})
 		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
-		kernels.Add(s.x[:na*dim], s.x[:na*dim], s.xb[:na*dim])
+		m.eachRow(na, func(lo, hi int) {
+			kernels.Add(s.x[lo*dim:hi*dim], s.x[lo*dim:hi*dim], s.xb[lo*dim:hi*dim])
+		})
 	}
 
 	if nOut == 0 {
@@ -342,6 +352,22 @@ func (m *llama) forward(s *llamaState) error {
 		}
 	}
 	return nil
+}
+
+// rowGrain is the fewest token rows worth handing to another goroutine
+// for the per-row work between the products (norms, rotary embeddings,
+// SiLU·mul, residual adds): a prompt's rows are spread over the pool, and
+// a decoding step's few rows stay with the caller.
+const rowGrain = 8
+
+// eachRow calls fn over [0, n) rows, split across the pool for a prompt.
+// Each row's arithmetic is the same however the rows are split.
+func (m *llama) eachRow(n int, fn func(lo, hi int)) {
+	if n < 2*rowGrain {
+		fn(0, n)
+		return
+	}
+	m.pool.parallel(n, rowGrain, func(_, lo, hi int) { fn(lo, hi) })
 }
 
 // matmul computes dst[t] = w·x[t] (+ bias) for n tokens, splitting w's rows
