@@ -36,6 +36,7 @@ type shape struct{ mmR, mmT, mvR, dR int }
 type geometry struct {
 	vl             int // float32 lanes of the float kernels
 	chunk          int // row piece of float matrix-matrix products, a multiple of vl
+	chunk16        int // the same for 2-byte weights (F16, BF16)
 	float, q80, kq shape
 	main           *kernelTables // float, Q8_0 and Q4_0 kernels
 	kquant         *kernelTables // Q4_K and Q6_K kernels
@@ -273,7 +274,11 @@ func newAsmImpl(name string, g geometry) *impl {
 	kt := g.main
 	f := func(dot func(w *byte, x *float32, n int) float32, tiles *[5][5]fTile, size int,
 		tail func(w []byte, x []float32) float32) *fKernels {
-		return &fKernels{dot: dot, tiles: tiles, shape: g.float, vl: g.vl, size: size, chunk: g.chunk, tail: tail}
+		chunk := g.chunk
+		if size == 2 {
+			chunk = g.chunk16
+		}
+		return &fKernels{dot: dot, tiles: tiles, shape: g.float, vl: g.vl, size: size, chunk: chunk, tail: tail}
 	}
 	f32 := f(kt.dotF32, &kt.f32, 4, tailF32)
 	f16 := f(kt.dotF16, &kt.f16, 2, dotF16Go)
