@@ -605,22 +605,32 @@ func TestExportedAPI(t *testing.T) {
 	}
 }
 
-// TestDot4F32 checks four strided dot products at once on every
-// implementation against the float64 reference, with rows read from a
-// guarded buffer whose sentinels wreck any result that reads past it.
-func TestDot4F32(t *testing.T) {
+// TestDot4 checks four strided dot products at once, over float32 and
+// binary16 rows, on every implementation against the float64 reference,
+// with rows read from guarded buffers whose sentinels wreck any result
+// that reads past them.
+func TestDot4(t *testing.T) {
 	forEachImpl(t, func(t *testing.T, im *impl) {
 		r := rand.New(rand.NewPCG(41, 42))
-		for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 100, 257} {
-			for _, stride := range []int{n, n + 3, 2*n + 8} {
-				w := randF32(r, 3*stride+n, 1)
-				x := randF32(r, n, 1)
-				var dst [4]float32
-				im.dot4F32(&dst, w, stride, x)
-				for i := range dst {
-					want, mag := dotRef(w[i*stride:i*stride+n], x)
-					if d := math.Abs(float64(dst[i]) - want); !(d <= floatTol*mag+1e-6) {
-						t.Fatalf("n=%d stride=%d row %d: %g, want %g", n, stride, i, dst[i], want)
+		for _, typ := range []quant.Type{quant.F32, quant.F16} {
+			for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 100, 257} {
+				for _, stride := range []int{n, n + 3, 2*n + 8} {
+					x := randF32(r, n, 1)
+					var dst [4]float32
+					var exact []float32
+					if typ == quant.F32 {
+						exact = randF32(r, 3*stride+n, 1)
+						im.dot4F32(&dst, exact, stride, x)
+					} else {
+						var w []byte
+						w, exact = halfRow(r, quant.F16, 3*stride+n)
+						im.dot4F16(&dst, w, stride, x)
+					}
+					for i := range dst {
+						want, mag := dotRef(exact[i*stride:i*stride+n], x)
+						if d := math.Abs(float64(dst[i]) - want); !(d <= floatTol*mag+1e-6) {
+							t.Fatalf("%v n=%d stride=%d row %d: %g, want %g", typ, n, stride, i, dst[i], want)
+						}
 					}
 				}
 			}
@@ -631,28 +641,7 @@ func TestDot4F32(t *testing.T) {
 	if !math.IsNaN(float64(dst[3])) {
 		t.Errorf("Dot4F32 with too short rows gave %v, want NaN", dst)
 	}
-}
-
-// TestDot4F16 is TestDot4F32 for binary16 rows.
-func TestDot4F16(t *testing.T) {
-	forEachImpl(t, func(t *testing.T, im *impl) {
-		r := rand.New(rand.NewPCG(43, 44))
-		for _, n := range []int{0, 1, 7, 8, 9, 16, 63, 64, 100, 257} {
-			for _, stride := range []int{n, n + 3, 2*n + 8} {
-				w, wf := halfRow(r, quant.F16, 3*stride+n)
-				x := randF32(r, n, 1)
-				var dst [4]float32
-				im.dot4F16(&dst, w, stride, x)
-				for i := range dst {
-					want, mag := dotRef(wf[i*stride:i*stride+n], x)
-					if d := math.Abs(float64(dst[i]) - want); !(d <= floatTol*mag+1e-6) {
-						t.Fatalf("n=%d stride=%d row %d: %g, want %g", n, stride, i, dst[i], want)
-					}
-				}
-			}
-		}
-	})
-	var dst [4]float32
+	dst = [4]float32{}
 	Dot4F16(&dst, make([]byte, 20), 4, make([]float32, 4))
 	if !math.IsNaN(float64(dst[0])) {
 		t.Errorf("Dot4F16 with too short rows gave %v, want NaN", dst)

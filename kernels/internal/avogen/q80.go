@@ -78,23 +78,9 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("block")
-	if T == 1 {
-		prefetch(wp, nil, 0, 0, wb)
-	}
 	wv := make([]VecVirtual, R) // Q8_0: |w|; Q4_0: the nibbles
 	for r := 0; r < R; r++ {
-		wv[r] = YMM()
-		if q4 {
-			// Low nibbles (values 0–15) in lane 0, high ones in lane 1.
-			t := YMM()
-			VBROADCASTI128(Mem{Base: wp[r], Disp: 2}, t)
-			t2 := YMM()
-			VPSRLW(U8(4), t, t2)
-			VINSERTI128(U8(1), t2.AsX(), t, wv[r])
-			VPAND(c0F, wv[r], wv[r])
-		} else {
-			VPABSB(Mem{Base: wp[r], Disp: 2}, wv[r])
-		}
+		wv[r] = q80Weights(q4, Mem{Base: wp[r], Disp: 2})
 		d := YMM()
 		s.f16Bcast(Mem{Base: wp[r]}, d)
 		VMOVUPS(d, dws.Offset(32*r))
@@ -104,26 +90,9 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 		VMOVDQU(Mem{Base: xp[t], Disp: 2}, xv)
 		dx := YMM()
 		s.f16Bcast(Mem{Base: xp[t]}, dx)
-		var corr VecVirtual
-		if q4 {
-			// corr = 8·(Σ of each 4 activations).
-			corr = YMM()
-			VMOVDQU(c01b, corr)
-			VPMADDUBSW(xv, corr, corr)
-			VPMADDWD(c01w, corr, corr)
-			VPSLLD(U8(3), corr, corr)
-		}
+		corr := q80Corr(q4, xv)
 		for r := 0; r < R; r++ {
-			p := YMM()
-			if q4 {
-				VPMADDUBSW(xv, wv[r], p)
-				VPMADDWD(c01w, p, p)
-				VPSUBD(corr, p, p)
-			} else {
-				VPSIGNB(Mem{Base: wp[r], Disp: 2}, xv, p)
-				VPMADDUBSW(p, wv[r], p)
-				VPMADDWD(c01w, p, p)
-			}
+			p := q80Dot(q4, Mem{Base: wp[r], Disp: 2}, wv[r], xv, corr)
 			VCVTDQ2PS(p, p)
 			d := YMM()
 			VMULPS(dws.Offset(32*r), dx, d)
@@ -143,6 +112,55 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 	finish(s, acc, ret)
 }
 
+// q80Weights loads the 32 weights of the block whose values are at m, in
+// the form vpmaddubsw multiplies: |w| for Q8_0 (the signs move onto the
+// activations), and for Q4_0 the nibbles, low ones (values 0–15) in lane
+// 0 and high ones in lane 1.
+func q80Weights(q4 bool, m Mem) VecVirtual {
+	w := YMM()
+	if !q4 {
+		VPABSB(m, w)
+		return w
+	}
+	t := YMM()
+	VBROADCASTI128(m, t)
+	t2 := YMM()
+	VPSRLW(U8(4), t, t2)
+	VINSERTI128(U8(1), t2.AsX(), t, w)
+	VPAND(c0F, w, w)
+	return w
+}
+
+// q80Corr returns, for Q4_0, the offset of its unsigned nibbles that each
+// product must lose, 8·(Σ of each 4 activations of xv); nil for Q8_0.
+func q80Corr(q4 bool, xv VecVirtual) VecVirtual {
+	if !q4 {
+		return nil
+	}
+	corr := YMM()
+	VMOVDQU(c01b, corr)
+	VPMADDUBSW(xv, corr, corr)
+	VPMADDWD(c01w, corr, corr)
+	VPSLLD(U8(3), corr, corr)
+	return corr
+}
+
+// q80Dot returns the exact integer dot products of a weight block (wv from
+// q80Weights of m) with activations xv, as eight int32 partial sums.
+func q80Dot(q4 bool, m Mem, wv, xv, corr VecVirtual) VecVirtual {
+	p := YMM()
+	if q4 {
+		VPMADDUBSW(xv, wv, p)
+		VPMADDWD(c01w, p, p)
+		VPSUBD(corr, p, p)
+		return p
+	}
+	VPSIGNB(m, xv, p)
+	VPMADDUBSW(p, wv, p)
+	VPMADDWD(c01w, p, p)
+	return p
+}
+
 // q80Vec emits the block loop of a one-token tile. A decoding step reads
 // every weight once, straight from memory, so this loop is shaped for
 // streaming: two blocks per iteration with one prefetch per row (a cache
@@ -155,34 +173,10 @@ func q80Vec(s isa, q4 bool, wb int, wp []GPVirtual, xp GPVirtual, nb Register, a
 		VMOVDQU(Mem{Base: xp, Disp: 2 + k*q80Bytes}, xv)
 		dx := YMM()
 		s.f16Bcast(Mem{Base: xp, Disp: k * q80Bytes}, dx)
-		var corr VecVirtual
-		if q4 {
-			corr = YMM()
-			VMOVDQU(c01b, corr)
-			VPMADDUBSW(xv, corr, corr)
-			VPMADDWD(c01w, corr, corr)
-			VPSLLD(U8(3), corr, corr)
-		}
+		corr := q80Corr(q4, xv)
 		for r := range wp {
-			p := YMM()
-			if q4 {
-				t := YMM()
-				VBROADCASTI128(Mem{Base: wp[r], Disp: k*wb + 2}, t)
-				t2 := YMM()
-				VPSRLW(U8(4), t, t2)
-				w := YMM()
-				VINSERTI128(U8(1), t2.AsX(), t, w)
-				VPAND(c0F, w, w)
-				VPMADDUBSW(xv, w, p)
-				VPMADDWD(c01w, p, p)
-				VPSUBD(corr, p, p)
-			} else {
-				w := YMM()
-				VPABSB(Mem{Base: wp[r], Disp: k*wb + 2}, w)
-				VPSIGNB(Mem{Base: wp[r], Disp: k*wb + 2}, xv, p)
-				VPMADDUBSW(p, w, p)
-				VPMADDWD(c01w, p, p)
-			}
+			m := Mem{Base: wp[r], Disp: k*wb + 2}
+			p := q80Dot(q4, m, q80Weights(q4, m), xv, corr)
 			VCVTDQ2PS(p, p)
 			d := YMM()
 			s.f16Bcast(Mem{Base: wp[r], Disp: k * wb}, d)
