@@ -429,3 +429,41 @@ func mulOK(a, b int) (int, bool) {
 	}
 	return a * b, true
 }
+
+// Product is one weight product of [MatMuls]: Dst = W·x.
+type Product struct {
+	Dst Buffer
+	W   Matrix
+}
+
+// ProductGrouper is implemented by backends that run several products of
+// the same activations together, faster than one by one.
+type ProductGrouper interface {
+	// MatMuls computes each product as [Backend.MatMul] does, with the
+	// same results.
+	MatMuls(x Buffer, ps ...Product) error
+}
+
+// MatMuls computes Dst = W·x for each product on b: together where b is
+// a [ProductGrouper], else one [Backend.MatMul] at a time. The results
+// are the same either way.
+func MatMuls(b Backend, x Buffer, ps ...Product) error {
+	if g, ok := b.(ProductGrouper); ok {
+		return g.MatMuls(x, ps...)
+	}
+	for _, p := range ps {
+		if err := b.MatMul(p.Dst, p.W, x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HostKV is implemented by backends that compute on host memory, and so
+// can work on a KV cache's pages where they already are (an engine page
+// pool, a contiguous cache) instead of a copy.
+type HostKV interface {
+	// WrapKV returns a KV cache over data itself, whole pages of layout
+	// l: operations on it read and write data.
+	WrapKV(l KVLayout, data []byte) (KVCache, error)
+}

@@ -21,24 +21,25 @@ import (
 //
 // Its memory is ordinary Go memory, and it offers what only such memory
 // allows: [CPU.Wrap] and [CPU.Floats] turn float32 slices into buffers and
-// back without a copy, and [CPU.WrapKV] and [CPU.KVBytes] do the same for
-// a KV cache's pages, so a caller can move to the Backend interface one
-// operation at a time. Operations run synchronously: Sync has nothing to
+// back without a copy, and [CPU.WrapKV] ([HostKV]) and [CPU.KVBytes] do
+// the same for a KV cache's pages, so the engine's page pool is computed
+// on where it lies. Operations run synchronously: Sync has nothing to
 // wait for.
 //
-// Weight products work as the engine's always have: every product goes
-// through vec's matrix-matrix kernels (never the matrix-vector ones, which
-// sum in another order), quantized weights multiply activations quantized
-// to Q8_0 or Q8_K blocks, float products that would leave a one-token
-// register tile get a zero token added, and rows are split among the
-// workers at multiples of 16. So a token's result is the same bit for bit
-// whatever the number of tokens and threads.
+// Weight products go through vec's matrix-matrix kernels, whose every
+// tile (one-token tiles included) sums an output in the same order;
+// quantized weights multiply activations quantized to Q8_0 or Q8_K
+// blocks, and rows are split among the workers at multiples of 16 (see
+// cpu_matmul.go). So a token's result is the same bit for bit whatever the
+// number of tokens and threads, and so is every other operation's: each
+// is local to a row, or to a (row, head) pair for attention.
 type CPU struct {
 	threads int
-	pool    *workPool
+	pool    *pool
+	mm      *matmuls
 	mu      sync.RWMutex // held shared by operations on the pool, exclusively by Close
 	closed  atomic.Bool
-	scratch sync.Pool // *cpuScratch
+	attn    sync.Pool // *attnCall
 }
 
 // NewCPU returns a CPU backend that splits work over threads goroutines
@@ -47,7 +48,8 @@ func NewCPU(threads int) *CPU {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &CPU{threads: threads, pool: newWorkPool(threads)}
+	p := newPool(threads)
+	return &CPU{threads: threads, pool: p, mm: newMatmuls(p)}
 }
 
 // Name implements Backend.
@@ -146,17 +148,21 @@ func (c *CPU) buf(b Buffer, what string) ([]float32, error) {
 	return cb.data, nil
 }
 
-// bufs checks several operands at once.
-func (c *CPU) bufs(what string, bs ...Buffer) ([][]float32, error) {
-	out := make([][]float32, len(bs))
-	for i, b := range bs {
-		d, err := c.buf(b, fmt.Sprintf("%s operand %d", what, i))
-		if err != nil {
-			return nil, err
-		}
-		out[i] = d
+// bufs checks up to four operands at once. It allocates nothing unless
+// one is bad: it runs for every operation of a forward pass.
+func (c *CPU) bufs(what string, bs ...Buffer) (ops [4][]float32, err error) {
+	if err := c.open(); err != nil {
+		return ops, err
 	}
-	return out, nil
+	for i, b := range bs {
+		cb, ok := b.(*cpuBuffer)
+		if !ok || cb == nil || cb.owner != c || cb.alloc.freed.Load() {
+			_, err := c.buf(b, fmt.Sprintf("%s operand %d", what, i))
+			return ops, err
+		}
+		ops[i] = cb.data
+	}
+	return ops, nil
 }
 
 // Free implements Backend. The memory goes back to the garbage collector
@@ -289,33 +295,6 @@ func (c *CPU) FreeMatrix(w Matrix) error {
 	return nil
 }
 
-// Tiling constants of the weight products; see the CPU type's comment.
-const (
-	// mmTokens is the token width of vec's matrix-matrix register tiles.
-	mmTokens = 4
-	// mmRowAlign is a multiple of every register tile height of vec.
-	mmRowAlign = 16
-	// mmChunkBytes is the weight bytes in one chunk of rows: a piece that
-	// stays in L2 while the tokens move across it.
-	mmChunkBytes = 256 << 10
-	// mmMinChunkMACs is the least work worth handing to another goroutine.
-	mmMinChunkMACs = 1 << 16
-)
-
-// cpuScratch holds the buffers of one weight product, recycled.
-type cpuScratch struct {
-	xq     []byte
-	scores []float32
-}
-
-func (c *CPU) getScratch() *cpuScratch {
-	s, _ := c.scratch.Get().(*cpuScratch)
-	if s == nil {
-		s = new(cpuScratch)
-	}
-	return s
-}
-
 func growF32(s []float32, n int) []float32 {
 	if cap(s) < n {
 		return make([]float32, n)
@@ -325,88 +304,69 @@ func growF32(s []float32, n int) []float32 {
 
 // MatMul implements Backend.
 func (c *CPU) MatMul(dst Buffer, w Matrix, x Buffer) error {
+	return c.MatMuls(x, Product{Dst: dst, W: w})
+}
+
+// MatMuls implements [ProductGrouper]: products of the same activations
+// (a block's queries, keys and values; its gate and up projections) take
+// one pass of the pool, with the activations quantized or packed once.
+func (c *CPU) MatMuls(x Buffer, ps ...Product) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
 	defer c.leave()
-	m, err := c.mat(w)
+	xs, err := c.buf(x, "matmul activations")
 	if err != nil {
 		return err
 	}
-	ops, err := c.bufs("matmul", dst, x)
-	if err != nil {
-		return err
-	}
-	d, xs := ops[0], ops[1]
-	n, err := CheckMatMul(m.rows, m.cols, len(d), len(xs))
-	if err != nil {
-		return err
-	}
-	if overlap(d, xs) {
-		return fmt.Errorf("%w: matmul output overlaps its input", ErrShape)
-	}
-	if n == 0 {
-		return nil
-	}
-	s := c.getScratch()
-	defer c.scratch.Put(s)
-
-	var xq []byte
-	switch m.typ {
-	case quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K:
-		kq := m.typ == quant.Q4_K || m.typ == quant.Q6_K
-		values, bytes := vec.Q8_0Values, vec.Q8_0Bytes
-		if kq {
-			values, bytes = vec.Q8_KValues, vec.Q8_KBytes
+	for lo := 0; lo < len(ps); lo += maxGroup {
+		if err := c.matmuls(xs, ps[lo:min(lo+maxGroup, len(ps))]); err != nil {
+			return err
 		}
-		xRow := m.cols / values * bytes
-		if cap(s.xq) < n*xRow {
-			s.xq = make([]byte, n*xRow)
-		}
-		xq = s.xq[:n*xRow]
-		c.pool.run(n, max(1, (n+c.threads-1)/c.threads), func(lo, hi int) {
-			var err error
-			if kq {
-				err = vec.QuantizeQ8_K(xs[lo*m.cols:hi*m.cols], xq[lo*xRow:hi*xRow])
-			} else {
-				err = vec.QuantizeQ8_0(xs[lo*m.cols:hi*m.cols], xq[lo*xRow:hi*xRow])
-			}
-			if err != nil {
-				// Unreachable: CheckMatrix guarantees whole blocks.
-				// Poison rather than compute with stale bytes.
-				clear(xq[lo*xRow : hi*xRow])
-			}
-		})
 	}
-	c.matmulRows(d, m, xs, xq, n)
 	return nil
 }
 
-// matmulRows computes the product over chunks of rows in the pool.
-func (c *CPU) matmulRows(dst []float32, m *cpuMatrix, x []float32, xq []byte, n int) {
-	chunk := min(mmChunkBytes/max(m.rowBytes, 1), (m.rows+2*c.threads-1)/(2*c.threads))
-	chunk = max(chunk, mmMinChunkMACs/max(m.cols*n, 1))
-	chunk = (chunk + mmRowAlign - 1) / mmRowAlign * mmRowAlign
-	c.pool.run(m.rows, chunk, func(lo, hi int) {
-		rows, w := hi-lo, m.data[lo*m.rowBytes:hi*m.rowBytes]
-		out := dst[lo:]
-		switch m.typ {
-		case quant.F32:
-			vec.MatMulF32(out, m.rows, m.f32[lo*m.cols:hi*m.cols], x, rows, m.cols, n)
-		case quant.F16:
-			vec.MatMulF16(out, m.rows, w, x, rows, m.cols, n)
-		case quant.BF16:
-			vec.MatMulBF16(out, m.rows, w, x, rows, m.cols, n)
-		case quant.Q8_0:
-			vec.MatMulQ8_0(out, m.rows, w, xq, rows, m.cols, n)
-		case quant.Q4_0:
-			vec.MatMulQ4_0(out, m.rows, w, xq, rows, m.cols, n)
-		case quant.Q4_K:
-			vec.MatMulQ4_K(out, m.rows, w, xq, rows, m.cols, n)
-		case quant.Q6_K:
-			vec.MatMulQ6_K(out, m.rows, w, xq, rows, m.cols, n)
+// matmuls checks and runs up to maxGroup products of xs.
+func (c *CPU) matmuls(xs []float32, ps []Product) error {
+	var group [maxGroup]prod
+	var tokens [maxGroup]int
+	same := true
+	for i, p := range ps {
+		m, err := c.mat(p.W)
+		if err != nil {
+			return err
 		}
-	})
+		d, err := c.buf(p.Dst, "matmul output")
+		if err != nil {
+			return err
+		}
+		if tokens[i], err = CheckMatMul(m.rows, m.cols, len(d), len(xs)); err != nil {
+			return err
+		}
+		if overlap(d, xs) {
+			return fmt.Errorf("%w: matmul output overlaps its input", ErrShape)
+		}
+		for _, q := range group[:i] {
+			if overlap(d, q.dst) {
+				return fmt.Errorf("%w: matmul outputs overlap", ErrShape)
+			}
+		}
+		group[i] = prod{dst: d, w: m}
+		same = same && tokens[i] == tokens[0]
+	}
+	if len(ps) == 0 || tokens[0] == 0 {
+		return nil
+	}
+	if !same {
+		// Different widths read different token counts from x.
+		for i, p := range group[:len(ps)] {
+			c.mm.product(p.dst, p.w, nil, xs, tokens[i])
+		}
+		return nil
+	}
+	c.mm.products(xs, tokens[0], group[:len(ps)]...)
+	return nil
 }
 
 // Embed implements Backend.
@@ -431,8 +391,27 @@ func (c *CPU) Embed(dst Buffer, w Matrix, ids []int32) error {
 	return nil
 }
 
+// rowGrain is the fewest rows of a row-wise operation (norms, RoPE,
+// SiLU·mul, adds) worth handing to another goroutine: a prompt's rows are
+// spread over the pool, a decoding step's few stay with the caller.
+const rowGrain = 8
+
+// eachRow calls fn over rows [0, n), split across the pool when there are
+// many. Each row's arithmetic is the same however the rows are split.
+func (c *CPU) eachRow(n int, fn func(lo, hi int)) {
+	if n < 2*rowGrain {
+		fn(0, n)
+		return
+	}
+	c.pool.parallel(n, rowGrain, taskFunc(func(_, lo, hi int) { fn(lo, hi) }))
+}
+
 // RMSNorm implements Backend.
 func (c *CPU) RMSNorm(dst, x, weight Buffer, eps float32) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave()
 	ops, err := c.bufs("rmsnorm", dst, x, weight)
 	if err != nil {
 		return err
@@ -442,14 +421,20 @@ func (c *CPU) RMSNorm(dst, x, weight Buffer, eps float32) error {
 		return err
 	}
 	cols := len(w)
-	for r := range len(xs) / max(cols, 1) {
-		RMSNorm(d[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], w, eps)
-	}
+	c.eachRow(len(xs)/cols, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			RMSNorm(d[r*cols:(r+1)*cols], xs[r*cols:(r+1)*cols], w, eps)
+		}
+	})
 	return nil
 }
 
 // Rope implements Backend.
 func (c *CPU) Rope(x, cos, sin Buffer, rows, headDim int, layout RopeLayout) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave()
 	ops, err := c.bufs("rope", x, cos, sin)
 	if err != nil {
 		return err
@@ -459,13 +444,15 @@ func (c *CPU) Rope(x, cos, sin Buffer, rows, headDim int, layout RopeLayout) err
 	if err != nil {
 		return err
 	}
-	for r := range rows {
-		cr, sr := cs[r*half:(r+1)*half], sn[r*half:(r+1)*half]
-		for h := range heads {
-			off := (r*heads + h) * headDim
-			Rope(xs[off:off+headDim], cr, sr, layout)
+	c.eachRow(rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			cr, sr := cs[r*half:(r+1)*half], sn[r*half:(r+1)*half]
+			for h := range heads {
+				off := (r*heads + h) * headDim
+				Rope(xs[off:off+headDim], cr, sr, layout)
+			}
 		}
-	}
+	})
 	return nil
 }
 
@@ -495,6 +482,10 @@ const siluBlock = 256
 // 8, so that every element takes the vector path whatever its position,
 // and results do not depend on how many rows the buffers hold.
 func (c *CPU) SiLUMul(dst, gate, up Buffer) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave()
 	ops, err := c.bufs("silu·mul", dst, gate, up)
 	if err != nil {
 		return err
@@ -503,37 +494,52 @@ func (c *CPU) SiLUMul(dst, gate, up Buffer) error {
 	if err := CheckSiLUMul(len(d), len(g), len(u)); err != nil {
 		return err
 	}
-	var buf [siluBlock]float32
-	for lo := 0; lo < len(d); lo += siluBlock {
-		hi := min(lo+siluBlock, len(d))
-		gb, ub := g[lo:hi], u[lo:hi]
-		e := buf[:(hi-lo+7)/8*8]
-		clear(e[hi-lo:])
-		for i, v := range gb {
-			e[i] = -v
+	// Blocks of siluBlock elements stand in for rows.
+	c.eachRow((len(d)+siluBlock-1)/siluBlock, func(lo, hi int) {
+		var buf [siluBlock]float32
+		for b := lo; b < hi; b++ {
+			lo, hi := b*siluBlock, min((b+1)*siluBlock, len(d))
+			gb, ub := g[lo:hi], u[lo:hi]
+			e := buf[:(hi-lo+7)/8*8]
+			clear(e[hi-lo:])
+			for i, v := range gb {
+				e[i] = -v
+			}
+			vec.ExpSum(e, e, 0)
+			db := d[lo:hi]
+			for i, v := range gb {
+				db[i] = v / (1 + e[i]) * ub[i]
+			}
 		}
-		vec.ExpSum(e, e, 0)
-		db := d[lo:hi]
-		for i, v := range gb {
-			db[i] = v / (1 + e[i]) * ub[i]
-		}
-	}
+	})
 	return nil
 }
 
 // Add implements Backend.
 func (c *CPU) Add(dst, a, b Buffer) error {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave()
 	ops, err := c.bufs("add", dst, a, b)
 	if err != nil {
 		return err
 	}
 	d, as, bs := ops[0], ops[1], ops[2]
-	if err := CheckAdd(len(d), len(as), len(bs)); err != nil {
+	if err := CheckAdd(len(d), len(as), len(bs)); err != nil || len(d) == 0 {
 		return err
 	}
-	for lo := 0; lo < len(d); lo += len(bs) {
-		vec.Add(d[lo:lo+len(bs)], as[lo:lo+len(bs)], bs)
+	cols := len(bs)
+	if cols == len(d) && len(d) >= 2*rowGrain*1024 {
+		// One long residual: rows of 1024 stand in.
+		cols = 1024
 	}
+	c.eachRow((len(d)+cols-1)/cols, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			lo, hi := r*cols, min((r+1)*cols, len(d))
+			vec.Add(d[lo:hi], as[lo:hi], bs[(lo%len(bs)):(lo%len(bs))+hi-lo])
+		}
+	})
 	return nil
 }
 
@@ -650,13 +656,10 @@ func (c *CPU) StoreKV(kv KVCache, layer int, slots []int32, k, v Buffer) error {
 	return nil
 }
 
-// maxStackHead is the largest head dimension whose F16 rows are widened
-// on the stack.
-const maxStackHead = 256
-
 // Attention implements Backend: per query row and head, the scores
 // against every key, their softmax, and the weighted sum of the values, on
-// vec's kernels, with the (row, head) pairs split over the pool.
+// vec's kernels (cpu_attend.go), with the (row, head) pairs split over the
+// pool.
 func (c *CPU) Attention(out, q Buffer, kv KVCache, layer int, rows []AttnRow) error {
 	if err := c.enter(); err != nil {
 		return err
@@ -679,67 +682,69 @@ func (c *CPU) Attention(out, q Buffer, kv KVCache, layer int, rows []AttnRow) er
 	if overlap(outs, qs) {
 		return fmt.Errorf("%w: attention output overlaps its queries", ErrShape)
 	}
-	group := heads / l.KVHeads
-	hd := l.HeadDim
 	maxLen := 0
 	for _, r := range rows {
 		maxLen = max(maxLen, r.Len)
 	}
+	a, _ := c.attn.Get().(*attnCall)
+	if a == nil {
+		a = new(attnCall)
+	}
+	if len(a.parts) < c.threads {
+		a.parts = make([]attnPart, c.threads)
+	}
+	for i := range a.parts {
+		a.parts[i].sc.size(maxLen, l.HeadDim)
+		a.parts[i].row = -1
+	}
+	a.kv, a.layer, a.rows, a.out, a.q, a.heads = cache, layer, rows, outs, qs, heads
 	// Each (row, head) pair costs about 2·positions·HeadDim multiply-adds;
 	// keep chunks at ≥ 32k of them.
-	grain := max(1, (1<<15)/(2*maxLen*hd))
-	total := len(rows) * heads
-	chunk := max(grain, (total+4*c.threads-1)/(4*c.threads))
-	c.pool.run(total, chunk, func(lo, hi int) {
-		s := c.getScratch()
-		defer c.scratch.Put(s)
-		s.scores = growF32(s.scores, maxLen)
-		for j := lo; j < hi; j++ {
-			i, h := j/heads, j%heads
-			off := (i*heads + h) * hd
-			cache.attendHead(outs[off:off+hd], qs[off:off+hd], layer, (h/group)*hd, rows[i], s.scores)
-		}
-	})
+	grain := max(1, (1<<15)/(2*maxLen*l.HeadDim))
+	c.pool.parallel(len(rows)*heads, grain, a)
+	a.kv, a.rows, a.out, a.q = nil, nil, nil, nil
+	c.attn.Put(a)
 	return nil
 }
 
-// attendHead computes one query head's attention over the positions of
-// row, reading the KV head whose elements start off elements into each
-// cached row.
-func (k *cpuKV) attendHead(out, q []float32, layer, off int, row AttnRow, scores []float32) {
-	l := k.l
-	d, es, ps := len(q), KVElemSize(l.DType), l.PageSize
-	rowBytes := l.RowBytes()
-	inPlace := l.DType == quant.F32 && nativeLE()
-	var kb, vb [maxStackHead]float32
-	var kbuf, vbuf []float32
-	if d <= maxStackHead {
-		kbuf, vbuf = kb[:d], vb[:d]
-	} else {
-		kbuf, vbuf = make([]float32, d), make([]float32, d)
-	}
-	// at returns position t's keys or values of this head as float32s.
-	at := func(t int, v bool, buf []float32) []float32 {
-		blk := k.block(int(row.Pages[t/ps]), layer, v)
-		b := blk[(t%ps)*rowBytes+off*es : (t%ps)*rowBytes+(off+d)*es]
-		if inPlace && uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
-			return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), d)
+// attnCall is one Attention in flight, the task the pool runs over its
+// (row, head) pairs; recycled with its scratch space.
+type attnCall struct {
+	kv     *cpuKV
+	layer  int
+	rows   []AttnRow
+	out, q []float32
+	heads  int
+	parts  []attnPart
+}
+
+// attnPart is one participant's scratch space: the page lists of the row
+// it is working on, and attendPaged's buffers.
+type attnPart struct {
+	row    int // the row kp and vp belong to, or -1
+	kp, vp [][]byte
+	sc     attnScratch
+}
+
+func (a *attnCall) run(part, lo, hi int) {
+	p := &a.parts[part]
+	l := a.kv.l
+	hd := l.HeadDim
+	group := a.heads / l.KVHeads
+	for j := lo; j < hi; j++ {
+		i, h := j/a.heads, j%a.heads
+		r := a.rows[i]
+		if p.row != i {
+			p.kp, p.vp = p.kp[:0], p.vp[:0]
+			for _, id := range r.Pages[:(r.Len+l.PageSize-1)/l.PageSize] {
+				p.kp = append(p.kp, a.kv.block(int(id), a.layer, false))
+				p.vp = append(p.vp, a.kv.block(int(id), a.layer, true))
+			}
+			p.row = i
 		}
-		DecodeKV(buf, b, l.DType)
-		return buf
+		off := (i*a.heads + h) * hd
+		attendPaged(a.out[off:off+hd], a.q[off:off+hd], p.kp, p.vp, r.Len, l.PageSize, l.RowElems(), (h/group)*hd, l.DType, &p.sc)
 	}
-	n := row.Len
-	scores = scores[:n]
-	scale := float32(1 / math.Sqrt(float64(d)))
-	for t := range n {
-		scores[t] = vec.DotF32(q, at(t, false, kbuf)) * scale
-	}
-	sum := vec.ExpSum(scores, scores, vec.MaxF32(scores))
-	clear(out)
-	for t, w := range scores {
-		vec.Axpy(w, at(t, true, vbuf), out)
-	}
-	vec.Scale(1/sum, out)
 }
 
 // ExportKV implements Backend.
@@ -786,4 +791,8 @@ func (c *CPU) CopyKVPage(kv KVCache, dst, src int) error {
 	return nil
 }
 
-var _ Backend = (*CPU)(nil)
+var (
+	_ Backend        = (*CPU)(nil)
+	_ HostKV         = (*CPU)(nil)
+	_ ProductGrouper = (*CPU)(nil)
+)

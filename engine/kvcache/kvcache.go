@@ -98,6 +98,12 @@ func (l Layout) BlockBytes() int { return l.PageSize * l.RowBytes() }
 // PageBytes is the byte size of a whole page: keys and values of every layer.
 func (l Layout) PageBytes() int { return 2 * l.Layers * l.BlockBytes() }
 
+// Kernels returns the layout as package kernels spells it (the same
+// fields and bytes).
+func (l Layout) Kernels() kernels.KVLayout {
+	return kernels.KVLayout{Layers: l.Layers, KVHeads: l.KVHeads, HeadDim: l.HeadDim, PageSize: l.PageSize, DType: l.DType}
+}
+
 // PagesFor returns the number of pages that hold positions 0 … tokens-1.
 func (l Layout) PagesFor(tokens int) int {
 	if tokens <= 0 || l.PageSize <= 0 {
@@ -127,6 +133,7 @@ type Pool struct {
 	data      []byte
 
 	mu     sync.Mutex
+	view   poolView // the pages as the last backend to compute on them sees them
 	refs   []int32
 	free   []PageID // a stack: Alloc pops, the last reference pushes
 	shared int
@@ -355,4 +362,35 @@ func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
 	rb := p.layout.RowBytes()
 	kernels.DecodeKV(k, kb[slot*rb:(slot+1)*rb], p.layout.DType)
 	kernels.DecodeKV(v, vb[slot*rb:(slot+1)*rb], p.layout.DType)
+}
+
+// poolView is a backend's handle on a pool's pages.
+type poolView struct {
+	b  kernels.Backend
+	kv kernels.KVCache
+}
+
+// On returns the pool's pages as a KV cache of backend b, for b's
+// attention and KV stores: b computes on the pool's memory in place, so
+// the pages a forward pass writes are the pages the transfer reads. Only
+// backends that compute on host memory ([kernels.HostKV], the CPU) can;
+// others give an error wrapping engine.ErrUnsupported. The handle of the
+// last backend asked is kept, so asking again costs a comparison; it holds
+// no resources of the backend.
+func (p *Pool) On(b kernels.Backend) (kernels.KVCache, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.view.b == b && p.view.kv != nil {
+		return p.view.kv, nil
+	}
+	h, ok := b.(kernels.HostKV)
+	if !ok {
+		return nil, fmt.Errorf("kvcache: backend %s cannot compute on a page pool in host memory: %w", b.Name(), engine.ErrUnsupported)
+	}
+	kv, err := h.WrapKV(p.layout.Kernels(), p.data)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: pages of %s on backend %s: %w", p.layout, b.Name(), err)
+	}
+	p.view = poolView{b: b, kv: kv}
+	return kv, nil
 }

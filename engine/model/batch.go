@@ -77,88 +77,43 @@ func (m *llama) ForwardBatch(kv *kvcache.Pool, batch []Chunk) error {
 	if m.closed {
 		return ErrClosed
 	}
+	kvh, err := kv.On(m.be)
+	if err != nil {
+		return err
+	}
 	s := m.state()
-	defer m.states.Put(s)
-	if cap(s.paged) < len(batch) {
-		s.paged = make([]pagedStore, len(batch))
+	defer m.putState(s)
+	// The block tables as the backend takes them, side by side in one
+	// buffer.
+	np := 0
+	for _, ch := range batch {
+		np += l.PagesFor(ch.Pos + len(ch.Tokens))
 	}
-	s.paged = s.paged[:len(batch)]
+	s.pages = grow(s.pages, np)
 	s.segs = s.segs[:0]
-	for i, ch := range batch {
-		p := &s.paged[i]
-		p.pool, p.pages, p.layout = kv, ch.Pages, l
-		s.segs = append(s.segs, segment{tokens: ch.Tokens, pos: ch.Pos, kv: p, logits: ch.Logits})
+	np = 0
+	for _, ch := range batch {
+		pages := s.pages[np : np+l.PagesFor(ch.Pos+len(ch.Tokens))]
+		for i := range pages {
+			pages[i] = int32(ch.Pages[i])
+		}
+		np += len(pages)
+		s.segs = append(s.segs, segment{tokens: ch.Tokens, pos: ch.Pos, pages: pages, logits: ch.Logits})
 	}
-	err := m.forward(s)
-	for i := range s.paged {
-		// Drop the references to the caller's pages and pool.
-		s.paged[i] = pagedStore{kp: s.paged[i].kp[:0], vp: s.paged[i].vp[:0]}
-	}
-	return err
+	return m.forward(s, kvh, l.PageSize)
 }
 
 // rowInfo locates one token row of a step: its segment, position, and row
-// index in the step (which its RoPE table is stored under).
+// index in the step.
 type rowInfo struct {
 	seg, pos, row int
 }
 
-// segment is one sequence's tokens in a forward call, with the store of its
-// keys and values.
+// segment is one sequence's tokens in a forward call, with its block
+// table.
 type segment struct {
 	tokens []int32
 	pos    int
-	kv     kvStore
+	pages  []int32
 	logits []float32
-}
-
-// kvStore is where a segment's keys and values live: a contiguous KVCache
-// (Forward) or pages of a kvcache.Pool (ForwardBatch).
-type kvStore interface {
-	// put stores the rotated keys and the values of position pos in layer.
-	put(layer, pos int, k, v []float32)
-	// prepare readies layer's positions 0…n-1 for attend; it runs once per
-	// layer, before the attention of that layer starts.
-	prepare(layer, n int)
-	// attend computes one query head's attention over positions 0…n-1
-	// against KV head kvHead.
-	attend(out, q []float32, kvHead, n int, sc *attnScratch)
-}
-
-type contigStore struct {
-	cache KVCache
-	kvDim int
-	k, v  []float32
-}
-
-func (c *contigStore) put(layer, pos int, k, v []float32) { c.cache.Put(layer, pos, k, v) }
-func (c *contigStore) prepare(layer, n int)               { c.k, c.v = c.cache.View(layer, n) }
-func (c *contigStore) attend(out, q []float32, kvHead, n int, sc *attnScratch) {
-	off := kvHead * len(q)
-	attendContig(out, q, c.k[off:], c.v[off:], n, c.kvDim, sc)
-}
-
-type pagedStore struct {
-	pool   *kvcache.Pool
-	pages  []kvcache.PageID
-	layout kvcache.Layout
-	kp, vp [][]byte // the prepared layer's pages
-}
-
-func (p *pagedStore) put(layer, pos int, k, v []float32) {
-	ps := p.layout.PageSize
-	p.pool.WriteRow(p.pages[pos/ps], layer, pos%ps, k, v)
-}
-
-func (p *pagedStore) prepare(layer, n int) {
-	p.kp, p.vp = p.kp[:0], p.vp[:0]
-	for _, id := range p.pages[:p.layout.PagesFor(n)] {
-		k, v := p.pool.PageBytes(id, layer)
-		p.kp = append(p.kp, k)
-		p.vp = append(p.vp, v)
-	}
-}
-
-func (p *pagedStore) attend(out, q []float32, kvHead, n int, sc *attnScratch) {
-	attendPaged(out, q, p.kp, p.vp, n, p.layout.PageSize, p.layout.RowElems(), kvHead*len(q), p.layout.DType, sc)
 }

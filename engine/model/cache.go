@@ -2,14 +2,18 @@ package model
 
 import (
 	"fmt"
+	"math"
+	"sync"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // KVCache stores one sequence's attention keys and values, position by
 // position, for every layer. Forward writes the rows of the positions it
-// processes and reads back every earlier one. ContiguousCache is the plain
-// implementation; a paged cache can stand in for it.
+// processes and reads back every earlier one. ContiguousCache is the
+// implementation Forward computes on.
 type KVCache interface {
 	// Layers and KVDim give the shape of the cache, which Forward checks
 	// against the model: Layers layers of rows of KVDim float32s.
@@ -27,21 +31,39 @@ type KVCache interface {
 	// and len(k) == len(v) == KVDim are the caller's contract.
 	Put(layer, pos int, k, v []float32)
 	// View returns the keys and values of positions 0…n-1 of layer as n
-	// consecutive rows of KVDim elements each. The slices alias the cache
-	// and are valid until the next Put or SetLen.
+	// consecutive rows of KVDim elements each. The slices are valid until
+	// the next Put, SetLen or View.
 	View(layer, n int) (k, v []float32)
 }
 
-// ContiguousCache is a KVCache that keeps each layer's keys and values in one
-// preallocated float32 array of Cap rows.
+// contigPageSize is the number of positions per page of a
+// ContiguousCache. Any size gives the same results (attention reads F32
+// pages the same way whatever their size); a multiple of 4 lets it read
+// four keys at a time in place.
+const contigPageSize = 64
+
+// ContiguousCache is a KVCache for one sequence in one preallocated block
+// of host memory: float32 keys and values in the page layout of
+// engine/kvcache (pages of 64 positions, numbered in position order), so
+// that the backend's attention runs on it as it does on a page pool.
 type ContiguousCache struct {
 	layers, kvDim, capacity, n int
-	k, v                       [][]float32
+	layout                     kernels.KVLayout
+	data                       []byte
+	pages                      []int32 // 0, 1, 2 …: the block table
+	view                       []float32
+
+	mu sync.Mutex
+	on struct { // the last backend's handle on data
+		b  kernels.Backend
+		kv kernels.KVCache
+	}
 }
 
 // NewContiguousCache returns an empty cache for a model of configuration cfg
 // holding up to maxSeq positions; maxSeq 0 means cfg.ContextLength. It
-// allocates 2·Layers·maxSeq·KVDim float32s up front.
+// allocates 2·Layers·maxSeq·KVDim float32s up front (maxSeq rounded up to
+// a multiple of 64).
 func NewContiguousCache(cfg Config, maxSeq int) (*ContiguousCache, error) {
 	if maxSeq == 0 {
 		maxSeq = cfg.ContextLength
@@ -53,16 +75,21 @@ func NewContiguousCache(cfg Config, maxSeq int) (*ContiguousCache, error) {
 	if cfg.Layers <= 0 || kvDim <= 0 {
 		return nil, fmt.Errorf("model: cache for %d layers of width %d: %w", cfg.Layers, kvDim, engine.ErrInvalidInput)
 	}
+	l := kernels.KVLayout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, PageSize: contigPageSize, DType: quant.F32}
+	pages := (maxSeq + contigPageSize - 1) / contigPageSize
+	if err := kernels.CheckKVPages(l, pages); err != nil || int64(pages)*int64(l.PageBytes()) > math.MaxInt {
+		return nil, fmt.Errorf("model: cache of %d positions × %d layers × %d: too large: %w", maxSeq, cfg.Layers, kvDim, engine.ErrInvalidInput)
+	}
 	c := &ContiguousCache{
 		layers:   cfg.Layers,
 		kvDim:    kvDim,
 		capacity: maxSeq,
-		k:        make([][]float32, cfg.Layers),
-		v:        make([][]float32, cfg.Layers),
+		layout:   l,
+		data:     make([]byte, pages*l.PageBytes()),
+		pages:    make([]int32, pages),
 	}
-	for l := range c.k {
-		c.k[l] = make([]float32, maxSeq*kvDim)
-		c.v[l] = make([]float32, maxSeq*kvDim)
+	for i := range c.pages {
+		c.pages[i] = int32(i)
 	}
 	return c, nil
 }
@@ -88,14 +115,54 @@ func (c *ContiguousCache) SetLen(n int) error {
 	return nil
 }
 
-// Put implements KVCache.
-func (c *ContiguousCache) Put(layer, pos int, k, v []float32) {
-	off := pos * c.kvDim
-	copy(c.k[layer][off:off+c.kvDim], k)
-	copy(c.v[layer][off:off+c.kvDim], v)
+// row returns the bytes of position pos's keys (v false) or values in
+// layer.
+func (c *ContiguousCache) row(layer, pos int, v bool) []byte {
+	l := c.layout
+	off := (pos/l.PageSize)*l.PageBytes() + l.LayerOffset(layer) + (pos%l.PageSize)*l.RowBytes()
+	if v {
+		off += l.BlockBytes()
+	}
+	return c.data[off : off+l.RowBytes()]
 }
 
-// View implements KVCache.
+// Put implements KVCache.
+func (c *ContiguousCache) Put(layer, pos int, k, v []float32) {
+	kernels.EncodeKV(c.row(layer, pos, false), k[:c.kvDim], quant.F32)
+	kernels.EncodeKV(c.row(layer, pos, true), v[:c.kvDim], quant.F32)
+}
+
+// View implements KVCache. It copies the rows out of their pages.
 func (c *ContiguousCache) View(layer, n int) (k, v []float32) {
-	return c.k[layer][:n*c.kvDim], c.v[layer][:n*c.kvDim]
+	if cap(c.view) < 2*n*c.kvDim {
+		c.view = make([]float32, 2*n*c.kvDim)
+	}
+	k, v = c.view[:n*c.kvDim], c.view[n*c.kvDim:2*n*c.kvDim]
+	for p := range n {
+		kernels.DecodeKV(k[p*c.kvDim:(p+1)*c.kvDim], c.row(layer, p, false), quant.F32)
+		kernels.DecodeKV(v[p*c.kvDim:(p+1)*c.kvDim], c.row(layer, p, true), quant.F32)
+	}
+	return k, v
+}
+
+// kvOn returns the cache as a KV cache of backend b, which computes on
+// its memory in place, and the cache's block table. Backends that cannot
+// compute on host memory give an error wrapping engine.ErrUnsupported.
+func (c *ContiguousCache) kvOn(b kernels.Backend) (kernels.KVCache, []int32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.on.b == b && c.on.kv != nil {
+		return c.on.kv, c.pages, nil
+	}
+	h, ok := b.(kernels.HostKV)
+	if !ok {
+		return nil, nil, fmt.Errorf("model: backend %s cannot compute on a contiguous cache in host memory (use ForwardBatch with a page pool): %w",
+			b.Name(), engine.ErrUnsupported)
+	}
+	kv, err := h.WrapKV(c.layout, c.data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("model: contiguous cache on backend %s: %w", b.Name(), err)
+	}
+	c.on.b, c.on.kv = b, kv
+	return kv, c.pages, nil
 }

@@ -1,13 +1,13 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/kernels"
-	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // llama is the Llama architecture (Llama 2 and 3, TinyLlama, Mistral, SmolLM
@@ -24,18 +24,29 @@ type llama struct {
 	ropeFreqs []float32 // per-pair frequency divisors (Llama 3.1), or nil
 	layers    []llamaLayer
 
-	pool   *pool
-	mm     *matmuls
+	be      kernels.Backend // every operation of the forward pass runs here
+	ownBE   bool            // be was made by Load: Close closes it
+	outNrmB kernels.Buffer
+
 	mu     sync.RWMutex // held shared by Forward, exclusively by Close
 	closed bool
-	states sync.Pool // *llamaState
+	free   struct {
+		sync.Mutex
+		states []*llamaState // scratch spaces not in use
+	}
 }
 
+// llamaLayer is one block's weights: bound in the file mapping (used by
+// the llama.cpp numerics mode) and loaded onto the backend (the matrices'
+// mat fields, and the buffers below).
 type llamaLayer struct {
 	attnNorm, ffnNorm      []float32
 	wq, wk, wv, wo         matrix
 	bq, bk, bv, bo         []float32 // optional biases
 	ffnGate, ffnUp, ffnDwn matrix
+
+	attnNormB, ffnNormB kernels.Buffer
+	bqB, bkB, bvB, boB  kernels.Buffer // nil without the bias
 }
 
 func loadLlama(f *gguf.File, c Config, opts Options) (Model, error) {
@@ -95,11 +106,110 @@ func loadLlama(f *gguf.File, c Config, opts Options) (Model, error) {
 	}
 	m.fp = Fingerprint(f, m.cfg)
 	if opts.Numerics != NumericsDefault {
-		return withNumerics(f, m, opts.Numerics) // compat.go; runs without the pool
+		return withNumerics(f, m, opts.Numerics) // compat.go; runs on the host alone
 	}
-	m.pool = newPool(opts.Threads)
-	m.mm = newMatmuls(m.pool)
+	m.be = opts.Backend
+	if m.be == nil {
+		m.be, m.ownBE = kernels.NewCPU(opts.Threads), true
+	}
+	if err := m.upload(); err != nil {
+		return nil, errors.Join(err, m.release())
+	}
 	return m, nil
+}
+
+// upload loads the weight matrices and the norms and biases onto the
+// backend. On an error, release frees what it loaded.
+func (m *llama) upload() error {
+	mat := func(w *matrix) error {
+		var err error
+		if w.mat, err = m.be.LoadMatrix(w.typ, w.rows, w.cols, w.data); err != nil {
+			return fmt.Errorf("model: tensor %s on %s: %w", w.name, m.be.Name(), err)
+		}
+		return nil
+	}
+	vector := func(dst *kernels.Buffer, v []float32) error {
+		if v == nil {
+			return nil
+		}
+		var err error
+		if *dst, err = kernels.Upload(m.be, v); err != nil {
+			return fmt.Errorf("model: a norm or bias vector on %s: %w", m.be.Name(), err)
+		}
+		return nil
+	}
+	if err := mat(&m.tokEmbd); err != nil {
+		return err
+	}
+	if m.cfg.TiedOutput {
+		m.output.mat = m.tokEmbd.mat
+	} else if err := mat(&m.output); err != nil {
+		return err
+	}
+	if err := vector(&m.outNrmB, m.outNorm); err != nil {
+		return err
+	}
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, w := range []*matrix{&l.wq, &l.wk, &l.wv, &l.wo, &l.ffnGate, &l.ffnUp, &l.ffnDwn} {
+			if err := mat(w); err != nil {
+				return err
+			}
+		}
+		for _, v := range []struct {
+			dst *kernels.Buffer
+			src []float32
+		}{{&l.attnNormB, l.attnNorm}, {&l.ffnNormB, l.ffnNorm}, {&l.bqB, l.bq}, {&l.bkB, l.bk}, {&l.bvB, l.bv}, {&l.boB, l.bo}} {
+			if err := vector(v.dst, v.src); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// release frees everything the model holds on its backend, and the
+// backend itself when Load made it.
+func (m *llama) release() error {
+	if m.be == nil {
+		return nil
+	}
+	var errs []error
+	mat := func(w *matrix) {
+		if w.mat != nil {
+			errs = append(errs, m.be.FreeMatrix(w.mat))
+			w.mat = nil
+		}
+	}
+	buf := func(b *kernels.Buffer) {
+		if *b != nil {
+			errs = append(errs, m.be.Free(*b))
+			*b = nil
+		}
+	}
+	if m.cfg.TiedOutput {
+		m.output.mat = nil
+	}
+	mat(&m.tokEmbd)
+	mat(&m.output)
+	buf(&m.outNrmB)
+	for i := range m.layers {
+		l := &m.layers[i]
+		for _, w := range []*matrix{&l.wq, &l.wk, &l.wv, &l.wo, &l.ffnGate, &l.ffnUp, &l.ffnDwn} {
+			mat(w)
+		}
+		for _, b := range []*kernels.Buffer{&l.attnNormB, &l.ffnNormB, &l.bqB, &l.bkB, &l.bvB, &l.boB} {
+			buf(b)
+		}
+	}
+	for _, s := range m.free.states {
+		errs = append(errs, s.release(m.be))
+	}
+	m.free.states = nil
+	if m.ownBE {
+		errs = append(errs, m.be.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func (m *llama) Config() Config      { return m.cfg }
@@ -112,66 +222,119 @@ func (m *llama) Close() error {
 		return nil
 	}
 	m.closed = true
-	m.pool.close()
-	return nil
+	return m.release()
 }
 
-// llamaState is the scratch space of one forward call, sized for its token
-// rows and reused through m.states.
+// llamaState is the scratch space of one forward call: buffers on the
+// backend sized for its token rows, and the host-side tables that drive
+// them. States are reused through m.free, so that the steady state
+// allocates nothing on the backend.
 type llamaState struct {
-	x, xb          []float32 // residual stream and normalized input, rows×Dim
-	q, att         []float32 // queries and attention output, rows×QDim
-	k, v           []float32 // new keys and values, rows×KVDim
-	gate, up       []float32 // feed-forward activations, rows×Hidden
-	cos, sin       []float32 // RoPE tables, rows×RopeDim/2
-	attn           []attnScratch
-	normed, logits []float32 // final norm and logits of the output rows
+	rowsCap, outCap int // token rows and logits rows the buffers hold
+
+	x, xb          kernels.Buffer // residual stream and normalized input, rows×Dim
+	q, att         kernels.Buffer // queries and attention output, rows×QDim
+	k, v           kernels.Buffer // new keys and values, rows×KVDim
+	gate, up       kernels.Buffer // feed-forward activations, rows×Hidden
+	cos, sin       kernels.Buffer // RoPE tables, rows×RopeDim/2
+	normed, logits kernels.Buffer // final norm and logits of the output rows
+
+	hostCos, hostSin []float32
+	ids, slots       []int32
+	attnRows         []kernels.AttnRow // of every row, then of the active rows
+	pages            []int32           // the block tables of ForwardBatch's chunks
+	prods            [3]kernels.Product
 
 	rows    []rowInfo // every token row of the step
 	act     []rowInfo // the rows going through the current block
 	outRows []int     // rows whose next-token logits are wanted
 	segs    []segment
-	paged   []pagedStore
-	contig  contigStore
 }
 
-func grow(s []float32, n int) []float32 {
+func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }
 
 // state takes scratch space from the model's free list.
 func (m *llama) state() *llamaState {
-	s, _ := m.states.Get().(*llamaState)
-	if s == nil {
-		s = &llamaState{}
+	m.free.Lock()
+	defer m.free.Unlock()
+	if k := len(m.free.states); k > 0 {
+		s := m.free.states[k-1]
+		m.free.states = m.free.states[:k-1]
+		return s
 	}
-	return s
+	return &llamaState{}
 }
 
-// size makes room for n token rows, nOut of them producing logits, with
-// attention over at most ctx positions in each of parts worker parts.
-func (s *llamaState) size(c Config, parts, n, nOut, ctx int) {
-	s.x = grow(s.x, n*c.Dim)
-	s.xb = grow(s.xb, n*c.Dim)
-	s.q = grow(s.q, n*c.QDim())
-	s.att = grow(s.att, n*c.QDim())
-	s.k = grow(s.k, n*c.KVDim())
-	s.v = grow(s.v, n*c.KVDim())
-	s.gate = grow(s.gate, n*c.Hidden)
-	s.up = grow(s.up, n*c.Hidden)
-	s.cos = grow(s.cos, n*c.RopeDim/2)
-	s.sin = grow(s.sin, n*c.RopeDim/2)
-	if len(s.attn) < parts {
-		s.attn = make([]attnScratch, parts)
+// putState gives scratch space back; Close frees it.
+func (m *llama) putState(s *llamaState) {
+	for i := range s.segs {
+		s.segs[i] = segment{} // drop the references to the caller's slices
 	}
-	for i := range s.attn {
-		s.attn[i].size(ctx, c.HeadDim)
+	m.free.Lock()
+	defer m.free.Unlock()
+	m.free.states = append(m.free.states, s)
+}
+
+// bufs lists the state's backend buffers.
+func (s *llamaState) bufs() []*kernels.Buffer {
+	return []*kernels.Buffer{&s.x, &s.xb, &s.q, &s.att, &s.k, &s.v, &s.gate, &s.up, &s.cos, &s.sin, &s.normed, &s.logits}
+}
+
+// release frees the state's buffers.
+func (s *llamaState) release(be kernels.Backend) error {
+	var errs []error
+	for _, b := range s.bufs() {
+		if *b != nil {
+			errs = append(errs, be.Free(*b))
+			*b = nil
+		}
 	}
-	s.normed = grow(s.normed, nOut*c.Dim)
-	s.logits = grow(s.logits, nOut*c.Vocab)
+	s.rowsCap, s.outCap = 0, 0
+	return errors.Join(errs...)
+}
+
+// size makes room for n token rows, nOut of them producing logits. The
+// buffers grow to the next power of two, so that a server's mix of
+// prompt lengths settles on a few sizes.
+func (s *llamaState) size(be kernels.Backend, c Config, n, nOut int) error {
+	s.hostCos = grow(s.hostCos, n*c.RopeDim/2)
+	s.hostSin = grow(s.hostSin, n*c.RopeDim/2)
+	s.ids = grow(s.ids, n)
+	s.slots = grow(s.slots, n)
+	s.attnRows = grow(s.attnRows, n)
+	if n <= s.rowsCap && nOut <= s.outCap {
+		return nil
+	}
+	if err := s.release(be); err != nil {
+		return err
+	}
+	rows, outs := 1, 1
+	for rows < n {
+		rows *= 2
+	}
+	for outs < nOut {
+		outs *= 2
+	}
+	for _, a := range []struct {
+		b *kernels.Buffer
+		n int
+	}{
+		{&s.x, rows * c.Dim}, {&s.xb, rows * c.Dim}, {&s.q, rows * c.QDim()}, {&s.att, rows * c.QDim()},
+		{&s.k, rows * c.KVDim()}, {&s.v, rows * c.KVDim()}, {&s.gate, rows * c.Hidden}, {&s.up, rows * c.Hidden},
+		{&s.cos, rows * c.RopeDim / 2}, {&s.sin, rows * c.RopeDim / 2}, {&s.normed, outs * c.Dim}, {&s.logits, outs * c.Vocab},
+	} {
+		var err error
+		if *a.b, err = be.Alloc(a.n); err != nil {
+			return errors.Join(fmt.Errorf("model: scratch space for %d tokens on %s: %w", n, be.Name(), err), s.release(be))
+		}
+	}
+	s.rowsCap, s.outCap = rows, outs
+	return nil
 }
 
 // Forward implements Model.
@@ -184,11 +347,19 @@ func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32
 	if err := m.checkTokens(tokens, ""); err != nil {
 		return err
 	}
+	cc, ok := cache.(*ContiguousCache)
+	if !ok {
+		return fmt.Errorf("model: a KV cache of type %T: Forward computes on a *ContiguousCache: %w", cache, engine.ErrInvalidInput)
+	}
 
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
 		return ErrClosed
+	}
+	kv, pages, err := cc.kvOn(m.be)
+	if err != nil {
+		return err
 	}
 	// Forget the positions being overwritten first, so that an error below
 	// leaves the cache consistent.
@@ -196,10 +367,9 @@ func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32
 		return err
 	}
 	s := m.state()
-	defer m.states.Put(s)
-	s.contig = contigStore{cache: cache, kvDim: c.KVDim()}
-	s.segs = append(s.segs[:0], segment{tokens: tokens, pos: pos, kv: &s.contig, logits: logits})
-	if err := m.forward(s); err != nil {
+	defer m.putState(s)
+	s.segs = append(s.segs[:0], segment{tokens: tokens, pos: pos, pages: pages, logits: logits})
+	if err := m.forward(s, kv, contigPageSize); err != nil {
 		return err
 	}
 	return cache.SetLen(pos + n)
@@ -214,18 +384,19 @@ func (m *llama) checkTokens(tokens []int32, what string) error {
 	return nil
 }
 
-// forward runs the segments of s.segs through the model: every token row of
-// every segment through each block together, so that each weight matrix is
-// read once per call whatever the number of rows. Every operation is local
-// to a row (norms, products, RoPE, the residual adds) or to a (row, head)
-// pair (attention over the row's own sequence), so a row's results do not
-// depend on which other rows share the call.
-func (m *llama) forward(s *llamaState) error {
-	c := m.cfg
-	dim, qDim, kvDim, hd := c.Dim, c.QDim(), c.KVDim(), c.HeadDim
+// forward runs the segments of s.segs through the model on the backend,
+// with their keys and values in kv (pages of pageSize positions): every
+// token row of every segment through each block together, so that each
+// weight matrix is read once per call whatever the number of rows. Every
+// operation is local to a row (norms, products, RoPE, the residual adds)
+// or to a (row, head) pair (attention over the row's own sequence), so a
+// row's results do not depend on which other rows share the call.
+func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
+	c, be := m.cfg, m.be
+	dim, qDim, kvDim, hid := c.Dim, c.QDim(), c.KVDim(), c.Hidden
 	half := c.RopeDim / 2
 
-	n, ctx := 0, 0
+	n := 0
 	s.rows, s.outRows = s.rows[:0], s.outRows[:0]
 	for si := range s.segs {
 		seg := &s.segs[si]
@@ -233,155 +404,129 @@ func (m *llama) forward(s *llamaState) error {
 			s.rows = append(s.rows, rowInfo{seg: si, pos: seg.pos + t, row: n + t})
 		}
 		n += len(seg.tokens)
-		ctx = max(ctx, seg.pos+len(seg.tokens))
 		if seg.logits != nil {
 			s.outRows = append(s.outRows, n-1)
 		}
 	}
 	nOut := len(s.outRows)
-	s.size(c, m.pool.n, n, nOut, ctx)
-
+	if err := s.size(be, c, n, nOut); err != nil {
+		return err
+	}
 	for r, ri := range s.rows {
-		id := s.segs[ri.seg].tokens[ri.pos-s.segs[ri.seg].pos]
-		if err := quant.Dequantize(m.tokEmbd.typ, m.tokEmbd.row(int(id)), s.x[r*dim:(r+1)*dim]); err != nil {
-			return fmt.Errorf("model: embedding of token %d: %w", id, err)
-		}
-		kernels.RopeTable(s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.ropeFreqs)
+		seg := &s.segs[ri.seg]
+		s.ids[r] = seg.tokens[ri.pos-seg.pos]
+		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
+		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
+		kernels.RopeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.ropeFreqs)
 	}
 
-	group := c.Heads / c.KVHeads
+	// The first error of the backend stops the pass; operations after it
+	// are skipped.
+	var err error
+	do := func(e error) {
+		if err == nil && e != nil {
+			err = e
+		}
+	}
+	x, xb := s.x.Slice(0, n*dim), s.xb.Slice(0, n*dim)
+	q, k, v := s.q.Slice(0, n*qDim), s.k.Slice(0, n*kvDim), s.v.Slice(0, n*kvDim)
+	att, gate, up := s.att.Slice(0, n*qDim), s.gate.Slice(0, n*hid), s.up.Slice(0, n*hid)
+	cos, sin := s.cos.Slice(0, n*half), s.sin.Slice(0, n*half)
+	do(be.Embed(x, m.tokEmbd.mat, s.ids[:n]))
+	do(be.Write(cos, s.hostCos[:n*half]))
+	do(be.Write(sin, s.hostSin[:n*half]))
+	attnRows := s.attnRows[:n]
+	na := n
+
 	for li := range m.layers {
 		l := &m.layers[li]
-		m.eachRow(n, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				kernels.RMSNorm(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], l.attnNorm, c.NormEps)
-			}
-		})
+		do(be.RMSNorm(xb, x, l.attnNormB, c.NormEps))
 		// The queries need computing only for the rows that go on (see
 		// below): where that is every row, they join the keys and values.
 		last := li == len(m.layers)-1
+		s.prods = [3]kernels.Product{{Dst: q, W: l.wq.mat}, {Dst: k, W: l.wk.mat}, {Dst: v, W: l.wv.mat}}
 		if last {
-			m.mm.products(s.xb[:n*dim], n, prod{s.k[:n*kvDim], &l.wk, l.bk}, prod{s.v[:n*kvDim], &l.wv, l.bv})
+			do(kernels.MatMuls(be, xb, s.prods[1:]...))
 		} else {
-			m.mm.products(s.xb[:n*dim], n, prod{s.q[:n*qDim], &l.wq, l.bq},
-				prod{s.k[:n*kvDim], &l.wk, l.bk}, prod{s.v[:n*kvDim], &l.wv, l.bv})
+			do(kernels.MatMuls(be, xb, s.prods[:]...))
+			m.bias(do, q, l.bqB)
 		}
-		for r, ri := range s.rows {
-			cs, sn := s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half]
-			for h := range c.KVHeads {
-				kernels.Rope(s.k[r*kvDim+h*hd:r*kvDim+(h+1)*hd], cs, sn, c.RopeLayout)
-			}
-			s.segs[ri.seg].kv.put(li, ri.pos, s.k[r*kvDim:(r+1)*kvDim], s.v[r*kvDim:(r+1)*kvDim])
-		}
+		m.bias(do, k, l.bkB)
+		m.bias(do, v, l.bvB)
+		do(be.Rope(k, cos, sin, n, c.HeadDim, c.RopeLayout))
+		do(be.StoreKV(kv, li, s.slots[:n], k, v))
 
 		// Every row needs every block's keys and values, but in the last
 		// block only the rows whose logits are wanted need the rest:
 		// move them to the front and carry on with those alone.
-		s.act = append(s.act[:0], s.rows...)
 		if last {
 			if nOut == 0 {
 				break
 			}
 			s.act = s.act[:0]
 			for i, r := range s.outRows {
-				copy(s.xb[i*dim:(i+1)*dim], s.xb[r*dim:(r+1)*dim])
-				copy(s.x[i*dim:(i+1)*dim], s.x[r*dim:(r+1)*dim])
+				if i != r {
+					do(be.Copy(xb.Slice(i*dim, (i+1)*dim), xb.Slice(r*dim, (r+1)*dim)))
+					do(be.Copy(x.Slice(i*dim, (i+1)*dim), x.Slice(r*dim, (r+1)*dim)))
+					copy(s.hostCos[i*half:(i+1)*half], s.hostCos[r*half:(r+1)*half])
+					copy(s.hostSin[i*half:(i+1)*half], s.hostSin[r*half:(r+1)*half])
+					s.attnRows[i] = s.attnRows[r]
+				}
 				s.act = append(s.act, s.rows[r])
 			}
+			na = nOut
+			x, xb = x.Slice(0, na*dim), xb.Slice(0, na*dim)
+			q, att = q.Slice(0, na*qDim), att.Slice(0, na*qDim)
+			gate, up = gate.Slice(0, na*hid), up.Slice(0, na*hid)
+			cos, sin = cos.Slice(0, na*half), sin.Slice(0, na*half)
+			attnRows = s.attnRows[:na]
+			do(be.Write(cos, s.hostCos[:na*half]))
+			do(be.Write(sin, s.hostSin[:na*half]))
+			do(be.MatMul(q, l.wq.mat, xb))
+			m.bias(do, q, l.bqB)
 		}
-		na := len(s.act)
-
-		if last {
-			m.matmul(s.q[:na*qDim], &l.wq, l.bq, s.xb[:na*dim], na)
+		do(be.Rope(q, cos, sin, na, c.HeadDim, c.RopeLayout))
+		do(be.Attention(att, q, kv, li, attnRows))
+		do(be.MatMul(xb, l.wo.mat, att))
+		m.bias(do, xb, l.boB)
+		do(be.Add(x, x, xb))
+		do(be.RMSNorm(xb, x, l.ffnNormB, c.NormEps))
+		s.prods[0], s.prods[1] = kernels.Product{Dst: gate, W: l.ffnGate.mat}, kernels.Product{Dst: up, W: l.ffnUp.mat}
+		do(kernels.MatMuls(be, xb, s.prods[:2]...))
+		do(be.SiLUMul(gate, gate, up))
+		do(be.MatMul(xb, l.ffnDwn.mat, gate))
+		do(be.Add(x, x, xb))
+		if err != nil {
+			return fmt.Errorf("model: block %d on %s: %w", li, be.Name(), err)
 		}
-		m.eachRow(na, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				ri := s.act[i]
-				cs, sn := s.cos[ri.row*half:(ri.row+1)*half], s.sin[ri.row*half:(ri.row+1)*half]
-				for h := range c.Heads {
-					kernels.Rope(s.q[i*qDim+h*hd:i*qDim+(h+1)*hd], cs, sn, c.RopeLayout)
-				}
-			}
-		})
-		for si := range s.segs {
-			seg := &s.segs[si]
-			seg.kv.prepare(li, seg.pos+len(seg.tokens))
-		}
-		// Each (row, head) pair costs about 2·positions·HeadDim
-		// multiply-adds; keep parts at ≥ 32k of them.
-		grain := max(1, (1<<15)/(ctx*hd*2))
-		m.pool.parallel(na*c.Heads, grain, func(part, lo, hi int) {
-			sc := &s.attn[part]
-			for j := lo; j < hi; j++ {
-				i, h := j/c.Heads, j%c.Heads
-				ri := s.act[i]
-				s.segs[ri.seg].kv.attend(s.att[i*qDim+h*hd:i*qDim+(h+1)*hd], s.q[i*qDim+h*hd:i*qDim+(h+1)*hd],
-					h/group, ri.pos+1, sc)
-			}
-		})
-		m.matmul(s.xb[:na*dim], &l.wo, l.bo, s.att[:na*qDim], na)
-		m.eachRow(na, func(lo, hi int) {
-			kernels.Add(s.x[lo*dim:hi*dim], s.x[lo*dim:hi*dim], s.xb[lo*dim:hi*dim])
-			for i := lo; i < hi; i++ {
-				kernels.RMSNorm(s.xb[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], l.ffnNorm, c.NormEps)
-			}
-		})
-		hid := c.Hidden
-		m.mm.products(s.xb[:na*dim], na, prod{s.gate[:na*hid], &l.ffnGate, nil}, prod{s.up[:na*hid], &l.ffnUp, nil})
-		m.eachRow(na, func(lo, hi int) {
-			siluMul(s.gate[lo*hid:hi*hid], s.up[lo*hid:hi*hid], hid)
-		})
-		m.matmul(s.xb[:na*dim], &l.ffnDwn, nil, s.gate[:na*hid], na)
-		m.eachRow(na, func(lo, hi int) {
-			kernels.Add(s.x[lo*dim:hi*dim], s.x[lo*dim:hi*dim], s.xb[lo*dim:hi*dim])
-		})
 	}
-
+	if err != nil {
+		return fmt.Errorf("model: last block on %s: %w", be.Name(), err)
+	}
 	if nOut == 0 {
 		return nil
 	}
-	for i := range nOut {
-		kernels.RMSNorm(s.normed[i*dim:(i+1)*dim], s.x[i*dim:(i+1)*dim], m.outNorm, c.NormEps)
-	}
-	m.matmul(s.logits[:nOut*c.Vocab], &m.output, nil, s.normed[:nOut*dim], nOut)
+	normed, logits := s.normed.Slice(0, nOut*dim), s.logits.Slice(0, nOut*c.Vocab)
+	do(be.RMSNorm(normed, x, m.outNrmB, c.NormEps))
+	do(be.MatMul(logits, m.output.mat, normed))
 	i := 0
 	for si := range s.segs {
 		if lg := s.segs[si].logits; lg != nil {
-			copy(lg, s.logits[i*c.Vocab:(i+1)*c.Vocab])
+			do(be.Read(lg, logits.Slice(i*c.Vocab, (i+1)*c.Vocab)))
 			i++
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("model: output head on %s: %w", be.Name(), err)
 	}
 	return nil
 }
 
-// rowGrain is the fewest token rows worth handing to another goroutine
-// for the per-row work between the products (norms, rotary embeddings,
-// SiLU·mul, residual adds): a prompt's rows are spread over the pool, and
-// a decoding step's few rows stay with the caller.
-const rowGrain = 8
-
-// eachRow calls fn over [0, n) rows, split across the pool for a prompt.
-// Each row's arithmetic is the same however the rows are split.
-func (m *llama) eachRow(n int, fn func(lo, hi int)) {
-	if n < 2*rowGrain {
-		fn(0, n)
-		return
+// bias adds a bias row to every row of dst, when the model has one.
+func (m *llama) bias(do func(error), dst, b kernels.Buffer) {
+	if b != nil {
+		do(m.be.Add(dst, dst, b))
 	}
-	m.pool.parallel(n, rowGrain, func(_, lo, hi int) { fn(lo, hi) })
-}
-
-// matmul computes dst[t] = w·x[t] (+ bias) for n tokens, splitting w's rows
-// over the pool. x holds n rows of w.cols, dst n rows of w.rows.
-//
-// It is the model's one seam to the matrix kernels: every product with a
-// weight matrix goes through it, so moving to faster kernels is a change
-// here alone. Whatever the kernel, each element of dst must be computed
-// the same way whatever n is and whichever rows x holds besides its own,
-// since a sequence's tokens must not depend on its neighbours in a batch
-// (and the thread count must not matter either: work is split by weight
-// rows, never inside a sum).
-func (m *llama) matmul(dst []float32, w *matrix, bias []float32, x []float32, n int) {
-	m.mm.product(dst, w, bias, x, n)
 }
 
 // checkForwardArgs checks Forward's arguments against the model's config; it

@@ -4,14 +4,19 @@
 // Each architecture lives in its own file and is registered by its GGUF name
 // (general.architecture) in the table that architectures returns; Load looks
 // the file's architecture up there. Weights are bound once at load time by
-// tensor name, with every shape checked, and stay in the file mapping: the
-// kernels read every supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)
-// in place, so loading copies nothing but the small normalization vectors.
+// tensor name, with every shape checked, and handed to the model's
+// kernels.Backend, on which every operation of the forward pass runs: the
+// model calls nothing else to compute. The CPU backend reads every
+// supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) in place in the
+// file mapping, so loading copies nothing but the small normalization
+// vectors.
 //
-// A sequence runs either alone over a contiguous KVCache (Forward) or, for
+// A sequence runs either alone over a ContiguousCache (Forward) or, for
 // continuous batching, together with others over a paged KV cache
-// (ForwardBatch, with the pages of an engine/kvcache pool). Both paths share
-// the same layer code.
+// (ForwardBatch, with the pages of an engine/kvcache pool). Both are pages
+// of the same layout to the backend, and share the same layer code.
+// NumericsLlamaCpp is the one exception to the backend: a reference
+// emulation of another engine's arithmetic, on the host (compat.go).
 //
 // A Model is safe for concurrent use: several sequences, each with its own
 // KVCache, can run Forward at the same time.
@@ -62,8 +67,14 @@ type Model interface {
 
 // Options tune how a model runs; the zero value is valid.
 type Options struct {
-	// Threads is the number of goroutines a Forward call splits its matrix
-	// products and attention heads over; 0 means runtime.GOMAXPROCS(0).
+	// Backend runs the forward pass: every weight product, norm, RoPE,
+	// attention and KV store. nil means a kernels.CPU of Threads threads,
+	// which the model owns and closes. A backend passed here stays the
+	// caller's: the model frees what it put there and leaves it open.
+	Backend kernels.Backend
+	// Threads is the number of goroutines the default CPU backend splits
+	// its matrix products and attention heads over; 0 means
+	// runtime.GOMAXPROCS(0). It is ignored when Backend is set.
 	Threads int
 	// ContextLength overrides the context window the GGUF declares
 	// ({arch}.context_length), as llama.cpp's -c does; 0 keeps the file's.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -18,6 +19,7 @@ type matrix struct {
 	data       []byte
 	rows, cols int
 	rowBytes   int
+	mat        kernels.Matrix // the matrix on the model's backend
 }
 
 // row returns the stored bytes of row r.

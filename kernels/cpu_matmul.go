@@ -1,11 +1,8 @@
-package model
+package kernels
 
 import (
-	"encoding/binary"
 	"sync"
-	"unsafe"
 
-	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 	"github.com/baton-serving/baton/kernels/vec"
 )
@@ -47,39 +44,26 @@ const (
 	minChunkMACs = 1 << 16
 )
 
-// refPath is a type value that no kernel claims, selecting the reference
-// dot products.
-const refPath = quant.Type(1<<31 - 1)
-
-// littleEndian reports whether float32 weights can be read in place: the
-// file stores them little-endian.
-func littleEndian() bool {
-	return binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-}
-
-// matmuls is the model's weight-product machinery: per-call scratch space,
-// recycled so that the steady state allocates nothing.
+// matmuls is the CPU backend's weight-product machinery: per-call scratch
+// space, recycled so that the steady state allocates nothing.
 type matmuls struct {
 	pool    *pool
 	scratch sync.Pool // *mmCall
-	inPlace bool      // float32 weights can be viewed in place
 }
 
 func newMatmuls(p *pool) *matmuls {
-	return &matmuls{pool: p, inPlace: littleEndian()}
+	return &matmuls{pool: p}
 }
 
 // mmCall is one product in flight: the operands, and the buffers that
 // outlive it for the next call. It is the task the pool runs over rows.
 type mmCall struct {
-	w    *matrix
-	dst  []float32 // n rows of ldd = w.rows outputs
-	x    []float32 // float activations, n rows
-	xq   []byte    // quantized activations, n rows
-	xp   []float32 // float activations packed for the kernels (vec.Pack), or nil
-	n    int
-	wf32 []float32 // w.data viewed as float32 (F32 weights)
-	ref  bool      // use the reference dot products
+	w   *cpuMatrix
+	dst []float32 // n rows of ldd = w.rows outputs
+	x   []float32 // float activations, n rows
+	xq  []byte    // quantized activations, n rows
+	xp  []float32 // float activations packed for the kernels (vec.Pack), or nil
+	n   int
 
 	// Buffers kept across calls.
 	qbuf  []byte
@@ -117,13 +101,9 @@ func (c *mmCall) run(_, lo, hi int) {
 	rows := hi - lo
 	dst := c.dst[lo:]
 	wd := w.data[lo*w.rowBytes : hi*w.rowBytes]
-	typ := w.typ
-	if c.ref {
-		typ = refPath
-	}
-	switch typ {
+	switch w.typ {
 	case quant.F32:
-		vec.MatMulF32Packed(dst, w.rows, c.wf32[lo*w.cols:hi*w.cols], c.x, c.xp, rows, w.cols, c.n)
+		vec.MatMulF32Packed(dst, w.rows, w.f32[lo*w.cols:hi*w.cols], c.x, c.xp, rows, w.cols, c.n)
 	case quant.F16:
 		vec.MatMulF16Packed(dst, w.rows, wd, c.x, c.xp, rows, w.cols, c.n)
 	case quant.BF16:
@@ -137,9 +117,8 @@ func (c *mmCall) run(_, lo, hi int) {
 	case quant.Q6_K:
 		vec.MatMulQ6_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	default:
-		// Types without a vec kernel, and float32 weights that cannot be
-		// read in place: the reference dot products, a token at a time
-		// (the same arithmetic for any n).
+		// Types without a vec kernel: the reference dot products, a token
+		// at a time (the same arithmetic for any n).
 		for t := range c.n {
 			quant.MatVec(w.typ, c.dst[t*w.rows+lo:t*w.rows+hi], wd, rows, w.cols, c.x[t*w.cols:(t+1)*w.cols])
 		}
@@ -147,7 +126,7 @@ func (c *mmCall) run(_, lo, hi int) {
 }
 
 // chunkRows picks the rows per chunk of a product of n tokens with w.
-func (mm *matmuls) chunkRows(w *matrix, n int) int {
+func (mm *matmuls) chunkRows(w *cpuMatrix, n int) int {
 	threads := mm.pool.n
 	var c int
 	if _, _, q := quantized(w); q {
@@ -173,7 +152,7 @@ func (mm *matmuls) chunkRows(w *matrix, n int) int {
 
 // quantized returns the activation block type that w's kernels take:
 // (kquant, bytes per row of cols activations), ok false for float weights.
-func quantized(w *matrix) (kquant bool, xRow int, ok bool) {
+func quantized(w *cpuMatrix) (kquant bool, xRow int, ok bool) {
 	switch w.typ {
 	case quant.Q8_0, quant.Q4_0:
 		return false, w.cols / vec.Q8_0Values * vec.Q8_0Bytes, true
@@ -192,7 +171,7 @@ func growBytes(b []byte, n int) []byte {
 
 // product computes dst[t·w.rows + r] = w_r · x_t (+ bias[r]) for n tokens:
 // x holds n rows of w.cols, dst n rows of w.rows.
-func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32, n int) {
+func (mm *matmuls) product(dst []float32, w *cpuMatrix, bias []float32, x []float32, n int) {
 	if n == 0 {
 		return
 	}
@@ -204,7 +183,7 @@ func (mm *matmuls) product(dst []float32, w *matrix, bias []float32, x []float32
 // prod is one weight product of a group that shares its activations.
 type prod struct {
 	dst  []float32
-	w    *matrix
+	w    *cpuMatrix
 	bias []float32
 }
 
@@ -281,12 +260,12 @@ func (g *groupTask) run(part, lo, hi int) {
 // prepare readies a product for the pool: the quantized activations (or,
 // given shared, those of another product of the same activations and
 // weight type) and the view of float32 weights.
-func (mm *matmuls) prepare(dst []float32, w *matrix, x []float32, n int, shared *mmCall) *mmCall {
+func (mm *matmuls) prepare(dst []float32, w *cpuMatrix, x []float32, n int, shared *mmCall) *mmCall {
 	c, _ := mm.scratch.Get().(*mmCall)
 	if c == nil {
 		c = new(mmCall)
 	}
-	c.w, c.dst, c.x, c.xq, c.n, c.ref = w, dst[:n*w.rows], x[:n*w.cols], nil, n, false
+	c.w, c.dst, c.x, c.xq, c.n = w, dst[:n*w.rows], x[:n*w.cols], nil, n
 
 	if kq, xRow, ok := quantized(w); ok {
 		if shared != nil {
@@ -301,20 +280,11 @@ func (mm *matmuls) prepare(dst []float32, w *matrix, x []float32, n int, shared 
 			c.xq = c.qbuf
 		}
 	} else if w.typ == quant.F32 || w.typ == quant.F16 || w.typ == quant.BF16 {
-		if w.typ == quant.F32 {
-			if !mm.inPlace || len(w.data) == 0 || uintptr(unsafe.Pointer(&w.data[0]))%4 != 0 {
-				// Misaligned or big-endian data: the reference path
-				// decodes it.
-				c.ref = true
-			} else {
-				c.wf32 = unsafe.Slice((*float32)(unsafe.Pointer(&w.data[0])), len(w.data)/4)
-			}
-		}
 		// Pack the tokens for the kernels once, not once per row chunk.
 		if shared != nil && shared.xp != nil {
 			c.xp = shared.xp
-		} else if l := vec.PackLen(w.cols, n); l > 0 && !c.ref {
-			c.pbuf = grow(c.pbuf, l)
+		} else if l := vec.PackLen(w.cols, n); l > 0 {
+			c.pbuf = growF32(c.pbuf, l)
 			vec.Pack(c.pbuf, c.x, w.cols, n)
 			c.xp = c.pbuf
 		}
@@ -327,9 +297,9 @@ func (mm *matmuls) finish(c *mmCall, bias []float32) {
 	w, n, dst := c.w, c.n, c.dst
 	if bias != nil {
 		for t := range n {
-			kernels.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)
+			vec.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)
 		}
 	}
-	c.w, c.dst, c.x, c.xq, c.xp, c.wf32 = nil, nil, nil, nil, nil, nil
+	c.w, c.dst, c.x, c.xq, c.xp = nil, nil, nil, nil, nil
 	mm.scratch.Put(c)
 }

@@ -1,4 +1,4 @@
-package model
+package kernels
 
 import (
 	"encoding/binary"
@@ -13,12 +13,12 @@ import (
 // vector kernels of kernels/vec: a dot product per position, the
 // exponentials of the softmax, and a weighted sum of value rows.
 //
-// The contiguous cache (Forward) and F32 pages (ForwardBatch) feed the same
-// float32 rows to the same operations in the same order, so the two give
-// bit-identical results, as the batch equivalence tests require; F16 pages
-// are widened exactly first. Each (token, head) is computed on its own, so
-// the result does not depend on the batch or on how the heads are split
-// across threads.
+// F32 pages feed the same float32 rows to the same operations in the same
+// order whatever the page size and whether a row is read in place or
+// copied, so a sequence's results do not depend on how its cache is paged;
+// F16 pages are widened exactly first. Each (token, head) is computed on
+// its own, so the result does not depend on the batch or on how the heads
+// are split across threads.
 
 // attnScratch is one participant's scratch space for attention: scores
 // over the context, and five rows of the head dimension (one key, four
@@ -33,8 +33,8 @@ type attnScratch struct {
 
 // size makes room for n positions and head dimension d.
 func (a *attnScratch) size(n, d int) {
-	a.scores = grow(a.scores, n)
-	a.rows = grow(a.rows, 5*d)
+	a.scores = growF32(a.scores, n)
+	a.rows = growF32(a.rows, 5*d)
 }
 
 // attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
@@ -76,19 +76,6 @@ func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float
 	vec.Scale(1/sum, out)
 }
 
-// attendContig is one head's attention over a contiguous cache: k and v
-// hold rows of stride elements, this head's d starting at each row's
-// beginning.
-func attendContig(out, q, k, v []float32, n, stride int, sc *attnScratch) {
-	d := len(q)
-	val := func(t int) []float32 { return v[t*stride : t*stride+d] }
-	attendRows(out, q, n, sc.scores,
-		func(t int) float32 { return vec.DotF32(q, k[t*stride:t*stride+d]) },
-		func(dst *[4]float32, t int) { vec.Dot4F32(dst, k[t*stride:t*stride+3*stride+d], stride, q) },
-		func(out []float32, e *[4]float32, t int) { vec.Axpy4(out, e, val(t), val(t+1), val(t+2), val(t+3)) },
-		val)
-}
-
 // attendPaged is one head's attention over a paged cache: kPages[i] and
 // vPages[i] hold positions i·pageSize… as rows of stride elements of typ
 // (F32 or F16, little-endian), this head's elements starting off elements
@@ -114,7 +101,7 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 	sc.size(n, d)
 	kbuf := sc.rows[:d]
 	vbuf := [4][]float32{sc.rows[d : 2*d], sc.rows[2*d : 3*d], sc.rows[3*d : 4*d], sc.rows[4*d : 5*d]}
-	inPlace := typ == quant.F32 && littleEndian()
+	inPlace := typ == quant.F32 && nativeLE()
 	widen := func(dst []float32, b []byte) []float32 {
 		if inPlace && uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
 			return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), d)

@@ -1,4 +1,4 @@
-package model
+package kernels
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 
 // testMatrix quantizes a rows×cols matrix of N(0, 1) weights to typ and
 // returns it with its dequantized values.
-func testMatrix(t testing.TB, r *rand.Rand, typ quant.Type, rows, cols int) (*matrix, []float32) {
+func testMatrix(t testing.TB, r *rand.Rand, typ quant.Type, rows, cols int) (*cpuMatrix, []float32) {
 	t.Helper()
 	rb, err := quant.RowBytes(typ, uint64(cols))
 	if err != nil {
@@ -32,7 +32,11 @@ func testMatrix(t testing.TB, r *rand.Rand, typ quant.Type, rows, cols int) (*ma
 	if err := quant.Dequantize(typ, data, deq); err != nil {
 		t.Fatal(err)
 	}
-	return &matrix{name: typ.String(), typ: typ, data: data, rows: rows, cols: cols, rowBytes: int(rb)}, deq
+	m, err := NewCPU(1).LoadMatrix(typ, rows, cols, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.(*cpuMatrix), deq
 }
 
 // testActivations returns n rows of cols activations whose scale varies
@@ -258,7 +262,7 @@ func TestProductsGroup(t *testing.T) {
 				mm := newMatmuls(newPool(threads))
 				for _, n := range []int{1, 5, 33} {
 					x := testActivations(r, n, cols)
-					for _, group := range [][]*matrix{{w1, w2}, {w2, w1, w2}, {w2, w3}, {w1, w2, w3}} {
+					for _, group := range [][]*cpuMatrix{{w1, w2}, {w2, w1, w2}, {w2, w3}, {w1, w2, w3}} {
 						var want, got [][]float32
 						var ps []prod
 						for i, w := range group {

@@ -1,4 +1,4 @@
-package model
+package kernels
 
 import (
 	"runtime"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// pool is a fixed set of worker goroutines that a model splits loops over.
+// pool is a fixed set of worker goroutines that the CPU backend splits loops over.
 // The goroutine calling run works too, so a pool of n runs n-1 goroutines,
 // and a pool of 1 runs none and does everything inline.
 //
@@ -121,11 +121,11 @@ func (p *pool) run(total, chunk int, t task) {
 
 // parallel splits [0, total) into chunks of at least grain items, a few
 // per participant so that uneven items balance out, and calls
-// fn(part, lo, hi) for each, concurrently; part numbers are 0…n-1 (to
+// t.run(part, lo, hi) for each, concurrently; part numbers are 0…n-1 (to
 // index per-part scratch space). It returns when all chunks are done.
-func (p *pool) parallel(total, grain int, fn func(part, lo, hi int)) {
+func (p *pool) parallel(total, grain int, t task) {
 	chunk := max(grain, 1, (total+4*p.n-1)/(4*p.n))
-	p.run(total, chunk, taskFunc(fn))
+	p.run(total, chunk, t)
 }
 
 // close stops the workers and waits for them to exit. No run may be in

@@ -1,0 +1,7 @@
+//go:build race
+
+package kernels
+
+// raceEnabled reports a -race build, in which sync.Pool drops some items
+// on purpose.
+const raceEnabled = true
