@@ -120,21 +120,26 @@ func (e *PickError) Error() string {
 
 // Pick chooses a pair for a request and counts the request on its workers.
 // Workers in avoid (addresses already tried by this request) are used only
-// when no other pair is possible. The error is a *PickError.
+// when no other pair is possible, and each role avoids them on its own: a
+// retry with one decode worker goes back to it, but still with another
+// prefill worker if there is one (the failed one may be dead without the
+// router knowing yet). The error is a *PickError.
 func (pp *Pairer) Pick(avoid []string) (*Pair, error) {
 	if len(avoid) > 0 {
-		if p, err := pp.pick(avoid); err == nil {
-			return p, nil
+		for _, a := range [...]struct{ d, p []string }{{avoid, avoid}, {nil, avoid}, {avoid, nil}} {
+			if p, err := pp.pick(a.d, a.p); err == nil {
+				return p, nil
+			}
 		}
 	}
-	return pp.pick(nil)
+	return pp.pick(nil, nil)
 }
 
 // pickState is one pick's filters, allocated together.
 type pickState struct {
 	readyD, readyP      readyFilter
 	capacity            capacityFilter
-	untried             untriedFilter
+	untriedD, untriedP  untriedFilter
 	noPartner, denied   excludeFilter
 	layout              layoutFilter
 	dc                  *Worker // the decode worker the prefill filters pair with
@@ -143,10 +148,12 @@ type pickState struct {
 	dBuf, pBuf          [5]Filter
 }
 
-func (pp *Pairer) pick(avoid []string) (*Pair, error) {
+// pick chooses a pair with decode workers outside avoidD and prefill
+// workers outside avoidP.
+func (pp *Pairer) pick(avoidD, avoidP []string) (*Pair, error) {
 	now := time.Now().UnixNano()
 	limit := int64(pp.MaxInflight)
-	st := &pickState{capacity: capacityFilter{limit}, untried: untriedFilter{avoid}}
+	st := &pickState{capacity: capacityFilter{limit}, untriedD: untriedFilter{avoidD}, untriedP: untriedFilter{avoidP}}
 	st.layout.decode = &st.dc
 
 	// The gate may be costly, so it is asked about the chosen worker only:
@@ -159,16 +166,16 @@ func (pp *Pairer) pick(avoid []string) (*Pair, error) {
 		st.noPartner.name = FilterCanary
 	}
 	st.dFilters = append(st.dBuf[:0], &st.readyD)
-	if len(avoid) > 0 {
-		st.dFilters = append(st.dFilters, &st.untried)
+	if len(avoidD) > 0 {
+		st.dFilters = append(st.dFilters, &st.untriedD)
 	}
 	st.dFilters = append(st.dFilters, &st.noPartner, &st.capacity)
 	if pp.Prefill != nil {
 		st.readyP = readyFilter{now, int64(pp.Prefill.staleAfter)}
 		st.denied = excludeFilter{FilterCanary, &st.denieds}
 		st.pFilters = append(st.pBuf[:0], &st.readyP)
-		if len(avoid) > 0 {
-			st.pFilters = append(st.pFilters, &st.untried)
+		if len(avoidP) > 0 {
+			st.pFilters = append(st.pFilters, &st.untriedP)
 		}
 		st.pFilters = append(st.pFilters, &st.layout, &st.denied, &st.capacity)
 	}
