@@ -37,6 +37,7 @@ type chaosFleet struct {
 	router            *node
 	routerConn        *grpc.ClientConn   // one connection for the case: it reconnects after a router restart
 	args              map[*node][]string // to restart a node as it was
+	routerAddr        map[*node]string   // a worker's gRPC address as the router knows it
 	golden            golden
 	idleGoroutines    map[string]float64 // by role, after warm-up
 }
@@ -61,7 +62,7 @@ func chaosWorkerFlags() []string {
 func startChaosFleet(t *testing.T, spec chaosSpec) *chaosFleet {
 	t.Helper()
 	mp := modelPath(t)
-	f := &chaosFleet{router: &node{name: "router-svc"}, args: map[*node][]string{}, golden: loadGolden(t)}
+	f := &chaosFleet{router: &node{name: "router-svc"}, args: map[*node][]string{}, routerAddr: map[*node]string{}, golden: loadGolden(t)}
 	ports := freePorts(t, 2*(spec.prefills+spec.decodes+1))
 	addr := func() string {
 		a := "127.0.0.1:" + strconv.Itoa(ports[0])
@@ -79,6 +80,7 @@ func startChaosFleet(t *testing.T, spec chaosSpec) *chaosFleet {
 			a = spec.routerPrefill(i, a)
 		}
 		prefillAddrs = append(prefillAddrs, a)
+		f.routerAddr[n] = a
 	}
 	for i := range spec.decodes {
 		n := &node{name: "decode-svc", grpc: addr(), http: addr()}
@@ -88,6 +90,7 @@ func startChaosFleet(t *testing.T, spec chaosSpec) *chaosFleet {
 			f.args[n] = append(f.args[n], spec.perDecode(i)...)
 		}
 		decodeAddrs = append(decodeAddrs, n.grpc)
+		f.routerAddr[n] = n.grpc
 	}
 	f.router.grpc, f.router.http = addr(), addr()
 	f.args[f.router] = slices.Concat(common, []string{"--prefill", strings.Join(prefillAddrs, ","),
@@ -98,6 +101,10 @@ func startChaosFleet(t *testing.T, spec chaosSpec) *chaosFleet {
 	for _, n := range f.all() {
 		waitHTTP(t, n.p, "http://"+n.http+"/health/ready", 30*time.Second)
 	}
+	// The router is ready with one pair; a worker that was still starting
+	// when the router first dialled it joins a moment later. Every case
+	// counts on all of them.
+	f.waitRoutable(t, f.workers()...)
 	f.routerConn = dial(t, f.router.grpc)
 	// Warm every pair and every API up (the router's REST gateway connects
 	// to its own gRPC port on first use), then take the idle goroutine
@@ -150,6 +157,21 @@ func (f *chaosFleet) restart(t *testing.T, n *node) {
 	f.start(t, n)
 	waitHTTP(t, n.p, "http://"+n.http+"/health/ready", 30*time.Second)
 	waitHTTP(t, f.router.p, "http://"+f.router.http+"/health/ready", 30*time.Second)
+	if n != f.router {
+		f.waitRoutable(t, n)
+	}
+}
+
+// waitRoutable waits until the router would route to each of ns.
+func (f *chaosFleet) waitRoutable(t *testing.T, ns ...*node) {
+	t.Helper()
+	for _, n := range ns {
+		addr := f.routerAddr[n]
+		if !routerSeesAddr(t, f, addr, 10*time.Second, func(w map[string]any) bool { return w["routable"] == true }) {
+			v, _ := routerWorkers(t, f)
+			t.Fatalf("the router did not route to %s within 10 s: %v", addr, workerEntry(v, addr))
+		}
+	}
 }
 
 // kill9 kills n with SIGKILL and waits for it to be gone.

@@ -242,13 +242,19 @@ func waitRouterSees(t *testing.T, f *chaosFleet, n *node, ok func(w map[string]a
 // satisfies ok, for at most within.
 func routerSees(t *testing.T, f *chaosFleet, n *node, within time.Duration, ok func(w map[string]any) bool) bool {
 	t.Helper()
+	return routerSeesAddr(t, f, n.grpc, within, ok)
+}
+
+// routerSeesAddr is routerSees for the worker the router knows at addr.
+func routerSeesAddr(t *testing.T, f *chaosFleet, addr string, within time.Duration, ok func(w map[string]any) bool) bool {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		v, served := routerWorkers(t, f)
 		if !served {
 			t.Fatal("the router serves no /debug/workers")
 		}
-		if w := workerEntry(v, n.grpc); w != nil && ok(w) {
+		if w := workerEntry(v, addr); w != nil && ok(w) {
 			return true
 		}
 		if time.Now().After(deadline) {
