@@ -18,12 +18,8 @@ type matrix struct {
 	typ        quant.Type
 	data       []byte
 	rows, cols int
-	rowBytes   int
 	mat        kernels.Matrix // the matrix on the model's backend
 }
-
-// row returns the stored bytes of row r.
-func (m *matrix) row(r int) []byte { return m.data[r*m.rowBytes : (r+1)*m.rowBytes] }
 
 // binder binds tensors by name and records which ones were used, so that
 // leftovers (tensors of a feature the architecture does not implement) can be
@@ -89,7 +85,7 @@ func (b *binder) matrix(name string, rows, cols int) (matrix, error) {
 	if uint64(len(data)) != rb*uint64(rows) {
 		return matrix{}, fmt.Errorf("model: tensor %s: %d bytes, want %d: %w", name, len(data), rb*uint64(rows), engine.ErrInvalidInput)
 	}
-	return matrix{name: name, typ: t.Type, data: data, rows: rows, cols: cols, rowBytes: int(rb)}, nil
+	return matrix{name: name, typ: t.Type, data: data, rows: rows, cols: cols}, nil
 }
 
 // vector binds a 1-D tensor of n elements, converted to float32 (a small
