@@ -222,10 +222,20 @@ func TestCPUEmbed(t *testing.T) {
 	}
 }
 
+// TestCPURowOps checks the row-wise operations against the reference
+// loops, for a decoding step's few rows (on the caller) and a prompt's
+// many (spread over the pool; at 500 rows, SiLU·mul's blocks and a long
+// residual add's pieces are spread too).
 func TestCPURowOps(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 10))
+	for _, rows := range []int{3, 37, 500} {
+		t.Run(fmt.Sprintf("%d rows", rows), func(t *testing.T) { testCPURowOps(t, rows) })
+	}
+}
+
+func testCPURowOps(t *testing.T, rows int) {
+	rng := rand.New(rand.NewPCG(9, uint64(rows)))
 	c := newTestCPU(t, 2)
-	const rows, dim = 3, 40
+	const dim = 40
 
 	t.Run("rmsnorm", func(t *testing.T) {
 		x := randFloats(rng, rows*dim, 3)
@@ -700,5 +710,61 @@ func BenchmarkCPUMatVec(b *testing.B) {
 				b.ReportMetric(2*float64(rows*cols)/sec/1e9, "GFLOP/s")
 			})
 		}
+	}
+}
+
+// TestCPUMatMuls checks grouped products against one MatMul each: groups
+// of the same type and width, of mixed types, of more products than one
+// pass takes, and of widths that read different token counts from x; and
+// that outputs which overlap are refused.
+func TestCPUMatMuls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	c := newTestCPU(t, 2)
+	load := func(typ quant.Type, rows, cols int) Matrix {
+		data, _ := randMatrix(t, rng, typ, rows, cols)
+		m, err := c.LoadMatrix(typ, rows, cols, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	x := mustUpload(t, c, randFloats(rng, 5*256, 1))
+	for _, tc := range []struct {
+		name string
+		ws   []Matrix
+	}{
+		{"q/k/v", []Matrix{load(quant.Q8_0, 96, 256), load(quant.Q8_0, 32, 256), load(quant.Q8_0, 32, 256)}},
+		{"mixed types", []Matrix{load(quant.F16, 40, 256), load(quant.Q4_K, 24, 256)}},
+		{"five", []Matrix{load(quant.F32, 16, 256), load(quant.F32, 17, 256), load(quant.F32, 18, 256), load(quant.F32, 19, 256), load(quant.F32, 20, 256)}},
+		{"two widths", []Matrix{load(quant.F32, 16, 256), load(quant.F32, 16, 128)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ps []Product
+			var want [][]float32
+			for _, w := range tc.ws {
+				n := x.Len() / w.Cols() * w.Rows()
+				one, _ := c.Alloc(n)
+				if err := c.MatMul(one, w, x); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, mustRead(t, c, one))
+				dst, _ := c.Alloc(n)
+				ps = append(ps, Product{Dst: dst, W: w})
+			}
+			if err := MatMuls(c, x, ps...); err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range ps {
+				if !slices.Equal(mustRead(t, c, p.Dst), want[i]) {
+					t.Errorf("product %d differs from its MatMul alone", i)
+				}
+			}
+		})
+	}
+	w := load(quant.Q8_0, 32, 256)
+	out, _ := c.Alloc(2 * 5 * 32)
+	err := c.MatMuls(x, Product{Dst: out.Slice(0, 5*32), W: w}, Product{Dst: out.Slice(5*32-1, 2*5*32-1), W: w})
+	if !errors.Is(err, ErrShape) {
+		t.Errorf("overlapping outputs: %v, want ErrShape", err)
 	}
 }

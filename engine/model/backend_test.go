@@ -2,7 +2,9 @@ package model
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -18,6 +20,7 @@ type countingCPU struct {
 	*kernels.CPU
 	mu                sync.Mutex
 	buffers, matrices int
+	loadsLeft         int // LoadMatrix fails after this many when > 0
 }
 
 func (c *countingCPU) Alloc(n int) (kernels.Buffer, error) {
@@ -41,6 +44,15 @@ func (c *countingCPU) Free(b kernels.Buffer) error {
 }
 
 func (c *countingCPU) LoadMatrix(typ quant.Type, rows, cols int, data []byte) (kernels.Matrix, error) {
+	c.mu.Lock()
+	if c.loadsLeft > 0 {
+		c.loadsLeft--
+		if c.loadsLeft == 0 {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: out of device memory (test)", kernels.ErrUnsupported)
+		}
+	}
+	c.mu.Unlock()
 	m, err := c.CPU.LoadMatrix(typ, rows, cols, data)
 	if err == nil {
 		c.mu.Lock()
@@ -129,6 +141,26 @@ func TestCallerBackend(t *testing.T) {
 	}
 	if _, err := be.Alloc(1); err != nil {
 		t.Errorf("the caller's backend after the model's Close: %v", err)
+	}
+}
+
+// TestLoadFailsCleanly makes the backend refuse a weight matrix halfway
+// through Load: the error says which tensor, and everything already put
+// on the backend is freed.
+func TestLoadFailsCleanly(t *testing.T) {
+	f := writeModel(t, tinySpec())
+	be := &countingCPU{CPU: kernels.NewCPU(1), loadsLeft: 5}
+	defer be.Close()
+	m, err := Load(f, Options{Backend: be})
+	if err == nil {
+		m.Close()
+		t.Fatal("Load succeeded with a backend that refuses the fifth matrix")
+	}
+	if !errors.Is(err, kernels.ErrUnsupported) || !strings.Contains(err.Error(), "tensor blk.") {
+		t.Errorf("Load: %v; want the backend's error naming the tensor", err)
+	}
+	if b, w := be.live(); b != 0 || w != 0 {
+		t.Errorf("%d buffers and %d matrices left on the backend after a failed Load", b, w)
 	}
 }
 
