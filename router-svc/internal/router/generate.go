@@ -193,7 +193,7 @@ func pickStatus(err error) error {
 // attempt that fails before then can be retried on another pair without the
 // client seeing anything twice. started reports whether any event reached
 // the client.
-func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pair *workers.Pair, start time.Time, send func(*batonv1.GenerateEvent) error) (started bool, err error) {
+func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pair *workers.Pair, start time.Time, sendClient func(*batonv1.GenerateEvent) error) (started bool, err error) {
 	ctx, span := tracing.Start(ctx, tracing.SpanStream)
 	defer func() {
 		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))
@@ -225,6 +225,11 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	r.setState(batonv1.RequestState_REQUEST_STATE_PREALLOC)
 	var first time.Time
 	var held []*batonv1.GenerateEvent
+	send := func(ev *batonv1.GenerateEvent) error {
+		r.sending.Store(true)
+		defer r.sending.Store(false)
+		return sendClient(ev)
+	}
 	forward := func(ev *batonv1.GenerateEvent) error {
 		for _, h := range held {
 			if err := send(h); err != nil {

@@ -29,6 +29,11 @@ type request struct {
 	progress  atomic.Int64 // unix nanos of the last progress
 	workers   atomic.Pointer[string]
 	route     atomic.Pointer[route] // the current attempt's pair; nil before the first
+	// sending is set while the router waits to hand an event to the
+	// client. The request is then the router's alone: the workers may
+	// have finished it already (a slow client reads the tail of a
+	// finished generation), which is no orphan.
+	sending atomic.Bool
 }
 
 // route is the pair an attempt runs on.
@@ -109,7 +114,7 @@ func (t *inflight) entries() []reconcile.Entry {
 	out := make([]reconcile.Entry, 0, len(t.reqs))
 	for _, r := range t.reqs {
 		e := reconcile.Entry{ID: r.id}
-		if rt := r.route.Load(); rt != nil {
+		if rt := r.route.Load(); rt != nil && !r.sending.Load() {
 			e.Prefill, e.Decode = rt.prefill, rt.decode
 		}
 		out = append(out, e)
