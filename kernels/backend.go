@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -466,4 +467,34 @@ type HostKV interface {
 	// WrapKV returns a KV cache over data itself, whole pages of layout
 	// l: operations on it read and write data.
 	WrapKV(l KVLayout, data []byte) (KVCache, error)
+}
+
+// HostView keeps one backend's handle on KV pages in host memory, so
+// that asking again costs a comparison: the engine's page pool and its
+// contiguous cache each hold one. It is safe for concurrent use.
+type HostView struct {
+	mu sync.Mutex
+	b  Backend
+	kv KVCache
+}
+
+// On returns b's handle on data, whole pages of layout l, wrapping it on
+// first use and again when another backend asks. A backend that is not a
+// [HostKV] gives an error wrapping ErrUnsupported.
+func (v *HostView) On(b Backend, l KVLayout, data []byte) (KVCache, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.b == b && v.kv != nil {
+		return v.kv, nil
+	}
+	h, ok := b.(HostKV)
+	if !ok {
+		return nil, fmt.Errorf("%w: backend %s cannot compute on KV pages in host memory", ErrUnsupported, b.Name())
+	}
+	kv, err := h.WrapKV(l, data)
+	if err != nil {
+		return nil, err
+	}
+	v.b, v.kv = b, kv
+	return kv, nil
 }

@@ -361,7 +361,7 @@ func (c *CPU) matmuls(xs []float32, ps []Product) error {
 	if !same {
 		// Different widths read different token counts from x.
 		for i, p := range group[:len(ps)] {
-			c.mm.product(p.dst, p.w, nil, xs, tokens[i])
+			c.mm.product(p.dst, p.w, xs, tokens[i])
 		}
 		return nil
 	}

@@ -169,22 +169,21 @@ func growBytes(b []byte, n int) []byte {
 	return b[:n]
 }
 
-// product computes dst[t·w.rows + r] = w_r · x_t (+ bias[r]) for n tokens:
+// product computes dst[t·w.rows + r] = w_r · x_t for n tokens:
 // x holds n rows of w.cols, dst n rows of w.rows.
-func (mm *matmuls) product(dst []float32, w *cpuMatrix, bias []float32, x []float32, n int) {
+func (mm *matmuls) product(dst []float32, w *cpuMatrix, x []float32, n int) {
 	if n == 0 {
 		return
 	}
 	c := mm.prepare(dst, w, x, n, nil)
 	mm.pool.run(w.rows, mm.chunkRows(w, c.n), c)
-	mm.finish(c, bias)
+	mm.finish(c)
 }
 
 // prod is one weight product of a group that shares its activations.
 type prod struct {
-	dst  []float32
-	w    *cpuMatrix
-	bias []float32
+	dst []float32
+	w   *cpuMatrix
 }
 
 // maxGroup is the most products one loop takes (queries, keys, values).
@@ -206,7 +205,7 @@ func (mm *matmuls) products(x []float32, n int, ps ...prod) {
 	}
 	if !same {
 		for _, p := range ps {
-			mm.product(p.dst, p.w, p.bias, x, n)
+			mm.product(p.dst, p.w, x, n)
 		}
 		return
 	}
@@ -229,8 +228,8 @@ func (mm *matmuls) products(x []float32, n int, ps ...prod) {
 	mm.pool.run(total, 1, g)
 	// g lives in cs[0]: clear it before cs[0] goes back to the scratch pool.
 	g.c = [maxGroup]*mmCall{}
-	for i, p := range ps {
-		mm.finish(cs[i], p.bias)
+	for i := range ps {
+		mm.finish(cs[i])
 	}
 }
 
@@ -292,14 +291,8 @@ func (mm *matmuls) prepare(dst []float32, w *cpuMatrix, x []float32, n int, shar
 	return c
 }
 
-// finish adds the bias and recycles the call's scratch space.
-func (mm *matmuls) finish(c *mmCall, bias []float32) {
-	w, n, dst := c.w, c.n, c.dst
-	if bias != nil {
-		for t := range n {
-			vec.Add(dst[t*w.rows:(t+1)*w.rows], dst[t*w.rows:(t+1)*w.rows], bias)
-		}
-	}
+// finish recycles the call's scratch space.
+func (mm *matmuls) finish(c *mmCall) {
 	c.w, c.dst, c.x, c.xq, c.xp = nil, nil, nil, nil, nil
 	mm.scratch.Put(c)
 }

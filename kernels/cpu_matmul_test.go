@@ -109,7 +109,7 @@ func TestMatmulBatchInvariance(t *testing.T) {
 			defer alone.pool.close()
 			want := make([]float32, tokens*rows)
 			for tk := range tokens {
-				alone.product(want[tk*rows:(tk+1)*rows], w, nil, x[tk*cols:(tk+1)*cols], 1)
+				alone.product(want[tk*rows:(tk+1)*rows], w, x[tk*cols:(tk+1)*cols], 1)
 			}
 			for tk := 0; tk < tokens; tk += 7 {
 				xt := x[tk*cols : (tk+1)*cols]
@@ -136,7 +136,7 @@ func TestMatmulBatchInvariance(t *testing.T) {
 				for _, n := range []int{1, 2, 3, 5, 7, 9, 64, 65} {
 					for _, off := range []int{0, tokens - n, r.IntN(tokens - n + 1)} {
 						got := make([]float32, n*rows)
-						mm.product(got, w, nil, x[off*cols:(off+n)*cols], n)
+						mm.product(got, w, x[off*cols:(off+n)*cols], n)
 						for tk := range n {
 							if !slices.Equal(got[tk*rows:(tk+1)*rows], want[(off+tk)*rows:(off+tk+1)*rows]) {
 								t.Fatalf("%s kernels, %d threads: token %d in a batch of %d differs from the token alone",
@@ -157,14 +157,10 @@ func TestMatmulConcurrentCallers(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	w, _ := testMatrix(t, r, quant.Q8_0, rows, cols)
 	x := testActivations(r, tokens, cols)
-	bias := make([]float32, rows)
-	for i := range bias {
-		bias[i] = float32(i)
-	}
 	mm := newMatmuls(newPool(3))
 	defer mm.pool.close()
 	want := make([]float32, tokens*rows)
-	mm.product(want, w, bias, x, tokens)
+	mm.product(want, w, x, tokens)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -172,7 +168,7 @@ func TestMatmulConcurrentCallers(t *testing.T) {
 			got := make([]float32, tokens*rows)
 			for range 20 {
 				clear(got)
-				mm.product(got, w, bias, x, tokens)
+				mm.product(got, w, x, tokens)
 				if !slices.Equal(got, want) {
 					errs <- fmt.Errorf("goroutine %d: result differs", g)
 					return
@@ -202,8 +198,8 @@ func TestMatmulNoAllocations(t *testing.T) {
 		dst := make([]float32, 3*64)
 		mm := newMatmuls(newPool(1))
 		defer mm.pool.close()
-		mm.product(dst, w, nil, x, 3)
-		if a := testing.AllocsPerRun(20, func() { mm.product(dst, w, nil, x, 3) }); a > 0 {
+		mm.product(dst, w, x, 3)
+		if a := testing.AllocsPerRun(20, func() { mm.product(dst, w, x, 3) }); a > 0 {
 			t.Errorf("%s: %.1f allocations per product", typ, a)
 		}
 	}
@@ -239,7 +235,7 @@ func TestPoolChunks(t *testing.T) {
 
 // TestProductsGroup checks that products of the same activations run as
 // one loop (the queries, keys and values; the gate and up projections)
-// give exactly what separate products give, with biases, for every weight
+// give exactly what separate products give, for every weight
 // type, and with matrices of different heights and types (which fall back
 // to separate products).
 func TestProductsGroup(t *testing.T) {
@@ -254,10 +250,6 @@ func TestProductsGroup(t *testing.T) {
 				other = quant.Q8_0
 			}
 			w3, _ := testMatrix(t, r, other, 40, cols)
-			bias := make([]float32, 200)
-			for i := range bias {
-				bias[i] = float32(r.NormFloat64())
-			}
 			for _, threads := range []int{1, 3} {
 				mm := newMatmuls(newPool(threads))
 				for _, n := range []int{1, 5, 33} {
@@ -266,14 +258,10 @@ func TestProductsGroup(t *testing.T) {
 						var want, got [][]float32
 						var ps []prod
 						for i, w := range group {
-							var b []float32
-							if i == 0 {
-								b = bias[:w.rows]
-							}
 							want = append(want, make([]float32, n*w.rows))
 							got = append(got, make([]float32, n*w.rows))
-							mm.product(want[i], w, b, x, n)
-							ps = append(ps, prod{got[i], w, b})
+							mm.product(want[i], w, x, n)
+							ps = append(ps, prod{got[i], w})
 						}
 						mm.products(x, n, ps...)
 						for i := range group {

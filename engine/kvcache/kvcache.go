@@ -33,6 +33,7 @@
 package kvcache
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -131,9 +132,9 @@ type Pool struct {
 	layout    Layout
 	pageBytes int
 	data      []byte
+	view      kernels.HostView // the pages as the last backend to compute on them sees them
 
 	mu     sync.Mutex
-	view   poolView // the pages as the last backend to compute on them sees them
 	refs   []int32
 	free   []PageID // a stack: Alloc pops, the last reference pushes
 	shared int
@@ -364,12 +365,6 @@ func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
 	kernels.DecodeKV(v, vb[slot*rb:(slot+1)*rb], p.layout.DType)
 }
 
-// poolView is a backend's handle on a pool's pages.
-type poolView struct {
-	b  kernels.Backend
-	kv kernels.KVCache
-}
-
 // On returns the pool's pages as a KV cache of backend b, for b's
 // attention and KV stores: b computes on the pool's memory in place, so
 // the pages a forward pass writes are the pages the transfer reads. Only
@@ -378,19 +373,12 @@ type poolView struct {
 // last backend asked is kept, so asking again costs a comparison; it holds
 // no resources of the backend.
 func (p *Pool) On(b kernels.Backend) (kernels.KVCache, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.view.b == b && p.view.kv != nil {
-		return p.view.kv, nil
+	kv, err := p.view.On(b, p.layout.Kernels(), p.data)
+	if errors.Is(err, kernels.ErrUnsupported) {
+		return nil, fmt.Errorf("kvcache: pages of %s: %w: %w", p.layout, err, engine.ErrUnsupported)
 	}
-	h, ok := b.(kernels.HostKV)
-	if !ok {
-		return nil, fmt.Errorf("kvcache: backend %s cannot compute on a page pool in host memory: %w", b.Name(), engine.ErrUnsupported)
-	}
-	kv, err := h.WrapKV(p.layout.Kernels(), p.data)
 	if err != nil {
 		return nil, fmt.Errorf("kvcache: pages of %s on backend %s: %w", p.layout, b.Name(), err)
 	}
-	p.view = poolView{b: b, kv: kv}
 	return kv, nil
 }

@@ -1,9 +1,9 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/kernels"
@@ -52,12 +52,7 @@ type ContiguousCache struct {
 	data                       []byte
 	pages                      []int32 // 0, 1, 2 …: the block table
 	view                       []float32
-
-	mu sync.Mutex
-	on struct { // the last backend's handle on data
-		b  kernels.Backend
-		kv kernels.KVCache
-	}
+	on                         kernels.HostView // the last backend's handle on data
 }
 
 // NewContiguousCache returns an empty cache for a model of configuration cfg
@@ -149,20 +144,12 @@ func (c *ContiguousCache) View(layer, n int) (k, v []float32) {
 // its memory in place, and the cache's block table. Backends that cannot
 // compute on host memory give an error wrapping engine.ErrUnsupported.
 func (c *ContiguousCache) kvOn(b kernels.Backend) (kernels.KVCache, []int32, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.on.b == b && c.on.kv != nil {
-		return c.on.kv, c.pages, nil
+	kv, err := c.on.On(b, c.layout, c.data)
+	if errors.Is(err, kernels.ErrUnsupported) {
+		return nil, nil, fmt.Errorf("model: a contiguous cache (use ForwardBatch with a page pool): %w: %w", err, engine.ErrUnsupported)
 	}
-	h, ok := b.(kernels.HostKV)
-	if !ok {
-		return nil, nil, fmt.Errorf("model: backend %s cannot compute on a contiguous cache in host memory (use ForwardBatch with a page pool): %w",
-			b.Name(), engine.ErrUnsupported)
-	}
-	kv, err := h.WrapKV(c.layout, c.data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("model: contiguous cache on backend %s: %w", b.Name(), err)
 	}
-	c.on.b, c.on.kv = b, kv
 	return kv, c.pages, nil
 }
