@@ -1,51 +1,14 @@
 package enginehost
 
 import (
-	"context"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/metadata"
 )
-
-// Canary requests are the router's probes of a (prefill, decode) pair
-// (router-svc/internal/canary): one tiny real request through a real KV
-// transfer. They carry two labels: a request id starting with
-// CanaryIDPrefix, which is what the scheduler — and so these metrics — know
-// a request by, and the gRPC metadata CanaryMetadataKey: "1" on every call
-// made for them. Workers leave canaries out of the statistics of user
-// traffic (latency histograms, finished and aborted counts) and count them
-// in baton_canary_requests_total instead. Gauges of live state (queues,
-// pages, the oldest request's age) and request listings include them: they
-// hold real resources while they run. The router refuses client request ids
-// with the canary prefix, so no user request is mistaken for one.
-const (
-	CanaryIDPrefix    = "canary-"
-	CanaryMetadataKey = "baton-canary"
-	// AttrCanary (true) marks the spans of a canary request.
-	AttrCanary = attribute.Key("baton.canary")
-)
-
-// IsCanary reports whether the request with this id is a router canary.
-func IsCanary(id string) bool { return strings.HasPrefix(id, CanaryIDPrefix) }
-
-// LabelCanary labels a canary request's work: it marks ctx's span with
-// AttrCanary and adds the canary metadata to ctx for the calls the worker
-// makes for the request (decode's TransferKV to prefill), so that every hop
-// carries the label. For any other request it returns ctx unchanged.
-func LabelCanary(ctx context.Context, id string) (context.Context, bool) {
-	if !IsCanary(id) {
-		return ctx, false
-	}
-	trace.SpanFromContext(ctx).SetAttributes(AttrCanary.Bool(true))
-	return metadata.AppendToOutgoingContext(ctx, CanaryMetadataKey, "1"), true
-}
 
 // Buckets for LLM latencies.
 var (
@@ -133,7 +96,7 @@ func (m *Metrics) Step(s sched.StepStats) {
 		m.stepSeconds.Observe(s.Duration.Seconds())
 	}
 	for i, gap := range s.TokenGaps {
-		if i < len(s.GapRequests) && IsCanary(s.GapRequests[i]) {
+		if i < len(s.GapRequests) && canarylabel.Is(s.GapRequests[i]) {
 			continue
 		}
 		m.itl.Observe(gap.Seconds())
@@ -142,7 +105,7 @@ func (m *Metrics) Step(s sched.StepStats) {
 
 // RequestDone implements sched.Observer.
 func (m *Metrics) RequestDone(s sched.Summary) {
-	if IsCanary(s.ID) {
+	if canarylabel.Is(s.ID) {
 		m.canaries.WithLabelValues(s.Finish.String()).Inc()
 		return
 	}
@@ -160,7 +123,7 @@ func (m *Metrics) RequestDone(s sched.Summary) {
 // TransferDone records the duration of request id's completed KV transfer,
 // unless the request is a canary.
 func (m *Metrics) TransferDone(id string, took time.Duration) {
-	if !IsCanary(id) {
+	if !canarylabel.Is(id) {
 		m.KVTransferSeconds.Observe(took.Seconds())
 	}
 }

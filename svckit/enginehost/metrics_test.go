@@ -1,7 +1,6 @@
 package enginehost
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -10,9 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"google.golang.org/grpc/metadata"
 )
 
 // TestCanaryMetrics: canary requests are counted by finish reason in
@@ -62,37 +58,4 @@ func histCount(t *testing.T, h prometheus.Histogram) uint64 {
 		t.Fatal(err)
 	}
 	return pb.GetHistogram().GetSampleCount()
-}
-
-// TestLabelCanary: a canary's span gets baton.canary=true and its outgoing
-// calls the canary metadata; any other request is left alone.
-func TestLabelCanary(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer tp.Shutdown(context.Background())
-	for _, c := range []struct {
-		id     string
-		canary bool
-	}{{"canary-5f2c", true}, {"req-5f2c", false}, {"", false}} {
-		ctx, span := tp.Tracer("t").Start(context.Background(), "rpc-"+c.id)
-		out, canary := LabelCanary(ctx, c.id)
-		span.End()
-		if canary != c.canary || IsCanary(c.id) != c.canary {
-			t.Errorf("%q: canary %v, want %v", c.id, canary, c.canary)
-		}
-		md, _ := metadata.FromOutgoingContext(out)
-		if got := md.Get(CanaryMetadataKey); c.canary != (len(got) == 1 && got[0] == "1") {
-			t.Errorf("%q: outgoing %s = %v", c.id, CanaryMetadataKey, got)
-		}
-		ended := rec.Ended()
-		labelled := false
-		for _, kv := range ended[len(ended)-1].Attributes() {
-			if kv.Key == AttrCanary && kv.Value.AsBool() {
-				labelled = true
-			}
-		}
-		if labelled != c.canary {
-			t.Errorf("%q: span labelled %v, want %v", c.id, labelled, c.canary)
-		}
-	}
 }

@@ -11,7 +11,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
-	"github.com/baton-serving/baton/svckit/enginehost"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -33,7 +33,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		return err
 	}
 	log := s.logger.With("request_id", req.ID, "prefill", in.GetPrefillEndpoint())
-	ctx, canary := enginehost.LabelCanary(ctx, req.ID)
+	ctx, canary := canarylabel.Label(ctx, req.ID)
 	if canary {
 		log = log.With("canary", true)
 	}

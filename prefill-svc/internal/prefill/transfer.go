@@ -13,6 +13,7 @@ import (
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -70,7 +71,7 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 		defer c()
 	}
 	log := s.logger.With("request_id", req.ID)
-	if _, canary := enginehost.LabelCanary(ctx, req.ID); canary {
+	if _, canary := canarylabel.Label(ctx, req.ID); canary {
 		log = log.With("canary", true)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(req.ID), tracing.AttrPromptTokens.Int(len(req.Prompt)))

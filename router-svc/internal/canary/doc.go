@@ -13,7 +13,7 @@
 // gRPC metadata MetadataKey: "1" ("baton-canary"), and their spans have
 // AttrCanary (baton.canary=true). Workers count them in
 // baton_canary_requests_total and leave them out of user statistics
-// (svckit/enginehost). The router must refuse client request ids that start
+// (svckit/canarylabel). The router must refuse client request ids that start
 // with IDPrefix (ReservedID), or a client could hide its requests from the
 // workers' statistics.
 //

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/baton-serving/baton/svckit/enginehost"
 	"io"
 	"maps"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -24,16 +24,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The canary's labels: the workers' own (svckit/enginehost), so that the
+// The canary's labels: the workers' own (svckit/canarylabel), so that the
 // two ends cannot drift apart.
 const (
 	// IDPrefix starts every canary request id.
-	IDPrefix = enginehost.CanaryIDPrefix
+	IDPrefix = canarylabel.IDPrefix
 	// MetadataKey is the gRPC metadata key, with value "1", on every call
 	// made for a canary.
-	MetadataKey = enginehost.CanaryMetadataKey
+	MetadataKey = canarylabel.MetadataKey
 	// AttrCanary (true) marks a canary's spans.
-	AttrCanary = enginehost.AttrCanary
+	AttrCanary = canarylabel.Attr
 )
 
 // ReservedID reports whether a request id is reserved for canaries: the
