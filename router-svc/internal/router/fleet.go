@@ -2,17 +2,14 @@ package router
 
 // The router's fleet: discovery and watching of the workers (package
 // workers), the canary through each (prefill, decode) pair (package
-// canary), and their view at /debug/workers.
+// canary) and reconciliation of in-flight requests with the workers
+// (package reconcile). Their view at /debug/workers is debugworkers.go's.
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"net/http"
 	"slices"
-	"time"
 
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -25,47 +22,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// fleetFlags are the router's discovery, routing-limit and canary flags.
-type fleetFlags struct {
-	resolveInterval time.Duration
-	dnsServer       string
-	maxInflight     int
-	canaryInterval  time.Duration
-	canaryTimeout   time.Duration
-}
-
 // canaryPrompt is the canary's prompt: a few tokens, so that at least one
 // KV page moves from prefill to decode.
 const canaryPrompt = "Once upon a time"
-
-func (f *fleetFlags) addFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&f.resolveInterval, "resolve-interval", 5*time.Second, "how often dns:/// worker targets are resolved again; workers that appear are checked and watched, workers that vanish are drained")
-	fs.StringVar(&f.dnsServer, "dns-server", "", "DNS server (host:port) for dns:/// worker targets (default: the system's resolver)")
-	fs.IntVar(&f.maxInflight, "max-inflight-per-worker", 0, "requests the router runs at once on one worker; when every candidate worker is full a request is refused with RESOURCE_EXHAUSTED / HTTP 429 (0: no limit)")
-	fs.DurationVar(&f.canaryInterval, "canary-interval", 15*time.Second, "how often a tiny real request (a real KV transfer) is sent through each passing (prefill, decode) pair; failing pairs are routed around and probed again sooner, and readiness needs one passing pair (0: no canary)")
-	fs.DurationVar(&f.canaryTimeout, "canary-timeout", 5*time.Second, "deadline of one canary request; a pair slower than this is quarantined")
-}
-
-func (f *fleetFlags) validate() error {
-	switch {
-	case f.resolveInterval < 100*time.Millisecond:
-		return fmt.Errorf("--resolve-interval: %v, want ≥ 100ms", f.resolveInterval)
-	case f.maxInflight < 0:
-		return fmt.Errorf("--max-inflight-per-worker: %d, want ≥ 0", f.maxInflight)
-	case f.canaryInterval < 0:
-		return fmt.Errorf("--canary-interval: %v, want ≥ 0 (0 turns the canary off)", f.canaryInterval)
-	case f.canaryInterval > 0 && f.canaryInterval < 100*time.Millisecond:
-		return fmt.Errorf("--canary-interval: %v, want 0 or ≥ 100ms", f.canaryInterval)
-	case f.canaryTimeout <= 0:
-		return fmt.Errorf("--canary-timeout: %v, want > 0", f.canaryTimeout)
-	}
-	if f.dnsServer != "" {
-		if err := svckit.ValidateAddr(f.dnsServer); err != nil {
-			return fmt.Errorf("--dns-server: %w", err)
-		}
-	}
-	return nil
-}
 
 // startFleet creates the worker sets, the pairer and the canary, and starts
 // their goroutines; Close stops them.
@@ -197,143 +156,6 @@ type canaryGate struct{ t *canary.Tracker }
 
 func (g canaryGate) Allowed(prefill, decode string) bool {
 	return g.t.Allowed(canary.Pair{Prefill: prefill, Decode: decode})
-}
-
-// debugWorkers is the body of /debug/workers.
-type debugWorkers struct {
-	Mode           string       `json:"mode"` // "pd" or "colocated"
-	PrefillPolicy  string       `json:"prefill_policy,omitempty"`
-	DecodePolicy   string       `json:"decode_policy"`
-	MaxInflight    int          `json:"max_inflight_per_worker"`
-	Canary         *debugCanary `json:"canary,omitempty"`
-	Prefill        *debugSet    `json:"prefill,omitempty"`
-	Decode         *debugSet    `json:"decode"`
-	RouterInflight int          `json:"router_inflight"`
-	// Reconcile is the last comparison of the router's in-flight requests
-	// with the workers' own lists.
-	Reconcile *reconcile.Findings `json:"reconcile,omitempty"`
-}
-
-type debugCanary struct {
-	IntervalSeconds float64             `json:"interval_seconds"`
-	TimeoutSeconds  float64             `json:"timeout_seconds"`
-	PassingPairs    int                 `json:"passing_pairs"`
-	Pairs           []canary.PairStatus `json:"pairs"`
-}
-
-type debugSet struct {
-	Source  string        `json:"source"`
-	Workers []debugWorker `json:"workers"`
-}
-
-type debugWorker struct {
-	Address  string `json:"address"`
-	Role     string `json:"role"`
-	Ready    bool   `json:"ready"`    // its last report, fresh, says ready
-	Routable bool   `json:"routable"` // ready, in the set, and (canary on) in a passing pair
-	// Quarantined: the canary on, no pair of this worker passes and one
-	// has failed; QuarantineReason is that pair's last error.
-	Quarantined      bool   `json:"quarantined"`
-	QuarantineReason string `json:"quarantine_reason,omitempty"`
-	// Excluded is why its Info was refused (role, model or KV layout).
-	Excluded       string              `json:"excluded,omitempty"`
-	Draining       bool                `json:"draining,omitempty"` // left the set; requests on it finishing
-	Load           *debugLoad          `json:"load,omitempty"`
-	LoadAgeSeconds float64             `json:"load_age_seconds"`
-	Inflight       int64               `json:"inflight"`
-	RoutedTotal    uint64              `json:"routed_total"`
-	LastError      string              `json:"last_error,omitempty"`
-	Fingerprint    string              `json:"model_fingerprint,omitempty"`
-	KVLayout       string              `json:"kv_layout,omitempty"`
-	Version        string              `json:"version,omitempty"`
-	Canary         []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
-}
-
-type debugLoad struct {
-	Ready                   bool    `json:"ready"`
-	QueuedRequests          uint32  `json:"queued_requests"`
-	RunningRequests         uint32  `json:"running_requests"`
-	TransferringRequests    uint32  `json:"transferring_requests"`
-	PagesUsed               uint32  `json:"pages_used"`
-	PagesTotal              uint32  `json:"pages_total"`
-	TokensPerSecond         float64 `json:"tokens_per_second"`
-	OldestRequestAgeSeconds float64 `json:"oldest_request_age_seconds"`
-}
-
-func (s *Service) serveDebugWorkers(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.debugWorkers(time.Now()))
-}
-
-func (s *Service) debugWorkers(now time.Time) debugWorkers {
-	out := debugWorkers{Mode: "colocated", DecodePolicy: s.decodePolicy.Name, MaxInflight: s.fleet.maxInflight,
-		RouterInflight: s.inflight.len()}
-	var pairs []canary.PairStatus
-	if s.canary != nil {
-		pairs = s.canary.Snapshot()
-		out.Canary = &debugCanary{IntervalSeconds: s.fleet.canaryInterval.Seconds(),
-			TimeoutSeconds: s.fleet.canaryTimeout.Seconds(), PassingPairs: s.canary.Passing(), Pairs: pairs}
-	}
-	if s.prefills != nil {
-		out.Mode, out.PrefillPolicy = "pd", s.prefillPolicy.Name
-		out.Prefill = s.debugSet(s.prefills, pairs, now)
-	}
-	out.Decode = s.debugSet(s.decodes, pairs, now)
-	if s.reconciler != nil {
-		f := s.reconciler.Findings()
-		out.Reconcile = &f
-	}
-	return out
-}
-
-func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time.Time) *debugSet {
-	ds := &debugSet{Source: set.Source().String(), Workers: []debugWorker{}}
-	add := func(w *workers.Worker, draining bool) {
-		dw := debugWorker{Address: w.Addr, Role: workers.RoleName(w.Role), Ready: set.Routable(w), Draining: draining,
-			Excluded: w.Excluded(), LoadAgeSeconds: w.LoadAge(now).Seconds(), Inflight: w.Inflight(),
-			RoutedTotal: w.Routed(), LastError: w.LastError()}
-		if l := w.Load(); l != nil {
-			dw.Load = &debugLoad{Ready: l.GetReady(), QueuedRequests: l.GetQueuedRequests(), RunningRequests: l.GetRunningRequests(),
-				TransferringRequests: l.GetTransferringRequests(), PagesUsed: l.GetPagesUsed(), PagesTotal: l.GetPagesTotal(),
-				TokensPerSecond: l.GetTokensPerSecond(), OldestRequestAgeSeconds: l.GetOldestRequestAgeSeconds()}
-		}
-		if info := w.Info(); info != nil {
-			dw.Fingerprint, dw.Version = info.GetModel().GetFingerprint(), info.GetVersion()
-			if l := info.GetKvLayout(); l != nil {
-				dw.KVLayout = fmt.Sprintf("%v page=%d layers=%d kv_heads=%d head_dim=%d",
-					l.GetDtype(), l.GetPageSizeTokens(), l.GetNumLayers(), l.GetNumKvHeads(), l.GetHeadDim())
-			}
-		}
-		passing, failed := false, ""
-		for _, p := range pairs {
-			if p.Pair.Decode != w.Addr && p.Pair.Prefill != w.Addr {
-				continue
-			}
-			dw.Canary = append(dw.Canary, p)
-			switch p.State {
-			case canary.StatePassing:
-				passing = true
-			case canary.StateQuarantined:
-				if failed == "" {
-					failed = p.Pair.String() + ": " + p.LastError
-				}
-			}
-		}
-		if s.canary != nil && !passing && failed != "" {
-			dw.Quarantined, dw.QuarantineReason = true, failed
-		}
-		dw.Routable = dw.Ready && !draining && (s.canary == nil || passing)
-		ds.Workers = append(ds.Workers, dw)
-	}
-	for _, w := range set.Workers() {
-		add(w, false)
-	}
-	for _, w := range set.Draining() {
-		add(w, true)
-	}
-	return ds
 }
 
 // workerSteps is the forward steps the worker at addr last reported, for
