@@ -1,8 +1,10 @@
 package router
 
-// The router's own flag groups: discovery, routing-limit and canary flags
-// (fleetFlags). Service.AddFlags and Service.Validate, in router.go,
-// register and check them with the router's other flags.
+// The router's flag groups: request limits and API options (limitFlags);
+// discovery, routing-limit and canary flags (fleetFlags). Service.AddFlags
+// and Service.Validate, in router.go, register and check them with the
+// router's other flags. The limits apply to every API: they are enforced in
+// run and prepare, which gRPC, REST and OpenAI requests all go through.
 
 import (
 	"flag"
@@ -11,6 +13,56 @@ import (
 
 	"github.com/baton-serving/baton/svckit"
 )
+
+// limitFlags are the router's request limits and API options.
+type limitFlags struct {
+	maxPromptTokens    int
+	maxNewTokens       int
+	maxConcurrent      int
+	requestTimeout     time.Duration
+	clientWriteTimeout time.Duration
+	maxBodyBytes       int64
+	apiKeysFile        string
+	chatTemplateFile   string
+}
+
+// Defaults of the limit flags.
+const (
+	defaultMaxConcurrent  = 256
+	defaultRequestTimeout = 10 * time.Minute
+	defaultMaxBodyBytes   = 4 << 20
+)
+
+func (l *limitFlags) addFlags(fs *flag.FlagSet) {
+	fs.IntVar(&l.maxPromptTokens, "max-prompt-tokens", 0, "longest prompt accepted, in tokens (0: up to the context window less one)")
+	fs.IntVar(&l.maxNewTokens, "max-new-tokens-limit", 0, "most tokens one request may ask to generate (0: up to the context window)")
+	fs.IntVar(&l.maxConcurrent, "max-concurrent-requests", defaultMaxConcurrent, "requests run at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no limit)")
+	fs.DurationVar(&l.requestTimeout, "request-timeout", defaultRequestTimeout, "longest a request may run, arrival to last token; it travels to the workers as the gRPC deadline (0: no limit)")
+	fs.DurationVar(&l.clientWriteTimeout, "client-write-timeout", 30*time.Second, "longest a streaming client (gRPC, REST, SSE) may leave its stream unread; then its request is aborted with DEADLINE_EXCEEDED and releases its workers (0: only --request-timeout bounds it)")
+	fs.Int64Var(&l.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest HTTP request body (REST and OpenAI APIs); larger ones get 413")
+	fs.StringVar(&l.apiKeysFile, "api-keys-file", "", `file of API keys, one per line ('#' comments); when set, every API call needs "Authorization: Bearer KEY" (gRPC: the authorization metadata)`)
+	fs.StringVar(&l.chatTemplateFile, "chat-template-file", "", "Jinja chat template to use instead of the model's tokenizer.chat_template")
+}
+
+func (l *limitFlags) validate(maxNewDefault int) error {
+	switch {
+	case l.maxPromptTokens < 0:
+		return fmt.Errorf("--max-prompt-tokens: %d, want ≥ 0", l.maxPromptTokens)
+	case l.maxNewTokens < 0:
+		return fmt.Errorf("--max-new-tokens-limit: %d, want ≥ 0", l.maxNewTokens)
+	case l.maxNewTokens > 0 && maxNewDefault > l.maxNewTokens:
+		return fmt.Errorf("--max-new-tokens %d exceeds --max-new-tokens-limit %d", maxNewDefault, l.maxNewTokens)
+	case l.maxConcurrent < 0:
+		return fmt.Errorf("--max-concurrent-requests: %d, want ≥ 0", l.maxConcurrent)
+	case l.requestTimeout < 0:
+		return fmt.Errorf("--request-timeout: %v, want ≥ 0", l.requestTimeout)
+	case l.clientWriteTimeout < 0:
+		return fmt.Errorf("--client-write-timeout: %v, want ≥ 0", l.clientWriteTimeout)
+	case l.maxBodyBytes < 1024:
+		return fmt.Errorf("--max-body-bytes: %d, want ≥ 1024", l.maxBodyBytes)
+	}
+	return nil
+}
 
 // fleetFlags are the router's discovery, routing-limit and canary flags.
 type fleetFlags struct {

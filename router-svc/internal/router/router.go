@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -17,18 +16,14 @@ import (
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
-	"github.com/baton-serving/baton/gen/openapi"
 	"github.com/baton-serving/baton/router-svc/internal/canary"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/reconcile"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Service is the router.
@@ -169,32 +164,6 @@ func (s *Service) Register(srv *svckit.Server) error {
 		return err
 	}
 	return s.registerOpenAI(srv)
-}
-
-// registerGateway serves RouterService as REST. The gateway reaches the
-// service through the router's own gRPC port, so REST requests take the same
-// path (interceptors, tracing, draining) as gRPC ones and streaming works.
-func (s *Service) registerGateway(srv *svckit.Server) error {
-	conn, err := grpc.NewClient(srv.GRPCAddr(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), srv.Tracing.DialOption())
-	if err != nil {
-		return fmt.Errorf("gateway connection: %w", err)
-	}
-	s.gwConn = conn
-	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjson{&runtime.JSONPb{
-			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true},
-		}}),
-		runtime.WithErrorHandler(gatewayError))
-	if err := batonv1.RegisterRouterServiceHandlerClient(context.Background(), gw, batonv1.NewRouterServiceClient(conn)); err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
-	srv.Mux.Handle("/v1/", openai.BodyLimit(s.limits.maxBodyBytes, gw))
-	srv.Mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openapi.Document)
-	})
-	return nil
 }
 
 // Close stops the canary and the workers' watches and closes every
