@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -187,110 +186,6 @@ func pickStatus(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// relay runs the request on the pair's decode worker (which pulls the KV
-// cache from its prefill worker) and forwards its events. Events before the
-// first token (the echoed prompt) are held back until it comes, so that an
-// attempt that fails before then can be retried on another pair without the
-// client seeing anything twice. started reports whether any event reached
-// the client.
-func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pair *workers.Pair, start time.Time, sendClient func(*batonv1.GenerateEvent) error) (started bool, err error) {
-	ctx, span := tracing.Start(ctx, tracing.SpanStream)
-	defer func() {
-		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))
-		tracing.RecordError(span, err)
-		span.End()
-	}()
-	// A worker the router loses (its connection broke, or its load
-	// reports stopped) ends the attempt at once rather than leave it
-	// waiting on a peer that is gone; the prefill worker matters only
-	// until the first token, when its part is done.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	follow := func(w *workers.Worker) (stop func() bool) {
-		lost := w.Lost()
-		return context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
-	}
-	defer follow(pair.Decode)()
-	stopPrefill := func() bool { return false }
-	if pair.Prefill != nil {
-		stopPrefill = follow(pair.Prefill)
-	}
-	defer stopPrefill()
-	dc := pair.Decode
-	stream, err := batonv1.NewDecodeServiceClient(dc.Conn()).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
-		Request: req, PrefillEndpoint: pair.PrefillAddr()})
-	if err != nil {
-		return false, attemptErr(ctx, dc, err)
-	}
-	r.setState(batonv1.RequestState_REQUEST_STATE_PREALLOC)
-	var first time.Time
-	var held []*batonv1.GenerateEvent
-	send := func(ev *batonv1.GenerateEvent) error {
-		r.sending.Store(true)
-		defer r.sending.Store(false)
-		return sendClient(ev)
-	}
-	forward := func(ev *batonv1.GenerateEvent) error {
-		for _, h := range held {
-			if err := send(h); err != nil {
-				return err
-			}
-			started = true
-		}
-		held = nil
-		if ev == nil {
-			return nil
-		}
-		if err := send(ev); err != nil {
-			return err
-		}
-		started = true
-		return nil
-	}
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return started, forward(nil)
-		}
-		if err != nil {
-			return started, attemptErr(ctx, dc, err)
-		}
-		ev := resp.GetEvent()
-		now := time.Now()
-		done := ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED
-		if len(ev.GetTokenIds()) > 0 {
-			if first.IsZero() {
-				first = now
-				span.AddEvent(tracing.EventFirstToken)
-				s.metrics.ttft.Observe(now.Sub(start).Seconds())
-				r.setState(batonv1.RequestState_REQUEST_STATE_RUNNING)
-				stopPrefill()
-				pair.ReleasePrefill()
-			}
-			r.generated.Add(int64(len(ev.GetTokenIds())))
-			r.progress.Store(now.UnixNano())
-		} else if first.IsZero() && !done {
-			held = append(held, ev)
-			continue
-		}
-		if done {
-			if ev.Timing == nil {
-				ev.Timing = &batonv1.Timing{}
-			}
-			if !first.IsZero() {
-				ev.Timing.TimeToFirstTokenSeconds = first.Sub(start).Seconds()
-			}
-			ev.Timing.E2ESeconds = now.Sub(start).Seconds()
-			if !req.GetStreamOptions().GetIncludeTiming() {
-				ev.Timing = nil
-			}
-		}
-		if err := forward(ev); err != nil {
-			return true, err
-		}
-	}
-}
-
 // endRoute ends an attempt's route span. A failed attempt that is retried on
 // another pair is an error; one that ends the request (cancelled, aborted,
 // failed for good) is an abort in stage stream, where relay runs. The retry
@@ -302,15 +197,4 @@ func endRoute(ctx context.Context, span trace.Span, started bool, err error, att
 		return
 	}
 	tracing.EndAborted(ctx, span, tracing.SpanStream, err)
-}
-
-// attemptErr is the status of a failed attempt on decode worker dc: the
-// worker's own status, naming the worker; or UNAVAILABLE with the reason
-// when the router lost one of the pair's workers (the cause of ctx).
-func attemptErr(ctx context.Context, dc *workers.Worker, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, workers.ErrLost) {
-		return status.Error(codes.Unavailable, cause.Error())
-	}
-	st := status.Convert(err)
-	return status.Errorf(st.Code(), "decode %s: %s", dc.Addr, st.Message())
 }
