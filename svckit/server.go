@@ -143,8 +143,9 @@ func (s *Server) OnDrain(fn func(ctx context.Context)) {
 // Draining reports whether shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
-// Ready runs the readiness checks; it returns nil when the service can take
-// traffic and otherwise an error per failing check.
+// Ready runs the readiness checks and returns the failing ones, check name
+// to error message ("shutdown" while the server drains). The map is never
+// nil: it is empty when the service can take traffic.
 func (s *Server) Ready(ctx context.Context) map[string]string {
 	failed := map[string]string{}
 	if s.draining.Load() {

@@ -1,9 +1,10 @@
 // Package canary proves, continuously, that each (prefill, decode) pair the
 // router routes to can serve: every interval it sends one tiny real request
 // through the pair — decode reserves pages, pulls the prompt's KV cache from
-// prefill over a real TransferKV stream and returns two tokens (the second from decode's own forward step) — and routes
-// around (quarantines) a pair whose probe fails or does not finish within its
-// deadline, until a probe passes again. A worker can be up, report ready and
+// prefill over a real TransferKV stream and returns two tokens (the second
+// from decode's own forward step) — and routes around (quarantines) a pair
+// whose probe fails or does not finish within its deadline, until a probe
+// passes again. A worker can be up, report ready and
 // still make no progress; only a request through the real path shows it.
 //
 // # Labels
@@ -28,6 +29,7 @@
 //		Interval: flagCanaryInterval, // --canary-interval, default 15s
 //		Timeout:  flagCanaryTimeout,  // default 5s
 //		Probe:    prober.Probe,
+//		Steps:    func(addr string) (uint64, bool) { ... the worker's last reported forward steps ... },
 //		Logger:   srv.Logger,
 //		Registry: srv.Registry,
 //	})
@@ -44,7 +46,9 @@
 // A pair returned by the pairs function is pending until its first probe
 // ends, then passing or quarantined after each probe: a probe that returns
 // an error or outlives Options.Timeout quarantines the pair at once, a
-// passing probe lifts the quarantine. Allowed is true only for passing
+// passing probe lifts the quarantine. A late probe while both workers keep
+// completing forward steps (Options.Steps) is busy — overloaded, not stuck —
+// and leaves the pair's state as it was. Allowed is true only for passing
 // pairs: a pair nobody has seen serve is not routed to. Run probes a new
 // pair as soon as it sees it, so this costs a new pair one probe's latency
 // (and the router's readiness at start-up waits for the first probes, not a
@@ -55,7 +59,7 @@
 //
 // # Metrics
 //
-// baton_canary_probes_total{result} (pass, fail, timeout),
+// baton_canary_probes_total{result} (pass, fail, timeout, busy),
 // baton_canary_probe_seconds{result}, baton_canary_quarantined_pairs and
 // baton_canary_passing_pairs.
 package canary

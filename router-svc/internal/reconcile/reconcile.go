@@ -11,7 +11,7 @@
 //
 // Each orphan is counted once in baton:router_orphans_total{role} and logged
 // once with its id, worker, state and trace id when it is found, and once
-// more when it is gone. Findings (the last round's view) feed the router's
+// more when it is gone; baton_router_orphans{role} is the last round's count. Findings (the last round's view) feed the router's
 // /debug output.
 //
 // Reconciliation never blocks routing: it reads the router's requests

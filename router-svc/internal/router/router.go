@@ -1,6 +1,15 @@
 // Package router is Baton's router: RouterService over gRPC, its REST form
 // through grpc-gateway, the OpenAI-compatible API (package openai), and
 // routing of each request to a (prefill, decode) worker pair.
+//
+// Every API runs a request through Service.run (generate.go): admission
+// (limiter, limit.go), validation (prepare, prepare.go), the in-flight entry
+// (inflight.go), then pair picking and one retry on another pair; relay
+// (relay.go) streams one attempt's events, and a gRPC stream's events reach
+// the client through a streamSender (sender.go). The fleet — worker sets,
+// canary, reconciliation and readiness — starts in fleet.go; its view is
+// /debug/workers (debugworkers.go). Flags are in flags.go; the REST gateway
+// in gateway.go; the OpenAI wiring in openai.go.
 package router
 
 import (
