@@ -7,6 +7,7 @@ replace (
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
+	github.com/baton-serving/baton/prefill-svc => ../prefill-svc
 	github.com/baton-serving/baton/svckit => ../svckit
 	github.com/baton-serving/baton/tracing => ../tracing
 )
@@ -15,9 +16,11 @@ require (
 	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/kvtransfer v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/prefill-svc v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

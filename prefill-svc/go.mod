@@ -18,6 +18,7 @@ require (
 	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 )
 

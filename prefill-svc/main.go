@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/baton-serving/baton/prefill-svc/internal/prefill"
+	"github.com/baton-serving/baton/prefill-svc/prefill"
 	"github.com/baton-serving/baton/svckit"
 )
 

@@ -39,6 +39,9 @@ type Service struct {
 	srv    *svckit.Server
 	peers  *peerPool
 	codec  *kvtransfer.Codec
+	// dialOpts are added to the options prefill workers are dialed with:
+	// tests reach in-process prefill workers over memory this way.
+	dialOpts []grpc.DialOption
 }
 
 // New returns an unconfigured decode worker; svckit.Main configures and runs it.
@@ -74,7 +77,8 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 	}
 	s.logger = d.Logger
 	s.codec = kvtransfer.NewCodec()
-	s.peers = newPeerPool(grpc.WithTransportCredentials(insecure.NewCredentials()), d.Tracing.DialOption(), s.codec.DialOption())
+	s.peers = newPeerPool(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		d.Tracing.DialOption(), s.codec.DialOption()}, s.dialOpts...)...)
 	var err error
 	s.host, err = enginehost.Open(s.Model.Path, s.engine, batonv1.WorkerRole_WORKER_ROLE_DECODE, d.Logger, d.Registry)
 	return err

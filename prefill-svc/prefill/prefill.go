@@ -2,6 +2,10 @@
 // prompt in the continuous batch (prefill-only mode) and streams its KV cache
 // pages to the decode worker that asked, as they are completed, within the
 // credits decode grants.
+//
+// It is the prefill worker's library package, outside internal/ so that
+// decode-svc's tests can run a real prefill worker beside a real decode
+// worker in one process; prefill-svc's main is its only other user.
 package prefill
 
 import (

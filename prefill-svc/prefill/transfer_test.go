@@ -1,0 +1,198 @@
+package prefill
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/workerapi/workertest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The tests here run a real prefill worker in this process and play the
+// decode worker's side of TransferKV by hand, so that they can stop at any
+// message: a handshake that never comes or is wrong, credits withheld, an
+// abort or a vanished decode in the middle of the chunks or around
+// PrefillDone. After each, the worker must hold no KV page and no request
+// within idleBound (goroutines are checked by TestMain). The transfers that
+// go well, and decode's side of each stage, are tested with a real decode
+// worker beside decode-svc's package.
+
+const idleBound = 5 * time.Second
+
+// startPrefill runs a prefill worker on the test model with flags added.
+func startPrefill(t *testing.T, flags ...string) (*Service, *workertest.Worker) {
+	t.Helper()
+	svc := New()
+	w := workertest.Start(t, "prefill-svc", svc, append([]string{"--model", workertest.Model(t), "--threads", "1",
+		"--kv-cache-bytes", strconv.Itoa(1 << 20), "--max-batch-tokens", "16"}, flags...)...)
+	return svc, w
+}
+
+// transfer opens a TransferKV stream that ends with the test.
+func transfer(t *testing.T, w *workertest.Worker) (batonv1.PrefillService_TransferKVClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	stream, err := batonv1.NewPrefillServiceClient(w.Conn).TransferKV(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream, cancel
+}
+
+// handshake is what decode would send for a prompt of n tokens.
+func handshake(s *Service, id string, n, credits int) *batonv1.TransferKVRequest {
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(3 + i%250)
+	}
+	temp := float32(0)
+	return &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
+		RequestId: id, PromptTokenIds: ids, Sampling: &batonv1.SamplingParams{Temperature: &temp},
+		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
+		PagesReserved: uint32(s.host.Layout.PagesFor(n)), InitialCredits: uint32(credits), HeartbeatMs: 50,
+	}}}
+}
+
+// recvUntil receives until a message of the kind want reports true.
+func recvUntil(t *testing.T, stream batonv1.PrefillService_TransferKVClient, what string, want func(*batonv1.TransferKVResponse) bool) {
+	t.Helper()
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if want(m) {
+			return
+		}
+	}
+}
+
+// recvEnd receives until the stream ends and returns how.
+func recvEnd(stream batonv1.PrefillService_TransferKVClient) (*batonv1.TransferKVResponse, error) {
+	var last *batonv1.TransferKVResponse
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return last, err
+		}
+		last = m
+	}
+}
+
+func isChunk(m *batonv1.TransferKVResponse) bool { return m.GetKvChunk() != nil }
+
+// TestNoHandshake: a stream that sends nothing is ended after prefill's
+// --handshake-timeout.
+func TestNoHandshake(t *testing.T) {
+	_, w := startPrefill(t, "--handshake-timeout", "200ms")
+	stream, _ := transfer(t, w)
+	_, err := recvEnd(stream)
+	if st := status.Convert(err); st.Code() != codes.DeadlineExceeded || st.Message() != "no handshake within 200ms" {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED no handshake within 200ms", err)
+	}
+	w.WaitIdle(t, idleBound)
+}
+
+// TestBadHandshake: a first message that is no handshake, or a handshake
+// for another model, is refused before anything is reserved.
+func TestBadHandshake(t *testing.T) {
+	s, w := startPrefill(t)
+	other := handshake(s, "other-model", 20, 4)
+	other.GetHandshake().ModelFingerprint = "sha256:other"
+	for _, c := range []struct {
+		name string
+		msg  *batonv1.TransferKVRequest
+		code codes.Code
+	}{
+		{"credit first", &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: 1}}}, codes.InvalidArgument},
+		{"other model", other, codes.FailedPrecondition},
+	} {
+		stream, _ := transfer(t, w)
+		if err := stream.Send(c.msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recvEnd(stream); status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", c.name, err, c.code)
+		}
+	}
+	w.WaitIdle(t, idleBound)
+}
+
+// TestAbortMidTransfer: decode aborts after the first chunk while the rest
+// wait for credit (window 1); prefill acknowledges and releases the pages.
+func TestAbortMidTransfer(t *testing.T) {
+	s, w := startPrefill(t)
+	stream, _ := transfer(t, w)
+	if err := stream.Send(handshake(s, "abort", 80, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, stream, "the first chunk", isChunk)
+	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Abort{Abort: &batonv1.Abort{Reason: "test"}}}); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, stream, "AbortAck", func(m *batonv1.TransferKVResponse) bool { return m.GetAbortAck().GetReason() == "test" })
+	if _, err := recvEnd(stream); !errors.Is(err, io.EOF) {
+		t.Errorf("after AbortAck: %v, want the stream's end", err)
+	}
+	w.WaitCounter(t, idleBound, 1, "baton_requests_finished_total", "finish", "cancelled")
+	w.WaitIdle(t, idleBound)
+}
+
+// TestCreditStall: decode grants no credit after the first chunk; prefill
+// gives up after its --transfer-idle-timeout and releases the pages.
+func TestCreditStall(t *testing.T) {
+	s, w := startPrefill(t, "--transfer-idle-timeout", "300ms")
+	stream, _ := transfer(t, w)
+	if err := stream.Send(handshake(s, "stall", 80, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, stream, "the first chunk", isChunk)
+	if _, err := recvEnd(stream); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
+	}
+	w.WaitIdle(t, idleBound)
+}
+
+// TestDecodeGoneMidTransfer: decode's stream goes away after the first
+// chunk, without an abort; prefill releases the pages.
+func TestDecodeGoneMidTransfer(t *testing.T) {
+	s, w := startPrefill(t)
+	stream, cancel := transfer(t, w)
+	if err := stream.Send(handshake(s, "gone", 80, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, stream, "the first chunk", isChunk)
+	cancel()
+	w.WaitCounter(t, idleBound, 1, "baton_requests_finished_total", "finish", "cancelled")
+	w.WaitIdle(t, idleBound)
+}
+
+// TestHandover: the handover ends the request at prefill however decode
+// behaves around PrefillDone: gone at once after it, or aborting too late
+// (after PrefillDone the abort changes nothing).
+func TestHandover(t *testing.T) {
+	s, w := startPrefill(t)
+	for i, after := range []func(batonv1.PrefillService_TransferKVClient, context.CancelFunc){
+		func(_ batonv1.PrefillService_TransferKVClient, cancel context.CancelFunc) { cancel() },
+		func(stream batonv1.PrefillService_TransferKVClient, _ context.CancelFunc) {
+			_ = stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Abort{Abort: &batonv1.Abort{Reason: "late"}}})
+			_ = stream.CloseSend()
+		},
+	} {
+		stream, cancel := transfer(t, w)
+		if err := stream.Send(handshake(s, "handover-"+strconv.Itoa(i), 40, 32)); err != nil {
+			t.Fatal(err)
+		}
+		recvUntil(t, stream, "PrefillDone", func(m *batonv1.TransferKVResponse) bool { return m.GetPrefillDone() != nil })
+		after(stream, cancel)
+		w.WaitCounter(t, idleBound, float64(i+1), "baton_requests_finished_total", "finish", "handed_over")
+		w.WaitIdle(t, idleBound)
+	}
+}
