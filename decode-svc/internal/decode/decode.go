@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
-	"sync"
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -102,42 +101,6 @@ func (s *Service) Close() error {
 	}
 	if s.peers != nil {
 		errs = append(errs, s.peers.close())
-	}
-	return errors.Join(errs...)
-}
-
-// peerPool keeps one connection per prefill endpoint.
-type peerPool struct {
-	opts  []grpc.DialOption
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-func newPeerPool(opts ...grpc.DialOption) *peerPool {
-	return &peerPool{opts: opts, conns: map[string]*grpc.ClientConn{}}
-}
-
-func (p *peerPool) get(addr string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.conns[addr]; ok {
-		return c, nil
-	}
-	c, err := grpc.NewClient(addr, p.opts...)
-	if err != nil {
-		return nil, err
-	}
-	p.conns[addr] = c
-	return c, nil
-}
-
-func (p *peerPool) close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var errs []error
-	for a, c := range p.conns {
-		errs = append(errs, c.Close())
-		delete(p.conns, a)
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,68 @@
+package decode
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/baton-serving/baton/engine/sched"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Admission: a routed request is checked and becomes a scheduler request;
+// the scheduler's refusals become status codes.
+
+// checkRequest validates a routed request and returns the scheduler request.
+func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.Request, error) {
+	bad := func(err error) error { return status.Errorf(codes.InvalidArgument, "%v", err) }
+	r := in.GetRequest()
+	if err := apiconv.ValidRequestID(r.GetRequestId()); err != nil {
+		return sched.Request{}, bad(err)
+	}
+	cfg := s.host.Config
+	prompt, err := apiconv.TokenIDs("request.prompt_token_ids", r.GetPromptTokenIds(), cfg.Vocab)
+	if err != nil {
+		return sched.Request{}, bad(err)
+	}
+	if len(prompt) == 0 {
+		return sched.Request{}, bad(errors.New("request.prompt_token_ids: empty (the router tokenizes prompts)"))
+	}
+	maxNew := int(r.GetSampling().GetMaxNewTokens())
+	if maxNew < 1 || len(prompt)+maxNew > cfg.ContextLength {
+		return sched.Request{}, bad(fmt.Errorf("request.sampling.max_new_tokens: %d with a %d-token prompt, want 1-%d (context window %d)",
+			maxNew, len(prompt), cfg.ContextLength-len(prompt), cfg.ContextLength))
+	}
+	params, err := apiconv.Sampling(r.GetSampling())
+	if err != nil {
+		return sched.Request{}, bad(err)
+	}
+	stopIDs, err := apiconv.StopTokenIDs(r.GetSampling(), cfg.Vocab)
+	if err != nil {
+		return sched.Request{}, bad(err)
+	}
+	mode := sched.ModeDecodeImported
+	switch ep := in.GetPrefillEndpoint(); {
+	case ep == localPrefill:
+		mode = sched.ModeGenerate
+	case svckit.ValidateAddr(ep) != nil:
+		return sched.Request{}, bad(fmt.Errorf("prefill_endpoint: %q, want host:port or %q", ep, localPrefill))
+	}
+	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
+		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil
+}
+
+// submitErr maps the scheduler's refusals to status codes.
+func submitErr(err error) error {
+	switch {
+	case errors.Is(err, sched.ErrDuplicateID):
+		return status.Errorf(codes.AlreadyExists, "%v", err)
+	case errors.Is(err, sched.ErrQueueFull):
+		return status.Errorf(codes.ResourceExhausted, "%v", err)
+	case errors.Is(err, sched.ErrClosed):
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	return svckit.Status(err)
+}

@@ -1,0 +1,102 @@
+package decode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/baton-serving/baton/engine/kvcache"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit/enginehost"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// transfer is one KV transfer from a prefill worker into reserved pages,
+// from the handshake to its end.
+type transfer struct {
+	endpoint string
+	log      *slog.Logger
+	// ctx is the stream's, detached from the request's: on a cancel decode
+	// first asks prefill to stop (abort) and waits for its answer, so that
+	// both sides know the request is over.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// errNoAccept is ctx's cause when prefill did not accept within the
+	// handshake timeout.
+	errNoAccept error
+	hsTimer     *time.Timer
+	stops       []func()
+	stream      batonv1.PrefillService_TransferKVClient
+	rcv         *kvtransfer.Receiver // nil until the stream is open
+	msgs        chan transferMsg     // the stream's messages (receive)
+}
+
+// close ends the stream and its timers.
+func (t *transfer) close() {
+	t.hsTimer.Stop()
+	for _, stop := range t.stops {
+		stop()
+	}
+	t.cancel(nil)
+}
+
+// notAccepted reports whether the transfer ended because prefill did not
+// accept it within the handshake timeout, as DEADLINE_EXCEEDED.
+func (t *transfer) notAccepted() error {
+	if context.Cause(t.ctx) == t.errNoAccept {
+		return status.Error(codes.DeadlineExceeded, t.errNoAccept.Error())
+	}
+	return nil
+}
+
+// handshake opens the TransferKV stream to the request's prefill worker and
+// sends the handshake offering pages. Until prefill accepts, decode's
+// --handshake-timeout covers everything, connecting included: a prefill
+// that accepts TCP but never answers must not hold the request. The
+// returned transfer, also on an error, must be closed.
+func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, pages []kvcache.PageID) (*transfer, error) {
+	endpoint := in.GetPrefillEndpoint()
+	conn, err := s.peers.get(endpoint)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
+	}
+	t := &transfer{endpoint: endpoint, log: log,
+		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.handshakeTimeout)}
+	t.ctx, t.cancel = enginehost.Detach(ctx)
+	t.hsTimer = time.AfterFunc(s.handshakeTimeout, func() { t.cancel(t.errNoAccept) })
+	if dl, ok := ctx.Deadline(); ok {
+		var c context.CancelFunc
+		t.ctx, c = context.WithDeadline(t.ctx, dl.Add(s.abortTimeout))
+		t.stops = append(t.stops, c)
+	}
+	t.stream, err = batonv1.NewPrefillServiceClient(conn).TransferKV(t.ctx, s.codec.CallOption())
+	if err != nil {
+		if err := t.notAccepted(); err != nil {
+			return t, err
+		}
+		return t, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
+	}
+	r := in.GetRequest()
+	t.rcv = kvtransfer.NewReceiver(s.host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &pageSink{pool: s.host.Pool, pages: pages})
+	hs := &batonv1.Handshake{
+		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
+		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
+		PagesReserved: uint32(len(pages)), InitialCredits: uint32(t.rcv.Window()),
+		// Four heartbeats per idle deadline: a busy prefill never looks
+		// silent, a lost one still does.
+		HeartbeatMs: uint32(max(1, (s.idleTimeout / 4).Milliseconds())),
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		hs.Deadline = timestamppb.New(dl)
+	}
+	if err := t.stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: hs}}); err != nil && !errors.Is(err, io.EOF) {
+		return t, status.Errorf(codes.Unavailable, "prefill %s: handshake: %v", endpoint, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,129 @@
+package decode
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/baton-serving/baton/engine/sample"
+	"github.com/baton-serving/baton/engine/sched"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/tracing"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// transferMsg is one Recv result of a TransferKV stream.
+type transferMsg struct {
+	m   *batonv1.TransferKVResponse
+	err error
+}
+
+// receive follows the accepted transfer: chunks into the pages, credits
+// back, until PrefillDone activates the request (complete). The request's
+// context, --transfer-idle-timeout and a bad chunk end it early through
+// abort; prefill's own end or error ends it as prefill said.
+func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st *sched.Stream, timing *batonv1.Timing) error {
+	t.msgs = make(chan transferMsg, 8)
+	go func() { // ends when the stream does (t.cancel at the latest)
+		defer close(t.msgs)
+		for {
+			m, err := t.stream.Recv()
+			select {
+			case t.msgs <- transferMsg{m, err}:
+			case <-t.ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	transferStart := time.Now()
+	idle := time.NewTimer(s.handshakeTimeout)
+	defer idle.Stop()
+	waitingFor := "accept the transfer"
+	for {
+		select {
+		case <-ctx.Done():
+			s.abort(t, context.Cause(ctx).Error())
+			return status.FromContextError(ctx.Err()).Err()
+		case <-idle.C:
+			s.abort(t, "transfer idle")
+			return status.Errorf(codes.DeadlineExceeded, "prefill %s did not %s within %v", t.endpoint, waitingFor, s.idleTimeout)
+		case rm, ok := <-t.msgs:
+			if !ok {
+				if err := t.notAccepted(); err != nil {
+					return err
+				}
+				return status.Errorf(codes.Unavailable, "prefill %s: stream ended", t.endpoint)
+			}
+			if rm.err != nil {
+				if err := t.notAccepted(); err != nil {
+					return err
+				}
+				if rm.err == io.EOF {
+					return status.Errorf(codes.Unavailable, "prefill %s ended the transfer without PrefillDone", t.endpoint)
+				}
+				st := status.Convert(rm.err)
+				return status.Errorf(st.Code(), "prefill %s: %s", t.endpoint, st.Message())
+			}
+			t.hsTimer.Stop()
+			idle.Reset(s.idleTimeout)
+			waitingFor = "send the next KV chunk"
+			switch m := rm.m.Msg.(type) {
+			case *batonv1.TransferKVResponse_Accepted:
+				span.AddEvent(tracing.EventAccepted)
+			case *batonv1.TransferKVResponse_Progress:
+				// Prefill is busy with the request: the idle deadline
+				// restarts (above); the first-token deadline still runs.
+			case *batonv1.TransferKVResponse_KvChunk:
+				grant, err := t.rcv.Chunk(m.KvChunk)
+				s.codec.Release(m.KvChunk) // the bytes are in the pages now
+				if err != nil {
+					s.abort(t, "bad chunk")
+					return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+				}
+				if grant > 0 {
+					err := t.stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: uint32(grant)}}})
+					if err != nil && !errors.Is(err, io.EOF) {
+						return status.Errorf(codes.Unavailable, "prefill %s: %v", t.endpoint, err)
+					}
+				}
+			case *batonv1.TransferKVResponse_PrefillDone:
+				return s.complete(ctx, t, m.PrefillDone, st, timing, transferStart)
+			case *batonv1.TransferKVResponse_Error:
+				return status.Errorf(codes.Code(m.Error.GetCode()), "prefill %s: %s", t.endpoint, m.Error.GetMessage())
+			default:
+				return status.Errorf(codes.Internal, "prefill %s: unexpected %T", t.endpoint, m)
+			}
+		}
+	}
+}
+
+// complete checks prefill's PrefillDone against what arrived and activates
+// the request with prefill's first token: the pages are decode's now.
+func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.PrefillDone, st *sched.Stream, timing *batonv1.Timing, transferStart time.Time) error {
+	if err := t.rcv.Complete(done); err != nil {
+		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+	}
+	_ = t.stream.CloseSend()
+	s.host.Metrics.KVTransferBytes.Add(float64(t.rcv.Bytes()))
+	s.host.Metrics.TransferDone(st.ID(), time.Since(transferStart))
+	timing.PrefillSeconds, timing.KvTransferSeconds = done.GetPrefillSeconds(), time.Since(transferStart).Seconds()
+	first := sample.Token{ID: int32(done.GetFirstTokenId()), Logprob: done.GetFirstTokenLogprob().GetLogprob()}
+	for _, alt := range done.GetFirstTokenLogprob().GetTopLogprobs() {
+		first.Top = append(first.Top, sample.TokenLogprob{ID: int32(alt.GetTokenId()), Logprob: alt.GetLogprob()})
+	}
+	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.host.Config.Vocab); err != nil {
+		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+	}
+	t.log.DebugContext(ctx, "kv received", "chunks", t.rcv.Chunks(), "bytes", t.rcv.Bytes(), "took", time.Since(transferStart).String())
+	if err := st.Activate(first); err != nil {
+		return status.Errorf(codes.Internal, "activate: %v", err)
+	}
+	return nil
+}

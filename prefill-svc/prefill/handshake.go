@@ -1,0 +1,77 @@
+package prefill
+
+import (
+	"context"
+	"time"
+
+	"github.com/baton-serving/baton/engine/sched"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit/apiconv"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// awaitHandshake waits, up to prefill's --handshake-timeout, for the
+// stream's first message, which must be the handshake.
+func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.TransferKVRequest) (*batonv1.Handshake, error) {
+	t := time.NewTimer(s.handshakeTimeout)
+	defer t.Stop()
+	select {
+	case m, ok := <-msgs:
+		if !ok {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		hs := m.GetHandshake()
+		if hs == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first TransferKV message must be a handshake")
+		}
+		return hs, nil
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no handshake within %v", s.handshakeTimeout)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// checkHandshake validates the handshake against this worker and returns the
+// scheduler request. Mismatched model or layout is FAILED_PRECONDITION naming
+// the difference.
+func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
+	h := s.host
+	if fp := hs.GetModelFingerprint(); fp != h.Fingerprint {
+		return sched.Request{}, status.Errorf(codes.FailedPrecondition,
+			"model_fingerprint: this prefill worker serves %s (%s), decode sent %q", h.ModelInfo.GetId(), h.Fingerprint, fp)
+	}
+	peer, err := kvtransfer.LayoutFromProto(hs.GetKvLayout())
+	if err != nil {
+		return sched.Request{}, status.Errorf(codes.FailedPrecondition, "%v", err)
+	}
+	if msg := h.Layout.Mismatch(peer); msg != "" {
+		return sched.Request{}, status.Error(codes.FailedPrecondition, msg)
+	}
+	if err := apiconv.ValidRequestID(hs.GetRequestId()); err != nil {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	n := len(hs.GetPromptTokenIds())
+	if n == 0 || n >= h.Config.ContextLength {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "prompt_token_ids: %d tokens, want 1-%d", n, h.Config.ContextLength-1)
+	}
+	prompt, err := apiconv.TokenIDs("prompt_token_ids", hs.GetPromptTokenIds(), h.Config.Vocab)
+	if err != nil {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if pages := h.Layout.PagesFor(n); int(hs.GetPagesReserved()) < pages {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "pages_reserved: %d, a prompt of %d tokens needs %d", hs.GetPagesReserved(), n, pages)
+	}
+	params, err := apiconv.Sampling(hs.GetSampling())
+	if err != nil {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	stopIDs, err := apiconv.StopTokenIDs(hs.GetSampling(), h.Config.Vocab)
+	if err != nil {
+		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
+		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs}, nil
+}
