@@ -18,6 +18,7 @@ import (
 	"github.com/baton-serving/baton/deploy/internal/dockerfile"
 	"github.com/baton-serving/baton/deploy/internal/manifest"
 	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/refdata"
 	"k8s.io/apimachinery/pkg/runtime"
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 )
@@ -50,25 +51,6 @@ var built struct {
 	err   error
 }
 
-// repoRoot is the folder holding go.work, above the test's directory.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // parseDockerfile reads deploy/docker/Dockerfile.
 func parseDockerfile(t testing.TB) *dockerfile.File {
 	t.Helper()
@@ -90,7 +72,7 @@ func parseDockerfile(t testing.TB) *dockerfile.File {
 func binaries(t testing.TB) (string, map[string]manifest.FlagSet) {
 	t.Helper()
 	built.once.Do(func() {
-		root := repoRoot(t)
+		root := refdata.RepoRoot(t)
 		df := parseDockerfile(t)
 		st, ok := df.Stage("build")
 		if !ok {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/baton-serving/baton/engine/refdata"
 )
 
 // benchResult is the part of `batonctl bench --json` these tests read
@@ -191,7 +193,7 @@ func runBench(t *testing.T, args ...string) benchResult {
 // and checks its figures, including its TTFTs against the router's
 // baton:time_to_first_token_seconds histogram (and that against decode's).
 func TestBench(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	c := startCluster(t, nil)
 	const n, in, out = 20, 24, 32
 	routerBefore, decodeBefore := readTTFT(t, c.router.http), readTTFT(t, c.decode.http)
@@ -260,7 +262,7 @@ func TestBench(t *testing.T) {
 
 // TestBenchOpenAI runs the bench over the OpenAI API as a closed loop.
 func TestBenchOpenAI(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	c := startCluster(t, nil)
 	res := runBench(t, "--backend", "openai", "--router", c.colocated.http, "--model", model, "--num-prompts", "8",
 		"--request-rate", "inf", "--max-concurrency", "4", "--random-input-len", "8", "--random-output-len", "16",

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -61,7 +62,7 @@ func chaosWorkerFlags() []string {
 
 func startChaosFleet(t *testing.T, spec chaosSpec) *chaosFleet {
 	t.Helper()
-	mp := modelPath(t)
+	mp := refdata.Model(t)
 	f := &chaosFleet{router: &node{name: "router-svc"}, args: map[*node][]string{}, routerAddr: map[*node]string{}, golden: loadGolden(t)}
 	ports := freePorts(t, 2*(spec.prefills+spec.decodes+1))
 	addr := func() string {

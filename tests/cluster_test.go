@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -30,16 +30,9 @@ type golden struct {
 
 func loadGolden(t testing.TB) golden {
 	t.Helper()
-	root, err := repoRoot()
+	b, err := os.ReadFile(refdata.Golden(t))
 	if err != nil {
 		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "..", "shared", "golden", "stories260K.json"))
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("golden data missing in CI: %v", err)
-		}
-		t.Skipf("golden data absent: %v", err)
 	}
 	var g golden
 	if err := json.Unmarshal(b, &g); err != nil {
@@ -64,7 +57,7 @@ type cluster struct {
 // until all are ready.
 func startCluster(t testing.TB, extra map[string][]string) *cluster {
 	t.Helper()
-	return startClusterModel(t, modelPath(t), extra)
+	return startClusterModel(t, refdata.Model(t), extra)
 }
 
 // startClusterModel is startCluster on the given model file.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
@@ -32,7 +33,7 @@ type fleet struct {
 // and the router's canary passes through every pair (when it is on).
 func startFleet(t testing.TB, nPrefill, nDecode int, extra map[string][]string) *fleet {
 	t.Helper()
-	mp := modelPath(t)
+	mp := refdata.Model(t)
 	ports := freePorts(t, 2*(nPrefill+nDecode+1))
 	addr := func() string {
 		a := "127.0.0.1:" + strconv.Itoa(ports[0])

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) (int, error) {
-	root, err := repoRoot()
+	root, err := refdata.Root()
 	if err != nil {
 		return 0, err
 	}
@@ -54,41 +55,6 @@ func buildAndRun(m *testing.M) (int, error) {
 	}
 	binDir = dir
 	return m.Run(), nil
-}
-
-// repoRoot walks up from the working directory to the folder with go.work.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// modelPath is the shared test model; the suite needs it.
-func modelPath(t testing.TB) string {
-	t.Helper()
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(root, "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared model missing in CI: %v", err)
-		}
-		t.Skipf("shared model not present (%v)", err)
-	}
-	return p
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
@@ -38,7 +39,7 @@ var services = []service{
 // gRPC health SERVING, /health/ready 200, /metrics in Prometheus text format,
 // reflection, and a clean exit 0 on SIGTERM.
 func TestServiceLifecycle(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	ports := freePorts(t, 6)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	procs := map[string]*proc{}
@@ -82,7 +83,7 @@ func TestServiceLifecycle(t *testing.T) {
 // TestRouterReadinessNeedsWorkers checks that readiness is earned: a router
 // whose workers are unreachable is alive but not ready, and says why.
 func TestRouterReadinessNeedsWorkers(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	ports := freePorts(t, 4)
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
@@ -173,7 +174,7 @@ func reflectServices(t *testing.T, conn *grpc.ClientConn) []string {
 // TestStartupErrors checks that bad start-up input gives one clear line and a
 // non-zero exit, never a stack trace.
 func TestStartupErrors(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func TestStartupErrors(t *testing.T) {
 // TestEnvOverrides checks that BATON_* variables configure a service and that
 // a bad value names the variable.
 func TestEnvOverrides(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	free := freePorts(t, 2)
 	httpAddr := "127.0.0.1:" + strconv.Itoa(free[1])
 	q := startProcEnv(t, "prefill-svc", []string{"BATON_GRPC_ADDR=127.0.0.1:" + strconv.Itoa(free[0]), "BATON_HTTP_ADDR=" + httpAddr, "BATON_MODEL=" + model})
@@ -238,7 +239,7 @@ func TestEnvOverrides(t *testing.T) {
 // come up on the documented port layout, answer health and metrics, and stop
 // with exit 0 on SIGTERM.
 func TestBatonctlUp(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	base := consecutiveFreePorts(t, 6)
 	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir)
 	deadline := time.Now().Add(30 * time.Second)
@@ -278,7 +279,7 @@ func TestBatonctlUp(t *testing.T) {
 // TestBatonctlUpPortTaken checks that a service failing to start fails the
 // launcher with its reason, and that the services already started are stopped.
 func TestBatonctlUpPortTaken(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	base := consecutiveFreePorts(t, 6)
 	busy, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+4)) // decode gRPC
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -61,7 +62,7 @@ func tracedEnv(otlp string) []string {
 // every service (startCluster's services never export traces).
 func startClusterEnv(t testing.TB, env []string, extra map[string][]string) *cluster {
 	t.Helper()
-	model := modelPath(t)
+	model := refdata.Model(t)
 	ports := freePorts(t, 8)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &cluster{

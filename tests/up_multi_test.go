@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
@@ -20,7 +21,7 @@ import (
 // port layout, the router given all four workers, requests served by every
 // worker with the golden output, and Ctrl-C stopping every process.
 func TestBatonctlUpMultiWorker(t *testing.T) {
-	model := modelPath(t)
+	model := refdata.Model(t)
 	g := loadGolden(t)
 	const ports = 10 // router 2 + 2 prefill × 2 + 2 decode × 2
 	base := consecutiveFreePorts(t, ports)

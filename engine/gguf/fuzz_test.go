@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -44,8 +44,8 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	}
 	// The metadata and tensor infos of a real model, with the start of its
 	// data section.
-	if dir, ok := findShared(); ok {
-		if b, err := os.ReadFile(filepath.Join(dir, "models", "stories260K.gguf")); err == nil {
+	if p, ok := refdata.Lookup(refdata.ModelFile); ok {
+		if b, err := os.ReadFile(p); err == nil {
 			if sf, err := Parse(b); err == nil {
 				seeds = append(seeds, b[:min(sf.DataOffset+64, uint64(len(b)))])
 			}

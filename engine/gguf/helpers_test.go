@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/baton-serving/baton/kernels/quant"
@@ -47,43 +45,6 @@ func (r *raw) data(align, n int) *raw {
 	}
 	r.b = append(r.b, make([]byte, n)...)
 	return r
-}
-
-// findShared returns /work/shared: the directory "shared" beside the one
-// that holds go.work, found by walking up from the working directory.
-func findShared() (string, bool) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", false
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			shared := filepath.Join(dir, "..", "shared")
-			if _, err := os.Stat(shared); err == nil {
-				return shared, true
-			}
-			return "", false
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", false
-		}
-		dir = parent
-	}
-}
-
-// sharedDir returns the shared reference data directory, skipping the test
-// when it is absent unless CI is set.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	if dir, ok := findShared(); ok {
-		return dir
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("shared reference data (../shared beside go.work) not found, and CI is set")
-	}
-	t.Skip("shared reference data (../shared beside go.work) not found")
-	return ""
 }
 
 // f32bytes encodes float32s little-endian.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -19,12 +20,9 @@ const storiesSHA256 = "047bf46455a544931cff6fef14d7910154c56afbc23ab1c5e56a72e69
 
 func storiesPath(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(sharedDir(t), "models", "stories260K.gguf")
+	p := refdata.Model(t)
 	fh, err := os.Open(p)
 	if err != nil {
-		if os.Getenv("CI") == "" && os.IsNotExist(err) {
-			t.Skipf("%s not found", p)
-		}
 		t.Fatal(err)
 	}
 	defer fh.Close()
@@ -183,7 +181,7 @@ func TestStories260K(t *testing.T) {
 		if !bytes.Equal(f.TensorData(emb), bin[28:28+512*64*4]) {
 			t.Error("token_embd.weight differs from stories260K.bin's token embedding")
 		}
-	} else if os.Getenv("CI") != "" {
+	} else if os.Getenv(refdata.EnvCI) != "" {
 		t.Error(err)
 	}
 	norm, _ := f.Tensor("output_norm.weight")

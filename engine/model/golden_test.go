@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
 )
@@ -35,13 +36,12 @@ type golden struct {
 
 func openStories(t testing.TB) (*gguf.File, *golden) {
 	t.Helper()
-	shared := sharedDir(t)
-	f, err := gguf.Open(filepath.Join(shared, "models", "stories260K.gguf"))
+	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	raw, err := os.ReadFile(filepath.Join(shared, "golden", "stories260K.json"))
+	raw, err := os.ReadFile(refdata.Golden(t))
 	if err != nil {
 		t.Fatal(err)
 	}

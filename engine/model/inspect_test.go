@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/testmodel"
 )
 
 func TestInspectMatchesLoad(t *testing.T) {
-	path := filepath.Join(sharedDir(t), "models", "stories260K.gguf")
+	path := refdata.Model(t)
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)

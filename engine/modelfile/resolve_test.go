@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/baton-serving/baton/engine/refdata"
 )
 
 func TestResolveLocalPath(t *testing.T) {
@@ -124,28 +126,7 @@ func TestDefaultPathFrom(t *testing.T) {
 // TestDefaultPathFindsSharedModel checks that from inside this repository
 // the default resolves to the reference model in ../shared.
 func TestDefaultPathFindsSharedModel(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := wd
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			t.Fatalf("no go.work above %s", wd)
-		}
-		root = parent
-	}
-	want := filepath.Join(filepath.Dir(root), "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(want); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("reference model missing under CI: %v", err)
-		}
-		t.Skipf("reference model not available (%v); it lives in ../shared beside the repository", err)
-	}
+	want := refdata.Model(t)
 	if got := DefaultPath(); got != want {
 		t.Errorf("DefaultPath() = %q, want %q", got, want)
 	}

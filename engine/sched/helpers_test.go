@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/testmodel"
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -74,38 +74,11 @@ func loadSmall(t testing.TB, threads int) testModel {
 	return loadGGUF(t, writeSpec(t, smallSpec()), threads)
 }
 
-// sharedDir returns ../shared beside the workspace root, or skips the test
-// when it is absent (fails under CI).
+// sharedDir returns the reference data folder, ../shared beside the
+// repository, or skips the test when it is absent (fails under CI).
 func sharedDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			missing(t, "no go.work above the test directory")
-			return ""
-		}
-		dir = parent
-	}
-	shared := filepath.Join(filepath.Dir(dir), "shared")
-	if _, err := os.Stat(shared); err != nil {
-		missing(t, "reference data directory "+shared+" is absent")
-	}
-	return shared
-}
-
-func missing(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this is a failure)", why)
-	}
-	t.Skipf("%s; skipping", why)
+	return refdata.Dir(t)
 }
 
 func newPool(t testing.TB, tm testModel, pageSize, pages int, dtype quant.Type) *kvcache.Pool {

@@ -1,33 +1,23 @@
 package tokenizer
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/refdata"
 )
 
 // storiesTokenizer loads stories260K's tokenizer when the shared data is
 // there, and returns nil otherwise (the fuzz target then uses the synthetic
 // vocabularies only).
 func storiesTokenizer(tb testing.TB) *Tokenizer {
-	dir, err := os.Getwd()
-	if err != nil {
+	path, ok := refdata.Lookup(refdata.ModelFile)
+	if !ok {
 		return nil
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			return nil
-		}
-		dir = filepath.Dir(dir)
-	}
-	f, err := gguf.Open(filepath.Join(dir, "..", "shared", "models", "stories260K.gguf"))
+	f, err := gguf.Open(path)
 	if err != nil {
 		return nil
 	}

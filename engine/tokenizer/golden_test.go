@@ -4,46 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/refdata"
 )
-
-// sharedDir finds the project's shared data: ../shared next to the
-// directory holding go.work. Without it the test is skipped, unless CI is
-// set, where missing data is a failure.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			shared := filepath.Join(dir, "..", "shared")
-			if _, err := os.Stat(shared); err != nil {
-				missing(t, fmt.Sprintf("shared data directory %s: %v", shared, err))
-			}
-			return shared
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			missing(t, "no go.work above the test directory, so no ../shared")
-		}
-		dir = parent
-	}
-}
-
-func missing(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("golden data missing under CI: %s", why)
-	}
-	t.Skipf("golden data missing: %s", why)
-}
 
 // piece is a golden piece: a JSON string, or an array of byte values for a
 // piece that is not valid UTF-8 on its own.
@@ -92,19 +59,18 @@ type goldenFile struct {
 
 func loadGolden(t testing.TB) (*Tokenizer, *goldenFile) {
 	t.Helper()
-	shared := sharedDir(t)
-	f, err := gguf.Open(filepath.Join(shared, "models", "stories260K.gguf"))
+	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
-		missing(t, err.Error())
+		refdata.Missing(t, "%v", err)
 	}
 	defer f.Close()
 	tok, err := FromGGUF(f)
 	if err != nil {
 		t.Fatalf("FromGGUF: %v", err)
 	}
-	raw, err := os.ReadFile(filepath.Join(shared, "golden", "stories260K.json"))
+	raw, err := os.ReadFile(refdata.Golden(t))
 	if err != nil {
-		missing(t, err.Error())
+		refdata.Missing(t, "%v", err)
 	}
 	var g goldenFile
 	if err := json.Unmarshal(raw, &g); err != nil {

@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -100,39 +99,12 @@ func TestFreezerClosedRefuses(t *testing.T) {
 	returnsWithin(t, 50*time.Millisecond, f.wait)
 }
 
-// sharedModel is ../shared/models/stories260K.gguf next to the repository.
-func sharedModel(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		if parent := filepath.Dir(dir); parent != dir {
-			dir = parent
-			continue
-		}
-		t.Fatal("go.work not found above the working directory")
-	}
-	p := filepath.Join(dir, "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared model missing in CI: %v", err)
-		}
-		t.Skipf("shared model not present (%v)", err)
-	}
-	return p
-}
-
 // openTestHost opens a host on the shared model with flags parsed from args
 // and attaches it to a server that is not started (its mux is tested
 // directly).
 func openTestHost(t *testing.T, args ...string) (*Host, *svckit.Server) {
 	t.Helper()
-	path := sharedModel(t)
+	path := refdata.Model(t)
 	var f Flags
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	f.AddFlags(fs)

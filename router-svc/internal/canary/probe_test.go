@@ -18,48 +18,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// repoRoot is the directory holding go.work, above the test's directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.work above the test directory")
-		}
-		dir = parent
-	}
-}
-
-// sharedFile is a file of ../shared beside the repository; the test skips
-// without it, except under CI.
-func sharedFile(t *testing.T, rel string) string {
-	t.Helper()
-	p := filepath.Join(filepath.Dir(repoRoot(t)), "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("reference data %s is absent (CI is set, so this is a failure)", p)
-		}
-		t.Skipf("reference data %s is absent; skipping", p)
-	}
-	return p
-}
-
 // goldenPrompt is the first golden prompt's token ids.
 func goldenPrompt(t *testing.T) []uint32 {
 	t.Helper()
-	b, err := os.ReadFile(sharedFile(t, "golden/stories260K.json"))
+	b, err := os.ReadFile(refdata.Golden(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +51,7 @@ func buildWorkers(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./prefill-svc", "./decode-svc")
-	cmd.Dir = repoRoot(t)
+	cmd.Dir = refdata.RepoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the workers: %v\n%s", err, out)
 	}
@@ -259,7 +227,7 @@ func TestProbeRealWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the worker binaries")
 	}
-	model := sharedFile(t, "models/stories260K.gguf")
+	model := refdata.Model(t)
 	prompt := goldenPrompt(t)
 	bin := buildWorkers(t)
 	pf := startWorker(t, bin, "prefill-svc", "--model", model)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -21,42 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// sharedDir returns ../shared beside the workspace root (the directory
-// holding go.work), or skips the test when it is absent — except under CI,
-// where missing reference data is a failure.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			missing(t, "no go.work above the test directory")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(filepath.Dir(dir), "shared")
-	if _, err := os.Stat(filepath.Join(shared, "models", "stories260K.gguf")); err != nil {
-		missing(t, "reference model "+filepath.Join(shared, "models", "stories260K.gguf")+" is absent")
-	}
-	return shared
-}
-
-func missing(t testing.TB, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this is a failure)", why)
-	}
-	t.Skipf("%s; skipping", why)
-}
-
+// modelPath is the reference model, or skips the test without it (fails
+// under CI).
 func modelPath(t testing.TB) string {
-	return filepath.Join(sharedDir(t), "models", "stories260K.gguf")
+	t.Helper()
+	return refdata.Model(t)
 }
 
 // golden is one greedy generation of ../shared/golden/stories260K.json.
@@ -69,7 +38,7 @@ type golden struct {
 
 func goldens(t testing.TB) []golden {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(sharedDir(t), "golden", "stories260K.json"))
+	b, err := os.ReadFile(refdata.Golden(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,12 @@
 package router
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
@@ -19,14 +18,7 @@ import (
 // hyper-parameters, as Open would set them up.
 func testRouter(t *testing.T) *Service {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared model missing in CI: %v", err)
-		}
-		t.Skipf("shared model absent: %v", err)
-	}
-	f, err := gguf.Open(path)
+	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
 		t.Fatal(err)
 	}

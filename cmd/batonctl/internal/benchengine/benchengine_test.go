@@ -5,44 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/baton-serving/baton/engine/refdata"
 )
-
-// storiesModel returns ../shared/models/stories260K.gguf beside the
-// workspace root, skipping when it is absent (failing under CI).
-func storiesModel(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			skipOrFail(t, "no go.work above the test directory")
-		}
-		dir = filepath.Dir(dir)
-	}
-	path := filepath.Join(filepath.Dir(dir), "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(path); err != nil {
-		skipOrFail(t, path+" is absent")
-	}
-	return path
-}
-
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this is a failure)", why)
-	}
-	t.Skipf("%s; skipping", why)
-}
 
 func run(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
@@ -51,7 +19,7 @@ func run(args ...string) (int, string, string) {
 }
 
 func TestBenchJSON(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	code, out, stderr := run("--model", path, "--batch", "1,3", "-n", "5", "-p", "7", "-r", "2", "--threads", "1", "--kv-type", "f16", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -80,7 +48,7 @@ func TestBenchJSON(t *testing.T) {
 }
 
 func TestBenchTable(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	code, out, stderr := run("--model", path, "--batch", "1", "-n", "3", "-r", "1")
 	if code != 0 || !strings.Contains(out, "|     1 | tg3     |") || !strings.Contains(stderr, "batch 1 tg3") {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, stderr)
@@ -109,7 +77,7 @@ func TestBenchFlags(t *testing.T) {
 		t.Errorf("--help: exit %d, %q", code, stderr)
 	}
 	// A context window too small for the test is an error, not a crash.
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	for _, args := range [][]string{{"-n", "500"}, {"--batch", "1", "-n", "500"}} {
 		if code, _, stderr := run(append([]string{"--model", path}, args...)...); code != 1 || !strings.Contains(stderr, "context window") {
 			t.Errorf("%v: exit %d, %q", args, code, stderr)
@@ -120,7 +88,7 @@ func TestBenchFlags(t *testing.T) {
 // TestSingleJSON checks the llama-bench-style mode (no --batch): one object
 // with the speeds, their spread, every sample and the memory figures.
 func TestSingleJSON(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	code, out, stderr := run("--model", path, "-p", "16", "-n", "8", "-r", "2", "--threads", "1", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -162,7 +130,7 @@ func TestReadBandwidth(t *testing.T) {
 			t.Errorf("%d threads: %v B/s", threads, bw)
 		}
 	}
-	if code, _, stderr := run("--model", storiesModel(t), "--batch", "1", "--membw"); code != exitUsage || !strings.Contains(stderr, "--membw") {
+	if code, _, stderr := run("--model", refdata.Model(t), "--batch", "1", "--membw"); code != exitUsage || !strings.Contains(stderr, "--membw") {
 		t.Errorf("--membw with --batch: exit %d, %q", code, stderr)
 	}
 }

@@ -13,39 +13,8 @@ import (
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/refdata"
 )
-
-// storiesModel returns ../shared/models/stories260K.gguf beside the
-// workspace root, skipping when it is absent (failing under CI).
-func storiesModel(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			skipOrFail(t, "no go.work above the test directory")
-		}
-		dir = filepath.Dir(dir)
-	}
-	path := filepath.Join(filepath.Dir(dir), "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(path); err != nil {
-		skipOrFail(t, path+" is absent")
-	}
-	return path
-}
-
-func skipOrFail(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this is a failure)", why)
-	}
-	t.Skipf("%s; skipping", why)
-}
 
 type result struct {
 	code           int
@@ -101,7 +70,7 @@ func decodeRun(t *testing.T, r result) runJSON {
 }
 
 func TestRunGolden(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	v := decodeRun(t, runCmd(t, "--model", path, "--prompt", "Once upon a time", "-n", "64", "--temperature", "0", "--json"))
 	if !slices.Equal(v.PromptIDs, goldenPrompt) {
 		t.Errorf("prompt_ids %v, want %v", v.PromptIDs, goldenPrompt)
@@ -131,7 +100,7 @@ func TestRunGolden(t *testing.T) {
 }
 
 func TestRunStopsAndSampling(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	base := []string{"--model", path, "--prompt", "Once upon a time", "--json"}
 
 	// A stop string ends generation; neither it nor anything after is printed.
@@ -169,7 +138,7 @@ func TestRunStopsAndSampling(t *testing.T) {
 }
 
 func TestRunCancelled(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := call(ctx, func(ctx context.Context, o, e *bytes.Buffer) int {
@@ -232,7 +201,7 @@ func wrap(fn func(context.Context, io.Writer, io.Writer, []string) int, args ...
 }
 
 func TestTokenize(t *testing.T) {
-	path := storiesModel(t)
+	path := refdata.Model(t)
 	tok := func(args ...string) result {
 		return call(context.Background(), wrap(Tokenize, append([]string{"--model", path}, args...)...))
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/tokenizer"
 )
 
@@ -266,36 +267,8 @@ func TestFit(t *testing.T) {
 	}
 }
 
-// sharedModel finds ../shared/models/stories260K.gguf above the working
-// directory.
-func sharedModel(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "models", "stories260K.gguf")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared model missing in CI: %v", err)
-		}
-		t.Skipf("shared model not present: %v", err)
-	}
-	return p
-}
-
 func TestRandomRealVocabulary(t *testing.T) {
-	f, err := gguf.Open(sharedModel(t))
+	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
 		t.Fatal(err)
 	}
