@@ -81,16 +81,20 @@ func streamUsage(j *job) any {
 	return nil
 }
 
-// completionObject is a text completion or one chunk of a streamed one.
-type completionObject struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"`
-	Created           int64              `json:"created"`
-	Model             string             `json:"model"`
-	SystemFingerprint string             `json:"system_fingerprint"`
-	Choices           []completionChoice `json:"choices"`
-	Usage             any                `json:"usage,omitempty"`
+// responseObject is the envelope OpenAI wraps choices in, for completions
+// and chat completions alike (C is the choice type).
+type responseObject[C any] struct {
+	ID                string `json:"id"`
+	Object            string `json:"object"`
+	Created           int64  `json:"created"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []C    `json:"choices"`
+	Usage             any    `json:"usage,omitempty"`
 }
+
+// completionObject is a text completion or one chunk of a streamed one.
+type completionObject = responseObject[completionChoice]
 
 type completionChoice struct {
 	Text         string              `json:"text"`
@@ -168,15 +172,7 @@ func (f *completionFormat) usage(u *usageObject) any {
 }
 
 // chatObject is a chat completion or one chunk of a streamed one.
-type chatObject struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"`
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint"`
-	Choices           []chatChoice `json:"choices"`
-	Usage             any          `json:"usage,omitempty"`
-}
+type chatObject = responseObject[chatChoice]
 
 // chatChoice is a choice of a completion (Message) or of a chunk (Delta).
 type chatChoice struct {

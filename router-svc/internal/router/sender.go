@@ -52,12 +52,8 @@ func (s *streamSender) send(ctx context.Context, ev *batonv1.GenerateEvent) erro
 		return nil
 	default:
 	}
-	var expired <-chan time.Time
-	if s.timeout > 0 {
-		t := time.NewTimer(s.timeout)
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := s.writeTimer()
+	defer stop()
 	select {
 	case s.q <- ev:
 		return nil
@@ -79,12 +75,8 @@ func (s *streamSender) finish(ctx context.Context, runErr error) error {
 	if runErr != nil {
 		return runErr
 	}
-	var expired <-chan time.Time
-	if s.timeout > 0 {
-		t := time.NewTimer(s.timeout)
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := s.writeTimer()
+	defer stop()
 	select {
 	case <-s.done:
 		return s.err
@@ -94,4 +86,14 @@ func (s *streamSender) finish(ctx context.Context, runErr error) error {
 		return status.Error(codes.DeadlineExceeded,
 			fmt.Sprintf("the client did not read the end of its stream within %v (--client-write-timeout)", s.timeout))
 	}
+}
+
+// writeTimer starts the write timeout: expired fires when it has passed
+// (never when there is none), and stop releases the timer.
+func (s *streamSender) writeTimer() (expired <-chan time.Time, stop func() bool) {
+	if s.timeout <= 0 {
+		return nil, func() bool { return false }
+	}
+	t := time.NewTimer(s.timeout)
+	return t.C, t.Stop
 }

@@ -64,26 +64,23 @@ const LocalPrefill = "local"
 
 // ReleasePrefill stops counting the request on its prefill worker (its part
 // ends with the KV transfer). It is safe to call more than once.
-func (p *Pair) ReleasePrefill() {
-	p.mu.Lock()
-	held := p.holdsP
-	p.holdsP = false
-	p.mu.Unlock()
-	if held {
-		p.Prefill.release()
-	}
-}
+func (p *Pair) ReleasePrefill() { p.let(&p.holdsP, p.Prefill) }
 
 // Release stops counting the request on both workers; safe to call more
 // than once.
 func (p *Pair) Release() {
 	p.ReleasePrefill()
+	p.let(&p.holdsD, p.Decode)
+}
+
+// let releases w if the pair still holds it (*holds, under mu), once.
+func (p *Pair) let(holds *bool, w *Worker) {
 	p.mu.Lock()
-	held := p.holdsD
-	p.holdsD = false
+	held := *holds
+	*holds = false
 	p.mu.Unlock()
 	if held {
-		p.Decode.release()
+		w.release()
 	}
 }
 
