@@ -1,18 +1,17 @@
 package canary
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/router-svc/internal/logtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -87,37 +86,11 @@ func (s *script) probe(ctx context.Context, p Pair) error {
 	return fmt.Errorf("unknown mode %q", mode)
 }
 
-// logBuf collects a logger's JSON lines.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// logBuf is a tracker's log; count is logtest's Count under the name the
+// canary's tests call.
+type logBuf struct{ logtest.Buffer }
 
-func (l *logBuf) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-// count is the number of lines whose message is msg.
-func (l *logBuf) count(msg string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var rec struct{ Msg string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+func (l *logBuf) count(msg string) int { return l.Count(msg) }
 
 // run starts tr.Run over a fixed or changing list of pairs and stops it at
 // the end of the test.
@@ -173,7 +146,7 @@ func newTracker(t *testing.T, o Options) (*Tracker, *logBuf, *prometheus.Registr
 	t.Helper()
 	logs := &logBuf{}
 	reg := prometheus.NewRegistry()
-	o.Logger, o.Registry = slog.New(slog.NewJSONHandler(logs, nil)), reg
+	o.Logger, o.Registry = logs.Logger(), reg
 	tr, err := New(o)
 	if err != nil {
 		t.Fatal(err)

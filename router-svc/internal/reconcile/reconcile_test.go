@@ -1,11 +1,9 @@
 package reconcile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/logtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -107,39 +106,14 @@ func (r *router) list() []Entry {
 	return append([]Entry(nil), r.entries...)
 }
 
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuf) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-// lines returns the logged records whose message is msg.
-func (l *logBuf) lines(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(l.buf.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 const grace = 60 * time.Millisecond
 
-func newReconciler(t *testing.T, rt *router, workers ...Worker) (*Reconciler, *logBuf) {
+func newReconciler(t *testing.T, rt *router, workers ...Worker) (*Reconciler, *logtest.Buffer) {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &logtest.Buffer{}
 	r, err := New(Options{Router: rt.list, Workers: func() []Worker { return workers }, Grace: grace,
 		Interval: 10 * time.Millisecond, Timeout: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)), Registry: prometheus.NewRegistry()})
+		Logger: logs.Logger(), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +164,7 @@ func TestOrphanOnWorker(t *testing.T) {
 	if got := testutil.ToFloat64(r.current.WithLabelValues(RoleDecode)); got != 1 {
 		t.Fatalf("baton_router_orphans{role=decode} = %v, want 1", got)
 	}
-	found := logs.lines("reconcile: orphan request")
+	found := logs.Records("reconcile: orphan request")
 	if len(found) != 1 || found[0]["request_id"] != "lost-1" || found[0]["trace_id"] != "trace-lost-1" || found[0]["worker"] != d.Addr {
 		t.Fatalf("orphan logs: %v", found)
 	}
@@ -202,7 +176,7 @@ func TestOrphanOnWorker(t *testing.T) {
 	if f := r.Reconcile(ctx); len(f.Orphans) != 0 || f.Suspects != 0 {
 		t.Fatalf("after the orphan went: %+v", f)
 	}
-	if gone := logs.lines("reconcile: orphan request gone"); len(gone) != 1 || gone[0]["request_id"] != "lost-1" {
+	if gone := logs.Records("reconcile: orphan request gone"); len(gone) != 1 || gone[0]["request_id"] != "lost-1" {
 		t.Fatalf("gone logs: %v", gone)
 	}
 	if got := testutil.ToFloat64(r.current.WithLabelValues(RoleDecode)); got != 0 {
@@ -233,7 +207,7 @@ func TestShortDisagreementsAreNotOrphans(t *testing.T) {
 			t.Errorf("role %s: %v orphans counted", role, got)
 		}
 	}
-	if n := len(logs.lines("reconcile: orphan request")); n != 0 {
+	if n := len(logs.Records("reconcile: orphan request")); n != 0 {
 		t.Errorf("%d orphans logged", n)
 	}
 }
@@ -326,9 +300,9 @@ func TestUnreachableWorkers(t *testing.T) {
 func TestRunStops(t *testing.T) {
 	hw, hung := serve(t, batonv1.WorkerRole_WORKER_ROLE_DECODE)
 	rt := &router{}
-	logs := &logBuf{}
+	logs := &logtest.Buffer{}
 	r, err := New(Options{Router: rt.list, Workers: func() []Worker { return []Worker{hung} },
-		Interval: 5 * time.Millisecond, Timeout: time.Minute, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		Interval: 5 * time.Millisecond, Timeout: time.Minute, Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
