@@ -10,6 +10,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
 )
 
 // The two sides a transfer follows while the sender runs: the scheduler's
@@ -19,26 +20,23 @@ import (
 // pages as they complete, then PrefillDone once the first token is drawn
 // and the block table known (closing promptDone), or Error when the
 // request fails first.
-func follow(st *sched.Stream, promptTokens int, src *pageSource, snd *kvtransfer.Sender, start time.Time, promptDone chan<- struct{}, pt *prefillTrace) {
+func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd *kvtransfer.Sender, start time.Time, promptDone chan<- struct{}, pt *prefillTrace) {
 	var first *batonv1.TokenLogprob
 	done := false
 	for ev := range st.Events() {
 		pt.note(ev)
 		switch ev.Kind {
 		case sched.EventPagesReady:
-			src.setPages(ev.Pages)
+			src.SetPages(ev.Pages)
 			snd.PagesReady(ev.Ready)
 		case sched.EventToken:
-			first = &batonv1.TokenLogprob{TokenId: uint32(ev.Token.ID), Logprob: ev.Token.Logprob}
-			for _, alt := range ev.Token.Top {
-				first.TopLogprobs = append(first.TopLogprobs, &batonv1.TopLogprob{TokenId: uint32(alt.ID), Logprob: alt.Logprob})
-			}
+			first = apiconv.WireLogprob(ev.Token)
 		case sched.EventDone:
 			if ev.Finish != sched.FinishHandedOver && !done {
 				snd.Fail(int32(svckit.Code(ev.Err)), fmt.Sprintf("prefill failed: %v", ev.Err))
 			}
 		}
-		if !done && first != nil && src.ready() {
+		if !done && first != nil && src.Ready() {
 			done = true
 			close(promptDone)
 			snd.Finish(&batonv1.PrefillDone{

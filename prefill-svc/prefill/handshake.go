@@ -15,7 +15,7 @@ import (
 // awaitHandshake waits, up to prefill's --handshake-timeout, for the
 // stream's first message, which must be the handshake.
 func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.TransferKVRequest) (*batonv1.Handshake, error) {
-	t := time.NewTimer(s.handshakeTimeout)
+	t := time.NewTimer(s.HandshakeTimeout)
 	defer t.Stop()
 	select {
 	case m, ok := <-msgs:
@@ -28,7 +28,7 @@ func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.Trans
 		}
 		return hs, nil
 	case <-t.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "no handshake within %v", s.handshakeTimeout)
+		return nil, status.Errorf(codes.DeadlineExceeded, "no handshake within %v", s.HandshakeTimeout)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
@@ -38,7 +38,7 @@ func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.Trans
 // scheduler request. Mismatched model or layout is FAILED_PRECONDITION naming
 // the difference.
 func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
-	h := s.host
+	h := s.Host
 	if fp := hs.GetModelFingerprint(); fp != h.Fingerprint {
 		return sched.Request{}, status.Errorf(codes.FailedPrecondition,
 			"model_fingerprint: this prefill worker serves %s (%s), decode sent %q", h.ModelInfo.GetId(), h.Fingerprint, fp)

@@ -9,84 +9,53 @@
 package prefill
 
 import (
-	"context"
 	"errors"
 	"flag"
-	"log/slog"
-	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
-	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/enginehost"
-	"github.com/baton-serving/baton/svckit/workerapi"
 	"google.golang.org/grpc"
 )
 
 // Service is the prefill worker.
 type Service struct {
 	batonv1.UnimplementedPrefillServiceServer
-	svckit.ModelBase
-	engine           enginehost.Flags
-	handshakeTimeout time.Duration
-	idleTimeout      time.Duration
-
-	codec  *kvtransfer.Codec
-	host   *enginehost.Host
-	logger *slog.Logger
-	srv    *svckit.Server
+	enginehost.Worker
 }
 
 // New returns an unconfigured prefill worker; svckit.Main configures and runs it.
-func New() *Service { return &Service{codec: kvtransfer.NewCodec()} }
+func New() *Service {
+	return &Service{Worker: enginehost.NewWorker(batonv1.WorkerRole_WORKER_ROLE_PREFILL)}
+}
 
 // GRPCServerOptions installs the KV codec: chunks are sent without copying
 // their pages into protobuf messages; other messages use the default codec.
 func (s *Service) GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{s.codec.ServerOption()}
+	return []grpc.ServerOption{s.Codec.ServerOption()}
 }
 
 // AddFlags registers the worker's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
-	s.ModelBase.AddFlags(fs)
-	s.engine.AddFlags(fs)
-	fs.DurationVar(&s.handshakeTimeout, "handshake-timeout", 5*time.Second, "how long a new TransferKV stream may take to send its handshake")
-	fs.DurationVar(&s.idleTimeout, "transfer-idle-timeout", 10*time.Second, "abort a transfer when decode grants no credit for this long while chunks are waiting")
+	s.Worker.AddFlags(fs, enginehost.TransferHelp{
+		Handshake: "how long prefill waits for a new TransferKV stream's first message, the handshake " +
+			"(decode's own --handshake-timeout bounds its wait for prefill to accept)",
+		Idle: "how long prefill waits for decode to grant a credit while KV chunks are waiting; then prefill ends the transfer " +
+			"and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
+	})
 }
 
 // Validate checks the flags.
 func (s *Service) Validate() error {
-	if s.handshakeTimeout <= 0 || s.idleTimeout <= 0 {
+	if s.HandshakeTimeout <= 0 || s.IdleTimeout <= 0 {
 		return errors.New("--handshake-timeout and --transfer-idle-timeout must be positive")
 	}
-	return s.engine.Validate()
-}
-
-// Open loads the model and starts the scheduler.
-func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
-	if err := s.ModelBase.Open(ctx, d); err != nil {
-		return err
-	}
-	s.logger = d.Logger
-	var err error
-	s.host, err = enginehost.Open(s.Model.Path, s.engine, batonv1.WorkerRole_WORKER_ROLE_PREFILL, d.Logger, d.Registry)
-	return err
+	return s.Engine.Validate()
 }
 
 // Register installs PrefillService and WorkerService.
 func (s *Service) Register(srv *svckit.Server) error {
-	s.srv = srv
-	s.host.Attach(srv)
+	s.Worker.Register(srv)
 	batonv1.RegisterPrefillServiceServer(srv.GRPC, s)
-	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(s.host))
-	srv.OnDrain(s.host.Drain)
-	return nil
-}
-
-// Close stops the scheduler and unloads the model.
-func (s *Service) Close() error {
-	if s.host != nil {
-		return s.host.Close()
-	}
 	return nil
 }

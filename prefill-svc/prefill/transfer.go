@@ -61,36 +61,36 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 		ctx, c = context.WithDeadline(ctx, dl.AsTime())
 		defer c()
 	}
-	log := s.logger.With("request_id", req.ID)
+	log := s.Logger.With("request_id", req.ID)
 	if _, canary := canarylabel.Label(ctx, req.ID); canary {
 		log = log.With("canary", true)
 	}
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(req.ID), tracing.AttrPromptTokens.Int(len(req.Prompt)))
-	defer s.host.TraceRequest(ctx, req.ID)()
+	defer s.Host.TraceRequest(ctx, req.ID)()
 
 	// Cancelled only once the sender has stopped reading the request's
 	// pages, so that pages are never freed under a send.
 	schedCtx, schedCancel := enginehost.Detach(ctx)
 	defer schedCancel(nil)
 	submitted := time.Now()
-	st, err := s.host.Sched.Submit(schedCtx, req)
+	st, err := s.Host.Sched.Submit(schedCtx, req)
 	if err != nil {
 		return submitErr(err)
 	}
 	start := time.Now()
-	pt := &prefillTrace{ctx: ctx, steps: s.host.Steps(), submitted: submitted,
-		pageTokens: s.host.Layout.PageTokens, promptTokens: len(req.Prompt)}
+	pt := &prefillTrace{ctx: ctx, steps: s.Host.Steps(), submitted: submitted,
+		pageTokens: s.Host.Layout.PageTokens, promptTokens: len(req.Prompt)}
 	if err := stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Accepted{Accepted: &batonv1.Accepted{}}}); err != nil {
 		return err
 	}
-	src := &pageSource{pool: s.host.Pool}
+	src := kvtransfer.NewPoolSource(s.Host.Pool)
 	snd := kvtransfer.NewSender(kvtransfer.SenderConfig{
-		Layout: s.host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
-		CreditTimeout: s.idleTimeout, Codec: s.codec,
+		Layout: s.Host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
+		CreditTimeout: s.IdleTimeout, Codec: s.Codec,
 		// Decode's idle deadline must not fire while this request waits
 		// in the queue or its prompt computes: heartbeats as often as
 		// decode asks, else every quarter of our own idle deadline.
-		Heartbeat: heartbeat(hs, s.idleTimeout),
+		Heartbeat: heartbeat(hs, s.IdleTimeout),
 	}, src, stream)
 
 	// Neither goroutine is waited for: followDecode ends when msgs closes
@@ -129,10 +129,10 @@ func release(st *sched.Stream, promptDone <-chan struct{}, schedCancel context.C
 // status: a transfer decode aborted (and was told so) is no error here.
 func (s *Service) result(ctx context.Context, log *slog.Logger, id string, snd *kvtransfer.Sender, runErr error, start time.Time) error {
 	chunks, bytes := snd.Stats()
-	s.host.Metrics.KVTransferBytes.Add(float64(bytes))
+	s.Host.Metrics.KVTransferBytes.Add(float64(bytes))
 	switch {
 	case runErr == nil:
-		s.host.Metrics.TransferDone(id, time.Since(start))
+		s.Host.Metrics.TransferDone(id, time.Since(start))
 		log.DebugContext(ctx, "transfer done", "chunks", chunks, "bytes", bytes, "took", time.Since(start).String())
 		return nil
 	case errors.Is(runErr, kvtransfer.ErrAborted):
@@ -158,13 +158,7 @@ func heartbeat(hs *batonv1.Handshake, idle time.Duration) time.Duration {
 	return idle / 4
 }
 
-// submitErr maps the scheduler's refusals to status codes.
-func submitErr(err error) error {
-	switch {
-	case errors.Is(err, sched.ErrDuplicateID):
-		return status.Errorf(codes.AlreadyExists, "%v", err)
-	case errors.Is(err, sched.ErrQueueFull), errors.Is(err, sched.ErrClosed):
-		return status.Errorf(codes.ResourceExhausted, "%v", err)
-	}
-	return svckit.Status(err)
-}
+// submitErr maps the scheduler's refusals to status codes; a stopping
+// scheduler is RESOURCE_EXHAUSTED here (see enginehost.SubmitStatus for why
+// decode differs).
+func submitErr(err error) error { return enginehost.SubmitStatus(err, codes.ResourceExhausted) }

@@ -55,8 +55,8 @@ func handshake(s *Service, id string, n, credits int) *batonv1.TransferKVRequest
 	temp := float32(0)
 	return &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
 		RequestId: id, PromptTokenIds: ids, Sampling: &batonv1.SamplingParams{Temperature: &temp},
-		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
-		PagesReserved: uint32(s.host.Layout.PagesFor(n)), InitialCredits: uint32(credits), HeartbeatMs: 50,
+		ModelFingerprint: s.Host.Fingerprint, KvLayout: s.Host.Layout.Proto(),
+		PagesReserved: uint32(s.Host.Layout.PagesFor(n)), InitialCredits: uint32(credits), HeartbeatMs: 50,
 	}}}
 }
 

@@ -8,6 +8,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/svckit/enginehost"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -22,7 +23,7 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	if err := apiconv.ValidRequestID(r.GetRequestId()); err != nil {
 		return sched.Request{}, bad(err)
 	}
-	cfg := s.host.Config
+	cfg := s.Host.Config
 	prompt, err := apiconv.TokenIDs("request.prompt_token_ids", r.GetPromptTokenIds(), cfg.Vocab)
 	if err != nil {
 		return sched.Request{}, bad(err)
@@ -54,15 +55,7 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil
 }
 
-// submitErr maps the scheduler's refusals to status codes.
-func submitErr(err error) error {
-	switch {
-	case errors.Is(err, sched.ErrDuplicateID):
-		return status.Errorf(codes.AlreadyExists, "%v", err)
-	case errors.Is(err, sched.ErrQueueFull):
-		return status.Errorf(codes.ResourceExhausted, "%v", err)
-	case errors.Is(err, sched.ErrClosed):
-		return status.Errorf(codes.Unavailable, "%v", err)
-	}
-	return svckit.Status(err)
-}
+// submitErr maps the scheduler's refusals to status codes; a stopping
+// scheduler is UNAVAILABLE here (see enginehost.SubmitStatus for why prefill
+// differs).
+func submitErr(err error) error { return enginehost.SubmitStatus(err, codes.Unavailable) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit/apiconv"
@@ -31,19 +30,19 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	if err != nil {
 		return err
 	}
-	log := s.logger.With("request_id", req.ID, "prefill", in.GetPrefillEndpoint())
+	log := s.Logger.With("request_id", req.ID, "prefill", in.GetPrefillEndpoint())
 	ctx, canary := canarylabel.Label(ctx, req.ID)
 	if canary {
 		log = log.With("canary", true)
 	}
 	start := time.Now()
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(req.ID))
-	defer s.host.TraceRequest(ctx, req.ID)()
+	defer s.Host.TraceRequest(ctx, req.ID)()
 
 	// Cancelled only once no transfer writes the request's pages.
 	schedCtx, schedCancel := enginehost.Detach(ctx)
 	defer schedCancel(nil)
-	st, err := s.host.Sched.Submit(schedCtx, req)
+	st, err := s.Host.Sched.Submit(schedCtx, req)
 	if err != nil {
 		return submitErr(err)
 	}
@@ -55,8 +54,8 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	}
 	// Until the first token, one more deadline covers the prealloc wait,
 	// the transfer and the prompt's computation.
-	errNoFirst := fmt.Errorf("no first token within --first-token-timeout %v", s.firstTokenTimout)
-	ftCtx, ftCancel := context.WithTimeoutCause(ctx, s.firstTokenTimout, errNoFirst)
+	errNoFirst := fmt.Errorf("no first token within --first-token-timeout %v", s.firstTokenTimeout)
+	ftCtx, ftCancel := context.WithTimeoutCause(ctx, s.firstTokenTimeout, errNoFirst)
 	defer ftCancel()
 	if req.Mode == sched.ModeDecodeImported {
 		if err := s.pull(ftCtx, log, in, st, timing, start); err != nil {
@@ -104,7 +103,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			}
 			out := &batonv1.GenerateEvent{RequestId: req.ID, TokenIds: []uint32{uint32(ev.Token.ID)}, Text: ev.Text}
 			if req.Params.Logprobs {
-				out.Logprobs = []*batonv1.TokenLogprob{wireLogprob(ev.Token)}
+				out.Logprobs = []*batonv1.TokenLogprob{apiconv.WireLogprob(ev.Token)}
 			}
 			if err := stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: out}); err != nil {
 				schedCancel(err)
@@ -142,12 +141,4 @@ func modeName(m sched.Mode) string {
 		return "colocated"
 	}
 	return "pd"
-}
-
-func wireLogprob(t sample.Token) *batonv1.TokenLogprob {
-	lp := &batonv1.TokenLogprob{TokenId: uint32(t.ID), Logprob: t.Logprob}
-	for _, alt := range t.Top {
-		lp.TopLogprobs = append(lp.TopLogprobs, &batonv1.TopLogprob{TokenId: uint32(alt.ID), Logprob: alt.Logprob})
-	}
-	return lp
 }

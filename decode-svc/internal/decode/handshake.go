@@ -67,15 +67,15 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		return nil, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
 	}
 	t := &transfer{endpoint: endpoint, log: log,
-		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.handshakeTimeout)}
+		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.HandshakeTimeout)}
 	t.ctx, t.cancel = enginehost.Detach(ctx)
-	t.hsTimer = time.AfterFunc(s.handshakeTimeout, func() { t.cancel(t.errNoAccept) })
+	t.hsTimer = time.AfterFunc(s.HandshakeTimeout, func() { t.cancel(t.errNoAccept) })
 	if dl, ok := ctx.Deadline(); ok {
 		var c context.CancelFunc
 		t.ctx, c = context.WithDeadline(t.ctx, dl.Add(s.abortTimeout))
 		t.stops = append(t.stops, c)
 	}
-	t.stream, err = batonv1.NewPrefillServiceClient(conn).TransferKV(t.ctx, s.codec.CallOption())
+	t.stream, err = batonv1.NewPrefillServiceClient(conn).TransferKV(t.ctx, s.Codec.CallOption())
 	if err != nil {
 		if err := t.notAccepted(); err != nil {
 			return t, err
@@ -83,14 +83,14 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		return t, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
 	}
 	r := in.GetRequest()
-	t.rcv = kvtransfer.NewReceiver(s.host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &pageSink{pool: s.host.Pool, pages: pages})
+	t.rcv = kvtransfer.NewReceiver(s.Host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &kvtransfer.PoolSink{Pool: s.Host.Pool, Pages: pages})
 	hs := &batonv1.Handshake{
 		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
-		ModelFingerprint: s.host.Fingerprint, KvLayout: s.host.Layout.Proto(),
+		ModelFingerprint: s.Host.Fingerprint, KvLayout: s.Host.Layout.Proto(),
 		PagesReserved: uint32(len(pages)), InitialCredits: uint32(t.rcv.Window()),
 		// Four heartbeats per idle deadline: a busy prefill never looks
 		// silent, a lost one still does.
-		HeartbeatMs: uint32(max(1, (s.idleTimeout / 4).Milliseconds())),
+		HeartbeatMs: uint32(max(1, (s.IdleTimeout / 4).Milliseconds())),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		hs.Deadline = timestamppb.New(dl)

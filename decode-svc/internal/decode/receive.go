@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit/apiconv"
@@ -43,7 +42,7 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 		}
 	}()
 	transferStart := time.Now()
-	idle := time.NewTimer(s.handshakeTimeout)
+	idle := time.NewTimer(s.HandshakeTimeout)
 	defer idle.Stop()
 	waitingFor := "accept the transfer"
 	for {
@@ -53,7 +52,7 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 			return status.FromContextError(ctx.Err()).Err()
 		case <-idle.C:
 			s.abort(t, "transfer idle")
-			return status.Errorf(codes.DeadlineExceeded, "prefill %s did not %s within %v", t.endpoint, waitingFor, s.idleTimeout)
+			return status.Errorf(codes.DeadlineExceeded, "prefill %s did not %s within %v", t.endpoint, waitingFor, s.IdleTimeout)
 		case rm, ok := <-t.msgs:
 			if !ok {
 				if err := t.notAccepted(); err != nil {
@@ -72,7 +71,7 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 				return status.Errorf(st.Code(), "prefill %s: %s", t.endpoint, st.Message())
 			}
 			t.hsTimer.Stop()
-			idle.Reset(s.idleTimeout)
+			idle.Reset(s.IdleTimeout)
 			waitingFor = "send the next KV chunk"
 			switch m := rm.m.Msg.(type) {
 			case *batonv1.TransferKVResponse_Accepted:
@@ -82,7 +81,7 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 				// restarts (above); the first-token deadline still runs.
 			case *batonv1.TransferKVResponse_KvChunk:
 				grant, err := t.rcv.Chunk(m.KvChunk)
-				s.codec.Release(m.KvChunk) // the bytes are in the pages now
+				s.Codec.Release(m.KvChunk) // the bytes are in the pages now
 				if err != nil {
 					s.abort(t, "bad chunk")
 					return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
@@ -111,14 +110,12 @@ func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.Prefi
 		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
 	}
 	_ = t.stream.CloseSend()
-	s.host.Metrics.KVTransferBytes.Add(float64(t.rcv.Bytes()))
-	s.host.Metrics.TransferDone(st.ID(), time.Since(transferStart))
+	s.Host.Metrics.KVTransferBytes.Add(float64(t.rcv.Bytes()))
+	s.Host.Metrics.TransferDone(st.ID(), time.Since(transferStart))
 	timing.PrefillSeconds, timing.KvTransferSeconds = done.GetPrefillSeconds(), time.Since(transferStart).Seconds()
-	first := sample.Token{ID: int32(done.GetFirstTokenId()), Logprob: done.GetFirstTokenLogprob().GetLogprob()}
-	for _, alt := range done.GetFirstTokenLogprob().GetTopLogprobs() {
-		first.Top = append(first.Top, sample.TokenLogprob{ID: int32(alt.GetTokenId()), Logprob: alt.GetLogprob()})
-	}
-	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.host.Config.Vocab); err != nil {
+	first := apiconv.TokenLogprob(done.GetFirstTokenLogprob())
+	first.ID = int32(done.GetFirstTokenId())
+	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.Host.Config.Vocab); err != nil {
 		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
 	}
 	t.log.DebugContext(ctx, "kv received", "chunks", t.rcv.Chunks(), "bytes", t.rcv.Bytes(), "took", time.Since(transferStart).String())
