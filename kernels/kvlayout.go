@@ -49,13 +49,17 @@ func (l KVLayout) Validate() error {
 	return nil
 }
 
+// ElemSize is the byte size of one stored element: 4 for F32, 2 for F16,
+// 0 for a type a KV cache cannot hold.
+func (l KVLayout) ElemSize() int { return KVElemSize(l.DType) }
+
 // RowElems is the number of elements of one position's keys (or values)
 // in one layer: every KV head side by side.
 func (l KVLayout) RowElems() int { return l.KVHeads * l.HeadDim }
 
 // RowBytes is the byte size of one position's keys (or values) in one
 // layer.
-func (l KVLayout) RowBytes() int { return l.RowElems() * KVElemSize(l.DType) }
+func (l KVLayout) RowBytes() int { return l.RowElems() * l.ElemSize() }
 
 // BlockBytes is the byte size of one page's keys (or values) in one layer.
 func (l KVLayout) BlockBytes() int { return l.PageSize * l.RowBytes() }
@@ -66,6 +70,22 @@ func (l KVLayout) PageBytes() int { return 2 * l.Layers * l.BlockBytes() }
 // LayerOffset is the offset of layer's keys in a page; its values follow
 // BlockBytes() later.
 func (l KVLayout) LayerOffset(layer int) int { return 2 * layer * l.BlockBytes() }
+
+// PagesFor returns the number of pages that hold positions 0 … tokens-1.
+func (l KVLayout) PagesFor(tokens int) int {
+	if tokens <= 0 || l.PageSize <= 0 {
+		return 0
+	}
+	return (tokens + l.PageSize - 1) / l.PageSize
+}
+
+// String describes the layout completely, e.g. "F16 pages of 16 positions ×
+// 12 layers × K,V × [12 kv heads × 64] (page 294912 bytes)": both ends of
+// a KV transfer must agree on it.
+func (l KVLayout) String() string {
+	return fmt.Sprintf("%s pages of %d positions × %d layers × K,V × [%d kv heads × %d] (page %d bytes)",
+		l.DType, l.PageSize, l.Layers, l.KVHeads, l.HeadDim, l.PageBytes())
+}
 
 // CheckKVPages checks that a cache of pages pages of layout l can be
 // addressed: l is valid and pages·PageBytes() fits in an int64 and in

@@ -5,20 +5,21 @@
 //
 // # Byte layout
 //
-// A page is one contiguous byte range of Layout.PageBytes() bytes. Inside it,
-// layer by layer, come the keys and then the values of that layer:
+// A pool's pages have the shape of a [kernels.KVLayout]. A page is one
+// contiguous byte range of PageBytes() bytes. Inside it, layer by layer,
+// come the keys and then the values of that layer:
 //
 //	page = K(layer 0) V(layer 0) K(layer 1) V(layer 1) … K(L-1) V(L-1)
 //
-// and each K or V block (Layout.BlockBytes() bytes) is
+// and each K or V block (BlockBytes() bytes) is
 //
 //	[token 0…PageSize-1][kv_head 0…KVHeads-1][head_dim 0…HeadDim-1]
 //
-// elements of Layout.DType (F32 or F16), little-endian, with keys already
+// elements of DType (F32 or F16), little-endian, with keys already
 // rotated by RoPE. A slot that no position has been written to holds
 // undefined bytes. PageBytes returns one layer's K and V blocks of a page,
 // the unit in which the KV transfer streams pages between processes; both
-// ends must agree on the Layout, which Layout.String spells out.
+// ends must agree on the layout, which KVLayout.String spells out.
 //
 // # Ownership
 //
@@ -41,32 +42,24 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/kernels"
-	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // DefaultPageSize is the number of positions per page unless configured.
 const DefaultPageSize = 16
 
-// maxPageSize bounds Layout.PageSize; pages of thousands of positions would
-// defeat the point of paging.
+// maxPageSize bounds a pool's PageSize; pages of thousands of positions
+// would defeat the point of paging.
 const maxPageSize = 1 << 12
 
 // PageID names a page of a Pool: 0 … Stats().Total-1.
 type PageID int32
 
-// Layout is the shape of a pool's pages.
-type Layout struct {
-	Layers   int
-	KVHeads  int
-	HeadDim  int
-	PageSize int        // positions per page
-	DType    quant.Type // quant.F32 or quant.F16
-}
-
-// Validate checks that every dimension is positive, that a page has at most
-// 4096 positions and that DType is F32 or F16; the error wraps
-// engine.ErrInvalidInput.
-func (l Layout) Validate() error {
+// ValidateLayout checks that l can shape a pool: every dimension is
+// positive, a page has at most 4096 positions and DType is F32 or F16; the
+// error wraps engine.ErrInvalidInput. It is stricter than
+// kernels.KVLayout.Validate, which bounds what a backend can address,
+// not what the engine pages sensibly.
+func ValidateLayout(l kernels.KVLayout) error {
 	const maxDim = 1 << 16
 	switch {
 	case l.Layers <= 0 || l.Layers > maxDim, l.KVHeads <= 0 || l.KVHeads > maxDim, l.HeadDim <= 0 || l.HeadDim > maxDim:
@@ -74,50 +67,13 @@ func (l Layout) Validate() error {
 			l.Layers, l.KVHeads, l.HeadDim, maxDim, engine.ErrInvalidInput)
 	case l.PageSize <= 0 || l.PageSize > maxPageSize:
 		return fmt.Errorf("kvcache: page size %d, want [1, %d]: %w", l.PageSize, maxPageSize, engine.ErrInvalidInput)
-	case kernels.KVElemSize(l.DType) == 0:
+	case l.ElemSize() == 0:
 		return fmt.Errorf("kvcache: element type %s, want F32 or F16: %w", l.DType, engine.ErrInvalidInput)
 	}
 	if uint64(l.PageSize)*uint64(l.Layers)*uint64(l.KVHeads)*uint64(l.HeadDim)*8 > math.MaxInt32 {
 		return fmt.Errorf("kvcache: a page of %s would exceed 2 GiB: %w", l, engine.ErrInvalidInput)
 	}
 	return nil
-}
-
-// ElemSize is the byte size of one stored element: 4 for F32, 2 for F16.
-func (l Layout) ElemSize() int { return kernels.KVElemSize(l.DType) }
-
-// RowElems is the number of elements of one position's keys (or values) in
-// one layer: every KV head side by side.
-func (l Layout) RowElems() int { return l.KVHeads * l.HeadDim }
-
-// RowBytes is the byte size of one position's keys (or values) in one layer.
-func (l Layout) RowBytes() int { return l.RowElems() * l.ElemSize() }
-
-// BlockBytes is the byte size of one page's keys (or values) in one layer.
-func (l Layout) BlockBytes() int { return l.PageSize * l.RowBytes() }
-
-// PageBytes is the byte size of a whole page: keys and values of every layer.
-func (l Layout) PageBytes() int { return 2 * l.Layers * l.BlockBytes() }
-
-// Kernels returns the layout as package kernels spells it (the same
-// fields and bytes).
-func (l Layout) Kernels() kernels.KVLayout {
-	return kernels.KVLayout{Layers: l.Layers, KVHeads: l.KVHeads, HeadDim: l.HeadDim, PageSize: l.PageSize, DType: l.DType}
-}
-
-// PagesFor returns the number of pages that hold positions 0 … tokens-1.
-func (l Layout) PagesFor(tokens int) int {
-	if tokens <= 0 || l.PageSize <= 0 {
-		return 0
-	}
-	return (tokens + l.PageSize - 1) / l.PageSize
-}
-
-// String describes the layout completely, e.g. "F16 pages of 16 positions ×
-// 12 layers × K,V × [12 kv heads × 64] (page 294912 bytes)".
-func (l Layout) String() string {
-	return fmt.Sprintf("%s pages of %d positions × %d layers × K,V × [%d kv heads × %d] (page %d bytes)",
-		l.DType, l.PageSize, l.Layers, l.KVHeads, l.HeadDim, l.PageBytes())
 }
 
 // Stats counts a pool's pages.
@@ -127,9 +83,9 @@ type Stats struct {
 	Shared int
 }
 
-// Pool is a fixed set of pages of one Layout.
+// Pool is a fixed set of pages of one kernels.KVLayout.
 type Pool struct {
-	layout    Layout
+	layout    kernels.KVLayout
 	pageBytes int
 	data      []byte
 	view      kernels.HostView // the pages as the last backend to compute on them sees them
@@ -141,8 +97,8 @@ type Pool struct {
 }
 
 // New allocates a pool of pages pages of layout l.
-func New(l Layout, pages int) (*Pool, error) {
-	if err := l.Validate(); err != nil {
+func New(l kernels.KVLayout, pages int) (*Pool, error) {
+	if err := ValidateLayout(l); err != nil {
 		return nil, err
 	}
 	if pages <= 0 || pages > math.MaxInt32 || pages > math.MaxInt/l.PageBytes() {
@@ -164,7 +120,7 @@ func New(l Layout, pages int) (*Pool, error) {
 }
 
 // PagesForBudget returns how many pages of layout l fit in budget bytes.
-func PagesForBudget(l Layout, budget int64) int {
+func PagesForBudget(l kernels.KVLayout, budget int64) int {
 	pb := int64(l.PageBytes())
 	if pb <= 0 || budget <= 0 {
 		return 0
@@ -176,8 +132,8 @@ func PagesForBudget(l Layout, budget int64) int {
 // The pool must hold at least one sequence of maxSeqLen positions (the
 // model's context window); otherwise the error, wrapping
 // engine.ErrInvalidInput, says how many bytes that needs.
-func NewForBudget(l Layout, budget int64, maxSeqLen int) (*Pool, error) {
-	if err := l.Validate(); err != nil {
+func NewForBudget(l kernels.KVLayout, budget int64, maxSeqLen int) (*Pool, error) {
+	if err := ValidateLayout(l); err != nil {
 		return nil, err
 	}
 	pages := PagesForBudget(l, budget)
@@ -189,7 +145,7 @@ func NewForBudget(l Layout, budget int64, maxSeqLen int) (*Pool, error) {
 }
 
 // Layout returns the pool's page layout.
-func (p *Pool) Layout() Layout { return p.layout }
+func (p *Pool) Layout() kernels.KVLayout { return p.layout }
 
 // Stats returns the page counts.
 func (p *Pool) Stats() Stats {
@@ -303,7 +259,7 @@ func (p *Pool) Refs(id PageID) int {
 	return int(p.refs[id])
 }
 
-// Page returns the bytes of page id (Layout.PageBytes of them, laid out as
+// Page returns the bytes of page id (Layout().PageBytes of them, laid out as
 // the package documentation describes), or nil for an unknown page. The
 // slice aliases the pool.
 func (p *Pool) Page(id PageID) []byte {
@@ -315,7 +271,7 @@ func (p *Pool) Page(id PageID) []byte {
 }
 
 // PageBytes returns the keys and values of one layer of page id, each
-// Layout.BlockBytes bytes laid out [token][kv_head][head_dim], or nil, nil
+// Layout().BlockBytes bytes laid out [token][kv_head][head_dim], or nil, nil
 // for an unknown page or layer. The slices alias the pool: an exporter reads
 // them, an importer writes them.
 func (p *Pool) PageBytes(id PageID, layer int) (k, v []byte) {
@@ -346,7 +302,7 @@ func (p *Pool) Import(id PageID, layer int, k, v []byte) error {
 
 // WriteRow stores the keys and values of the position in slot slot of page
 // id in layer, converting them to the pool's element type. len(k) ==
-// len(v) == Layout.RowElems(), a valid page, layer and slot are the
+// len(v) == Layout().RowElems(), a valid page, layer and slot are the
 // caller's contract: this is the model's hot path, and the model checks the
 // block table once per step.
 func (p *Pool) WriteRow(id PageID, layer, slot int, k, v []float32) {
@@ -373,7 +329,7 @@ func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
 // last backend asked is kept, so asking again costs a comparison; it holds
 // no resources of the backend.
 func (p *Pool) On(b kernels.Backend) (kernels.KVCache, error) {
-	kv, err := p.view.On(b, p.layout.Kernels(), p.data)
+	kv, err := p.view.On(b, p.layout, p.data)
 	if errors.Is(err, kernels.ErrUnsupported) {
 		return nil, fmt.Errorf("kvcache: pages of %s: %w: %w", p.layout, err, engine.ErrUnsupported)
 	}

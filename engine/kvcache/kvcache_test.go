@@ -10,14 +10,15 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
-func layout(typ quant.Type) Layout {
-	return Layout{Layers: 3, KVHeads: 2, HeadDim: 4, PageSize: 4, DType: typ}
+func layout(typ quant.Type) kernels.KVLayout {
+	return kernels.KVLayout{Layers: 3, KVHeads: 2, HeadDim: 4, PageSize: 4, DType: typ}
 }
 
-func newPool(t *testing.T, l Layout, pages int) *Pool {
+func newPool(t *testing.T, l kernels.KVLayout, pages int) *Pool {
 	t.Helper()
 	p, err := New(l, pages)
 	if err != nil {
@@ -26,36 +27,8 @@ func newPool(t *testing.T, l Layout, pages int) *Pool {
 	return p
 }
 
-func TestLayoutSizes(t *testing.T) {
-	tests := []struct {
-		l                                  Layout
-		elem, row, block, page, pagesFor17 int
-	}{
-		{layout(quant.F32), 4, 32, 128, 768, 5},
-		{layout(quant.F16), 2, 16, 64, 384, 5},
-		{Layout{Layers: 12, KVHeads: 12, HeadDim: 64, PageSize: 16, DType: quant.F16}, 2, 1536, 24576, 589824, 2},
-	}
-	for _, tc := range tests {
-		l := tc.l
-		if err := l.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		got := []int{l.ElemSize(), l.RowBytes(), l.BlockBytes(), l.PageBytes(), l.PagesFor(17)}
-		want := []int{tc.elem, tc.row, tc.block, tc.page, tc.pagesFor17}
-		if !slices.Equal(got, want) {
-			t.Errorf("%v: elem,row,block,page,pagesFor(17) = %v, want %v", l, got, want)
-		}
-		if !strings.Contains(l.String(), l.DType.String()) {
-			t.Errorf("String %q does not name the type", l)
-		}
-	}
-	if n := layout(quant.F32).PagesFor(0); n != 0 {
-		t.Errorf("PagesFor(0) = %d", n)
-	}
-}
-
 func TestLayoutValidate(t *testing.T) {
-	bad := []Layout{
+	bad := []kernels.KVLayout{
 		{},
 		{Layers: 1, KVHeads: 1, HeadDim: 1, PageSize: 0, DType: quant.F32},
 		{Layers: 1, KVHeads: 1, HeadDim: 1, PageSize: 1 << 13, DType: quant.F32},
@@ -64,11 +37,11 @@ func TestLayoutValidate(t *testing.T) {
 		{Layers: 1 << 16, KVHeads: 1 << 16, HeadDim: 1, PageSize: 16, DType: quant.F32},
 	}
 	for _, l := range bad {
-		if err := l.Validate(); !errors.Is(err, engine.ErrInvalidInput) {
-			t.Errorf("Validate(%+v) = %v, want ErrInvalidInput", l, err)
+		if err := ValidateLayout(l); !errors.Is(err, engine.ErrInvalidInput) {
+			t.Errorf("ValidateLayout(%#v) = %v, want ErrInvalidInput", l, err)
 		}
 		if _, err := New(l, 4); err == nil {
-			t.Errorf("New(%+v) succeeded", l)
+			t.Errorf("New(%#v) succeeded", l)
 		}
 	}
 	if _, err := New(layout(quant.F32), 0); !errors.Is(err, engine.ErrInvalidInput) {

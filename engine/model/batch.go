@@ -5,6 +5,7 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -27,8 +28,8 @@ type Chunk struct {
 
 // KVLayout returns the layout of paged KV cache pages for this
 // configuration: pageSize positions of dtype (F32 or F16) per page.
-func (c Config) KVLayout(pageSize int, dtype quant.Type) kvcache.Layout {
-	return kvcache.Layout{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: pageSize, DType: dtype}
+func (c Config) KVLayout(pageSize int, dtype quant.Type) kernels.KVLayout {
+	return kernels.KVLayout{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: pageSize, DType: dtype}
 }
 
 // ForwardBatch implements Model.

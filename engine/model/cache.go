@@ -70,7 +70,7 @@ func NewContiguousCache(cfg Config, maxSeq int) (*ContiguousCache, error) {
 	if cfg.Layers <= 0 || kvDim <= 0 {
 		return nil, fmt.Errorf("model: cache for %d layers of width %d: %w", cfg.Layers, kvDim, engine.ErrInvalidInput)
 	}
-	l := kernels.KVLayout{Layers: cfg.Layers, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim, PageSize: contigPageSize, DType: quant.F32}
+	l := cfg.KVLayout(contigPageSize, quant.F32)
 	pages := (maxSeq + contigPageSize - 1) / contigPageSize
 	if err := kernels.CheckKVPages(l, pages); err != nil || int64(pages)*int64(l.PageBytes()) > math.MaxInt {
 		return nil, fmt.Errorf("model: cache of %d positions × %d layers × %d: too large: %w", maxSeq, cfg.Layers, kvDim, engine.ErrInvalidInput)

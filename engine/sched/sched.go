@@ -12,6 +12,7 @@ import (
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
+	"github.com/baton-serving/baton/kernels"
 )
 
 // Defaults of Config's tunables.
@@ -64,7 +65,7 @@ type Config struct {
 type Scheduler struct {
 	cfg    Config
 	mcfg   model.Config
-	layout kvcache.Layout
+	layout kernels.KVLayout
 	obs    Observer
 
 	// The inbox: what callers send to the owning goroutine.
