@@ -38,10 +38,8 @@ func (s *Service) GRPCServerOptions() []grpc.ServerOption {
 // AddFlags registers the worker's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.Worker.AddFlags(fs, enginehost.TransferHelp{
-		Handshake: "how long prefill waits for a new TransferKV stream's first message, the handshake " +
-			"(decode's own --handshake-timeout bounds its wait for prefill to accept)",
-		Idle: "how long prefill waits for decode to grant a credit while KV chunks are waiting; then prefill ends the transfer " +
-			"and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
+		Handshake: "how long prefill waits for a new TransferKV stream's first message, the handshake (decode's own --handshake-timeout bounds its wait for prefill to accept)",
+		Idle:      "how long prefill waits for decode to grant a credit while KV chunks are waiting; then prefill ends the transfer and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
 	})
 }
 

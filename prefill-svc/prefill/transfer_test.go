@@ -88,6 +88,20 @@ func recvEnd(stream batonv1.PrefillService_TransferKVClient) (*batonv1.TransferK
 
 func isChunk(m *batonv1.TransferKVResponse) bool { return m.GetKvChunk() != nil }
 
+// midTransfer starts a prefill worker with flags and a transfer of an
+// 80-token prompt with one credit, and returns once the first chunk came:
+// the other chunks wait for credit.
+func midTransfer(t *testing.T, id string, flags ...string) (*workertest.Worker, batonv1.PrefillService_TransferKVClient, context.CancelFunc) {
+	t.Helper()
+	s, w := startPrefill(t, flags...)
+	stream, cancel := transfer(t, w)
+	if err := stream.Send(handshake(s, id, 80, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, stream, "the first chunk", isChunk)
+	return w, stream, cancel
+}
+
 // TestNoHandshake: a stream that sends nothing is ended after prefill's
 // --handshake-timeout.
 func TestNoHandshake(t *testing.T) {
@@ -128,12 +142,7 @@ func TestBadHandshake(t *testing.T) {
 // TestAbortMidTransfer: decode aborts after the first chunk while the rest
 // wait for credit (window 1); prefill acknowledges and releases the pages.
 func TestAbortMidTransfer(t *testing.T) {
-	s, w := startPrefill(t)
-	stream, _ := transfer(t, w)
-	if err := stream.Send(handshake(s, "abort", 80, 1)); err != nil {
-		t.Fatal(err)
-	}
-	recvUntil(t, stream, "the first chunk", isChunk)
+	w, stream, _ := midTransfer(t, "abort")
 	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Abort{Abort: &batonv1.Abort{Reason: "test"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +157,7 @@ func TestAbortMidTransfer(t *testing.T) {
 // TestCreditStall: decode grants no credit after the first chunk; prefill
 // gives up after its --transfer-idle-timeout and releases the pages.
 func TestCreditStall(t *testing.T) {
-	s, w := startPrefill(t, "--transfer-idle-timeout", "300ms")
-	stream, _ := transfer(t, w)
-	if err := stream.Send(handshake(s, "stall", 80, 1)); err != nil {
-		t.Fatal(err)
-	}
-	recvUntil(t, stream, "the first chunk", isChunk)
+	w, stream, _ := midTransfer(t, "stall", "--transfer-idle-timeout", "300ms")
 	if _, err := recvEnd(stream); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("err = %v, want DEADLINE_EXCEEDED", err)
 	}
@@ -163,12 +167,7 @@ func TestCreditStall(t *testing.T) {
 // TestDecodeGoneMidTransfer: decode's stream goes away after the first
 // chunk, without an abort; prefill releases the pages.
 func TestDecodeGoneMidTransfer(t *testing.T) {
-	s, w := startPrefill(t)
-	stream, cancel := transfer(t, w)
-	if err := stream.Send(handshake(s, "gone", 80, 1)); err != nil {
-		t.Fatal(err)
-	}
-	recvUntil(t, stream, "the first chunk", isChunk)
+	w, _, cancel := midTransfer(t, "gone")
 	cancel()
 	w.WaitCounter(t, idleBound, 1, "baton_requests_finished_total", "finish", "cancelled")
 	w.WaitIdle(t, idleBound)

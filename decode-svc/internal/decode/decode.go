@@ -41,10 +41,8 @@ func New() *Service {
 // AddFlags registers the worker's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.Worker.AddFlags(fs, enginehost.TransferHelp{
-		Handshake: "how long decode waits for a prefill worker to accept a transfer, connecting included " +
-			"(prefill's own --handshake-timeout bounds its wait for decode's handshake)",
-		Idle: "how long decode waits for prefill's next message (a KV chunk, a heartbeat, PrefillDone) once the transfer is accepted; " +
-			"then decode aborts the transfer (prefill's own --transfer-idle-timeout bounds its wait for decode's credits)",
+		Handshake: "how long decode waits for a prefill worker to accept a transfer, connecting included (prefill's own --handshake-timeout bounds its wait for decode's handshake)",
+		Idle:      "how long decode waits for prefill's next message (a KV chunk, a heartbeat, PrefillDone) once the transfer is accepted; then decode aborts the transfer (prefill's own --transfer-idle-timeout bounds its wait for decode's credits)",
 	})
 	fs.DurationVar(&s.abortTimeout, "abort-ack-timeout", time.Second, "how long to wait for prefill to acknowledge an abort before releasing the pages anyway (the stream is closed first)")
 	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may run when its caller set no deadline")
