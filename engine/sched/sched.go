@@ -24,10 +24,18 @@ const (
 	DefaultAuditInterval  = 10 * time.Second
 )
 
+// Model is what the scheduler uses of a model: its shape and the batched
+// forward pass over the paged KV cache. A [model.Model] is one; a test can
+// give a fake that fails a step or records each batch.
+type Model interface {
+	Config() model.Config
+	ForwardBatch(kv *kvcache.Pool, batch []model.Chunk) error
+}
+
 // Config configures a Scheduler. Model and Pool are required; the zero value
 // of every other field selects its default.
 type Config struct {
-	Model model.Model
+	Model Model
 	// Pool holds the KV cache pages; it belongs to the scheduler, whose
 	// auditor counts every used page as held by one of its requests. Its
 	// layout must be Model.Config().KVLayout's.
