@@ -1,0 +1,120 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/baton-serving/baton/kernels"
+)
+
+// llamaState is the scratch space of one forward call: buffers on the
+// backend sized for its token rows, and the host-side tables that drive
+// them. States are reused through m.free, so that the steady state
+// allocates nothing on the backend.
+type llamaState struct {
+	rowsCap, outCap int // token rows and logits rows the buffers hold
+
+	x, xb          kernels.Buffer // residual stream and normalized input, rows×Dim
+	q, att         kernels.Buffer // queries and attention output, rows×QDim
+	k, v           kernels.Buffer // new keys and values, rows×KVDim
+	gate, up       kernels.Buffer // feed-forward activations, rows×Hidden
+	cos, sin       kernels.Buffer // RoPE tables, rows×RopeDim/2
+	normed, logits kernels.Buffer // final norm and logits of the output rows
+
+	hostCos, hostSin []float32
+	ids, slots       []int32
+	attnRows         []kernels.AttnRow // of every row, then of the active rows
+	pages            []int32           // the block tables of ForwardBatch's chunks
+	prods            [3]kernels.Product
+
+	rows    []rowInfo // every token row of the step
+	act     []rowInfo // the rows going through the current block
+	outRows []int     // rows whose next-token logits are wanted
+	segs    []segment
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// state takes scratch space from the model's free list.
+func (m *llama) state() *llamaState {
+	m.free.Lock()
+	defer m.free.Unlock()
+	if k := len(m.free.states); k > 0 {
+		s := m.free.states[k-1]
+		m.free.states = m.free.states[:k-1]
+		return s
+	}
+	return &llamaState{}
+}
+
+// putState gives scratch space back; Close frees it.
+func (m *llama) putState(s *llamaState) {
+	for i := range s.segs {
+		s.segs[i] = segment{} // drop the references to the caller's slices
+	}
+	m.free.Lock()
+	defer m.free.Unlock()
+	m.free.states = append(m.free.states, s)
+}
+
+// bufs lists the state's backend buffers.
+func (s *llamaState) bufs() []*kernels.Buffer {
+	return []*kernels.Buffer{&s.x, &s.xb, &s.q, &s.att, &s.k, &s.v, &s.gate, &s.up, &s.cos, &s.sin, &s.normed, &s.logits}
+}
+
+// release frees the state's buffers.
+func (s *llamaState) release(be kernels.Backend) error {
+	var errs []error
+	for _, b := range s.bufs() {
+		if *b != nil {
+			errs = append(errs, be.Free(*b))
+			*b = nil
+		}
+	}
+	s.rowsCap, s.outCap = 0, 0
+	return errors.Join(errs...)
+}
+
+// size makes room for n token rows, nOut of them producing logits. The
+// buffers grow to the next power of two, so that a server's mix of
+// prompt lengths settles on a few sizes.
+func (s *llamaState) size(be kernels.Backend, c Config, n, nOut int) error {
+	s.hostCos = grow(s.hostCos, n*c.RopeDim/2)
+	s.hostSin = grow(s.hostSin, n*c.RopeDim/2)
+	s.ids = grow(s.ids, n)
+	s.slots = grow(s.slots, n)
+	s.attnRows = grow(s.attnRows, n)
+	if n <= s.rowsCap && nOut <= s.outCap {
+		return nil
+	}
+	if err := s.release(be); err != nil {
+		return err
+	}
+	rows, outs := 1, 1
+	for rows < n {
+		rows *= 2
+	}
+	for outs < nOut {
+		outs *= 2
+	}
+	for _, a := range []struct {
+		b *kernels.Buffer
+		n int
+	}{
+		{&s.x, rows * c.Dim}, {&s.xb, rows * c.Dim}, {&s.q, rows * c.QDim()}, {&s.att, rows * c.QDim()},
+		{&s.k, rows * c.KVDim()}, {&s.v, rows * c.KVDim()}, {&s.gate, rows * c.Hidden}, {&s.up, rows * c.Hidden},
+		{&s.cos, rows * c.RopeDim / 2}, {&s.sin, rows * c.RopeDim / 2}, {&s.normed, outs * c.Dim}, {&s.logits, outs * c.Vocab},
+	} {
+		var err error
+		if *a.b, err = be.Alloc(a.n); err != nil {
+			return errors.Join(fmt.Errorf("model: scratch space for %d tokens on %s: %w", n, be.Name(), err), s.release(be))
+		}
+	}
+	s.rowsCap, s.outCap = rows, outs
+	return nil
+}
