@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
 	"google.golang.org/grpc"
 )
 
@@ -29,7 +30,7 @@ import (
 // benchLayout is the 110M-parameter model's KV cache: F16, 12 layers, 12 KV
 // heads of 64, pages of 16 tokens. A page's keys in one layer are 24 KiB, a
 // whole page (all layers, K and V) 576 KiB.
-var benchLayout = Layout{DType: batonv1.KVDataType_KV_DATA_TYPE_F16, PageTokens: 16, Layers: 12, KVHeads: 12, HeadDim: 64}
+var benchLayout = kernels.KVLayout{DType: quant.F16, PageSize: 16, Layers: 12, KVHeads: 12, HeadDim: 64}
 
 // benchPrompt is a prompt of ≈1 GiB of keys and values whose last page is
 // partial.
@@ -39,7 +40,7 @@ const benchPrompt = 1820*16 + 7
 const benchWindow = 32
 
 func benchBytes() int64 {
-	return int64(2 * benchPrompt * benchLayout.Layers * benchLayout.TokenBytes())
+	return int64(2 * benchPrompt * benchLayout.Layers * benchLayout.RowBytes())
 }
 
 // pageMem is KV memory laid out like engine/kvcache's: separate K and V rows
@@ -47,12 +48,12 @@ func benchBytes() int64 {
 // round robin, so a 1 GiB transfer needs 36 MiB (more than the L3 cache)
 // rather than 1 GiB.
 type pageMem struct {
-	layout Layout
+	layout kernels.KVLayout
 	k, v   [][][]byte // [physical page][layer]
 }
 
-func newPageMem(l Layout, pages int, seed byte) *pageMem {
-	per := l.PageTokens * l.TokenBytes()
+func newPageMem(l kernels.KVLayout, pages int, seed byte) *pageMem {
+	per := l.PageSize * l.RowBytes()
 	all := make([]byte, 2*pages*l.Layers*per)
 	for i := range all {
 		all[i] = seed + byte(i) + byte(i>>11)
@@ -70,7 +71,7 @@ func newPageMem(l Layout, pages int, seed byte) *pageMem {
 }
 
 func (m *pageMem) CopyPage(p, lo, hi, tokens int, k, v []byte) error {
-	n, pp := tokens*m.layout.TokenBytes(), p%len(m.k)
+	n, pp := tokens*m.layout.RowBytes(), p%len(m.k)
 	for l := lo; l < hi; l++ {
 		off := (l - lo) * n
 		copy(k[off:off+n], m.k[pp][l][:n])
@@ -80,7 +81,7 @@ func (m *pageMem) CopyPage(p, lo, hi, tokens int, k, v []byte) error {
 }
 
 func (m *pageMem) WritePage(p, lo, hi, tokens int, k, v []byte) error {
-	n, pp := tokens*m.layout.TokenBytes(), p%len(m.k)
+	n, pp := tokens*m.layout.RowBytes(), p%len(m.k)
 	for l := lo; l < hi; l++ {
 		off := (l - lo) * n
 		copy(m.k[pp][l][:n], k[off:off+n])
@@ -109,7 +110,7 @@ func newTransport(b *testing.B, mode string, maxChunk, window int) benchTranspor
 	if mode == modeRaw {
 		return newRawTCP(b, src, dst, maxChunk)
 	}
-	srv := &kvServer{maxChunk: maxChunk, source: func(Layout) PageSource { return src }}
+	srv := &kvServer{maxChunk: maxChunk, source: func(kernels.KVLayout) PageSource { return src }}
 	var opts []grpc.ServerOption
 	var dopts []grpc.DialOption
 	var clientCodec *Codec
@@ -174,12 +175,12 @@ func newRawTCP(b *testing.B, src, dst *pageMem, maxChunk int) benchTransport {
 		maxChunk = DefaultMaxChunkBytes
 	}
 	l := benchLayout
-	per, pages := l.LayersPerChunk(maxChunk), l.PagesFor(benchPrompt)
+	per, pages := LayersPerChunk(l, maxChunk), l.PagesFor(benchPrompt)
 	type chunk struct{ seq, p, lo, hi, n int }
 	each := func(f func(c chunk) error) error {
 		seq := 0
 		for p := range pages {
-			n := min(l.PageTokens, benchPrompt-p*l.PageTokens) * l.TokenBytes()
+			n := min(l.PageSize, benchPrompt-p*l.PageSize) * l.RowBytes()
 			for lo := 0; lo < l.Layers; lo += per {
 				if err := f(chunk{seq, p, lo, min(lo+per, l.Layers), n}); err != nil {
 					return err

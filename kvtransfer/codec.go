@@ -9,6 +9,7 @@ import (
 	"weak"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
@@ -118,11 +119,11 @@ func (c *Codec) DialOption() grpc.DialOption { return experimental.WithBufferPoo
 // with layout l and maxChunkBytes (0: DefaultMaxChunkBytes) sends. The
 // decode side must accept messages that large: gRPC refuses messages over
 // 4 MiB unless the call sets grpc.MaxCallRecvMsgSize.
-func MaxMessageBytes(l Layout, maxChunkBytes int) int {
+func MaxMessageBytes(l kernels.KVLayout, maxChunkBytes int) int {
 	if maxChunkBytes <= 0 {
 		maxChunkBytes = DefaultMaxChunkBytes
 	}
-	n := l.LayersPerChunk(maxChunkBytes) * l.PageTokens * l.TokenBytes()
+	n := LayersPerChunk(l, maxChunkBytes) * l.BlockBytes()
 	// Field tags and lengths: at most 1+10 for the envelope, 1+10 for seq,
 	// 4×(1+5) for the uint32 fields, 2×(1+10) for k and v, 1+5 for the
 	// checksum.

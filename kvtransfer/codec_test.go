@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
@@ -166,10 +168,10 @@ func TestCodecFallback(t *testing.T) {
 		chunkResponse(withUnknown),
 		outerUnknown,
 		&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
-			RequestId: "r1", PromptTokenIds: []uint32{1, 2, 300000}, KvLayout: testLayout.Proto(), InitialCredits: 8,
+			RequestId: "r1", PromptTokenIds: []uint32{1, 2, 300000}, KvLayout: LayoutProto(testLayout), InitialCredits: 8,
 			Deadline: timestamppb.New(time.Unix(1700000000, 5))}}},
 		&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: 4}}},
-		testLayout.Proto(),
+		LayoutProto(testLayout),
 	}
 	codec := NewCodec()
 	for _, m := range msgs {
@@ -453,14 +455,14 @@ func TestSenderRecyclesOnlyReleasedBuffers(t *testing.T) {
 }
 
 func TestMaxMessageBytes(t *testing.T) {
-	l := Layout{DType: batonv1.KVDataType_KV_DATA_TYPE_F32, PageTokens: 64, Layers: 3, KVHeads: 8, HeadDim: 128}
-	per := l.PageTokens * l.TokenBytes()
+	l := kernels.KVLayout{DType: quant.F32, PageSize: 64, Layers: 3, KVHeads: 8, HeadDim: 128}
+	per := l.PageSize * l.RowBytes()
 	c := &batonv1.KVChunk{Seq: math.MaxUint64, PageIndex: math.MaxUint32, LayerStart: math.MaxUint32, LayerEnd: math.MaxUint32,
 		Tokens: math.MaxUint32, Checksum: math.MaxUint32, K: make([]byte, per), V: make([]byte, per)}
 	if got, max := proto.Size(chunkResponse(c)), MaxMessageBytes(l, 1); got > max {
 		t.Errorf("a %d-byte message exceeds MaxMessageBytes %d", got, max)
 	}
-	if got := MaxMessageBytes(testLayout, 0); got < 2*testLayout.LayersPerChunk(DefaultMaxChunkBytes)*16*testLayout.TokenBytes() {
+	if got := MaxMessageBytes(testLayout, 0); got < 2*LayersPerChunk(testLayout, DefaultMaxChunkBytes)*16*testLayout.RowBytes() {
 		t.Errorf("MaxMessageBytes(default) = %d", got)
 	}
 }
@@ -471,7 +473,7 @@ type kvServer struct {
 	batonv1.UnimplementedPrefillServiceServer
 	maxChunk int
 	codec    *Codec // the Sender's (nil: chunks allocated per chunk)
-	source   func(Layout) PageSource
+	source   func(kernels.KVLayout) PageSource
 }
 
 func (s *kvServer) TransferKV(stream batonv1.PrefillService_TransferKVServer) error {
@@ -526,7 +528,7 @@ func serveKV(tb testing.TB, s *kvServer, opts []grpc.ServerOption, dopts ...grpc
 // pull is the decode end of a transfer: chunks into sink, credits back,
 // until PrefillDone. With a codec it decodes through it and releases every
 // chunk once written, as the decode service should.
-func pull(ctx context.Context, client batonv1.PrefillServiceClient, layout Layout, prompt, window int, sink PageSink, codec *Codec) (*Receiver, error) {
+func pull(ctx context.Context, client batonv1.PrefillServiceClient, layout kernels.KVLayout, prompt, window int, sink PageSink, codec *Codec) (*Receiver, error) {
 	var opts []grpc.CallOption
 	if codec != nil {
 		opts = append(opts, codec.CallOption())
@@ -537,7 +539,7 @@ func pull(ctx context.Context, client batonv1.PrefillServiceClient, layout Layou
 	}
 	rcv := NewReceiver(layout, prompt, window, sink)
 	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
-		PromptTokenIds: make([]uint32, prompt), KvLayout: layout.Proto(), InitialCredits: uint32(rcv.Window())}}}); err != nil {
+		PromptTokenIds: make([]uint32, prompt), KvLayout: LayoutProto(layout), InitialCredits: uint32(rcv.Window())}}}); err != nil {
 		return rcv, err
 	}
 	for {
@@ -576,7 +578,7 @@ func pull(ctx context.Context, client batonv1.PrefillServiceClient, layout Layou
 // codec at either end or both, the Sender's buffers recycled through one
 // shared pool, and checks every byte that arrives.
 func TestTransferWithCodec(t *testing.T) {
-	big := Layout{batonv1.KVDataType_KV_DATA_TYPE_F32, 16, 12, 12, 64}
+	big := kernels.KVLayout{DType: quant.F32, PageSize: 16, Layers: 12, KVHeads: 12, HeadDim: 64}
 	cases := []struct {
 		name                   string
 		server, sender, client bool
@@ -591,7 +593,7 @@ func TestTransferWithCodec(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			serverCodec, clientCodec := NewCodec(), NewCodec()
-			srv := &kvServer{source: func(l Layout) PageSource { return patternPages{l} }}
+			srv := &kvServer{source: func(l kernels.KVLayout) PageSource { return patternPages{l} }}
 			var opts []grpc.ServerOption
 			if c.server {
 				opts = append(opts, serverCodec.ServerOption())
@@ -624,7 +626,7 @@ func TestTransferWithCodec(t *testing.T) {
 						errs <- fmt.Errorf("transfer %d: %w", i, err)
 						return
 					}
-					if want := uint64(2 * prompt * layout.Layers * layout.TokenBytes()); rcv.Bytes() != want {
+					if want := uint64(2 * prompt * layout.Layers * layout.RowBytes()); rcv.Bytes() != want {
 						errs <- fmt.Errorf("transfer %d: %d bytes, want %d", i, rcv.Bytes(), want)
 					}
 				})

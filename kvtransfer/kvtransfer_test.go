@@ -12,6 +12,8 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/quant"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -19,18 +21,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var testLayout = Layout{DType: batonv1.KVDataType_KV_DATA_TYPE_F16, PageTokens: 16, Layers: 5, KVHeads: 4, HeadDim: 8}
+var testLayout = kernels.KVLayout{DType: quant.F16, PageSize: 16, Layers: 5, KVHeads: 4, HeadDim: 8}
 
 // patternPages is a PageSource whose byte at each position is a function of
 // (kind, page, layer, token, offset), so a receiver can verify every byte.
-type patternPages struct{ layout Layout }
+type patternPages struct{ layout kernels.KVLayout }
 
 func patternByte(kind, p, layer, tok, off int) byte {
 	return byte(kind*131 + p*31 + layer*17 + tok*7 + off)
 }
 
 func (s patternPages) CopyPage(p, lo, hi, tokens int, k, v []byte) error {
-	tb := s.layout.TokenBytes()
+	tb := s.layout.RowBytes()
 	i := 0
 	for l := lo; l < hi; l++ {
 		for t := range tokens {
@@ -46,7 +48,7 @@ func (s patternPages) CopyPage(p, lo, hi, tokens int, k, v []byte) error {
 
 // checkSink verifies what it receives against the pattern and counts it.
 type checkSink struct {
-	layout Layout
+	layout kernels.KVLayout
 	mu     sync.Mutex
 	seen   map[[2]int]bool // (page, layer) received
 	err    error
@@ -55,7 +57,7 @@ type checkSink struct {
 func (s *checkSink) WritePage(p, lo, hi, tokens int, k, v []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tb := s.layout.TokenBytes()
+	tb := s.layout.RowBytes()
 	i := 0
 	for l := lo; l < hi; l++ {
 		if s.seen[[2]int{p, l}] {
@@ -159,7 +161,7 @@ func startServer(t *testing.T, s *server) batonv1.PrefillServiceClient {
 
 // receive runs the decode end: handshake, chunks into the sink, credits,
 // until PrefillDone. abortAfter > 0 aborts after that many chunks.
-func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout Layout, prompt, window, abortAfter int, sink PageSink) (*Receiver, *batonv1.TransferKVResponse, error) {
+func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout kernels.KVLayout, prompt, window, abortAfter int, sink PageSink) (*Receiver, *batonv1.TransferKVResponse, error) {
 	stream, err := c.TransferKV(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -167,7 +169,7 @@ func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout Layout,
 	ids := make([]uint32, prompt)
 	rcv := NewReceiver(layout, prompt, window, sink)
 	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
-		RequestId: "r1", PromptTokenIds: ids, KvLayout: layout.Proto(), InitialCredits: uint32(rcv.Window())}}}); err != nil {
+		RequestId: "r1", PromptTokenIds: ids, KvLayout: LayoutProto(layout), InitialCredits: uint32(rcv.Window())}}}); err != nil {
 		return nil, nil, err
 	}
 	for {
@@ -207,7 +209,7 @@ func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout Layout,
 func TestTransferOverGRPC(t *testing.T) {
 	cases := []struct {
 		name     string
-		layout   Layout
+		layout   kernels.KVLayout
 		prompt   int
 		window   int
 		maxChunk int
@@ -216,7 +218,7 @@ func TestTransferOverGRPC(t *testing.T) {
 		{"exact pages", testLayout, 64, 8, 0},
 		{"partial last page, window 1", testLayout, 37, 1, 0},
 		{"layer per chunk", testLayout, 50, 4, 1},
-		{"f32 big heads", Layout{batonv1.KVDataType_KV_DATA_TYPE_F32, 16, 12, 12, 64}, 130, 16, 0},
+		{"f32 big heads", kernels.KVLayout{DType: quant.F32, PageSize: 16, Layers: 12, KVHeads: 12, HeadDim: 64}, 130, 16, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -235,7 +237,7 @@ func TestTransferOverGRPC(t *testing.T) {
 			if want := c.layout.PagesFor(c.prompt) * c.layout.Layers; len(sink.seen) != want {
 				t.Errorf("received %d page-layers, want %d", len(sink.seen), want)
 			}
-			wantBytes := uint64(2 * c.prompt * c.layout.Layers * c.layout.TokenBytes())
+			wantBytes := uint64(2 * c.prompt * c.layout.Layers * c.layout.RowBytes())
 			if rcv.Bytes() != wantBytes || last.GetPrefillDone().GetBytesSent() != wantBytes {
 				t.Errorf("bytes received %d, reported sent %d, want %d", rcv.Bytes(), last.GetPrefillDone().GetBytesSent(), wantBytes)
 			}
@@ -274,7 +276,7 @@ func TestSenderStopsWhenStreamGoes(t *testing.T) {
 	}
 	// No credits: the sender has pages but may not send; then decode vanishes.
 	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
-		PromptTokenIds: make([]uint32, 100), KvLayout: testLayout.Proto()}}}); err != nil {
+		PromptTokenIds: make([]uint32, 100), KvLayout: LayoutProto(testLayout)}}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -291,7 +293,7 @@ func TestSenderStopsWhenStreamGoes(t *testing.T) {
 
 func TestReceiverRejects(t *testing.T) {
 	good := func() *batonv1.KVChunk {
-		k := make([]byte, 16*testLayout.Layers*testLayout.TokenBytes())
+		k := make([]byte, 16*testLayout.Layers*testLayout.RowBytes())
 		v := make([]byte, len(k))
 		patternPages{testLayout}.CopyPage(0, 0, testLayout.Layers, 16, k, v)
 		return &batonv1.KVChunk{Seq: 0, PageIndex: 0, LayerStart: 0, LayerEnd: uint32(testLayout.Layers), Tokens: 16, K: k, V: v, Checksum: Checksum(k, v)}
@@ -330,33 +332,44 @@ func TestReceiverRejects(t *testing.T) {
 }
 
 func TestLayout(t *testing.T) {
-	if err := (Layout{}).Validate(); err == nil {
-		t.Error("zero layout validated")
+	for _, c := range []struct {
+		wire *batonv1.KVLayout
+		want string
+	}{
+		{&batonv1.KVLayout{}, "kv_layout.dtype: KV_DATA_TYPE_UNSPECIFIED is not a KV element type"},
+		{&batonv1.KVLayout{Dtype: batonv1.KVDataType_KV_DATA_TYPE_F16}, "kv_layout.page_size_tokens: 0, want 1-4096"},
+		{&batonv1.KVLayout{Dtype: batonv1.KVDataType_KV_DATA_TYPE_F16, PageSizeTokens: 16, NumLayers: 2000}, "kv_layout.num_layers: 2000, want 1-1024"},
+		{&batonv1.KVLayout{Dtype: batonv1.KVDataType_KV_DATA_TYPE_F32, PageSizeTokens: 16, NumLayers: 2, NumKvHeads: 2}, "kv_layout.head_dim: 0, want 1-1024"},
+	} {
+		if _, err := LayoutFromProto(c.wire); err == nil || err.Error() != c.want {
+			t.Errorf("LayoutFromProto(%v) = %v, want %q", c.wire, err, c.want)
+		}
 	}
 	l := testLayout
+	with := func(f func(*kernels.KVLayout)) kernels.KVLayout { o := l; f(&o); return o }
 	for _, c := range []struct {
-		other Layout
+		other kernels.KVLayout
 		want  string
 	}{
 		{l, ""},
-		{Layout{batonv1.KVDataType_KV_DATA_TYPE_F32, 16, 5, 4, 8}, "kv_layout.dtype"},
-		{Layout{l.DType, 32, 5, 4, 8}, "kv_layout.page_size_tokens: this worker uses 16, the peer 32"},
-		{Layout{l.DType, 16, 6, 4, 8}, "kv_layout.num_layers"},
-		{Layout{l.DType, 16, 5, 2, 8}, "kv_layout.num_kv_heads"},
-		{Layout{l.DType, 16, 5, 4, 16}, "kv_layout.head_dim"},
+		{with(func(o *kernels.KVLayout) { o.DType = quant.F32 }), "kv_layout.dtype: this worker stores KV_DATA_TYPE_F16, the peer KV_DATA_TYPE_F32"},
+		{with(func(o *kernels.KVLayout) { o.PageSize = 32 }), "kv_layout.page_size_tokens: this worker uses 16, the peer 32"},
+		{with(func(o *kernels.KVLayout) { o.Layers = 6 }), "kv_layout.num_layers"},
+		{with(func(o *kernels.KVLayout) { o.KVHeads = 2 }), "kv_layout.num_kv_heads"},
+		{with(func(o *kernels.KVLayout) { o.HeadDim = 16 }), "kv_layout.head_dim"},
 	} {
-		if got := l.Mismatch(c.other); !strings.HasPrefix(got, c.want) || (c.want == "") != (got == "") {
+		if got := Mismatch(l, c.other); !strings.HasPrefix(got, c.want) || (c.want == "") != (got == "") {
 			t.Errorf("Mismatch(%+v) = %q, want prefix %q", c.other, got, c.want)
 		}
 	}
-	back, err := LayoutFromProto(l.Proto())
+	back, err := LayoutFromProto(LayoutProto(l))
 	if err != nil || back != l {
 		t.Errorf("proto round trip: %+v, %v", back, err)
 	}
-	if got := l.LayersPerChunk(1); got != 1 {
+	if got := LayersPerChunk(l, 1); got != 1 {
 		t.Errorf("LayersPerChunk(1) = %d", got)
 	}
-	if got := l.LayersPerChunk(1 << 30); got != l.Layers {
+	if got := LayersPerChunk(l, 1<<30); got != l.Layers {
 		t.Errorf("LayersPerChunk(1GiB) = %d", got)
 	}
 	if Checksum([]byte("ab"), []byte("c")) != Checksum([]byte("a"), []byte("bc")) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
 )
 
 // PageSink writes a request's KV pages at the decode worker.
@@ -17,7 +18,7 @@ type PageSink interface {
 // bounds, sizes, checksum) before writing it into the reserved pages, and
 // decides when to grant more credits.
 type Receiver struct {
-	layout       Layout
+	layout       kernels.KVLayout
 	sink         PageSink
 	promptTokens int
 	window       int
@@ -30,7 +31,7 @@ type Receiver struct {
 
 // NewReceiver prepares to receive the KV cache of a promptTokens-token
 // prompt with window chunks of credit outstanding.
-func NewReceiver(layout Layout, promptTokens, window int, sink PageSink) *Receiver {
+func NewReceiver(layout kernels.KVLayout, promptTokens, window int, sink PageSink) *Receiver {
 	return &Receiver{layout: layout, sink: sink, promptTokens: promptTokens, window: max(window, 1)}
 }
 
@@ -61,11 +62,11 @@ func (r *Receiver) Chunk(c *batonv1.KVChunk) (grant int, err error) {
 	case hi <= lo || hi > r.layout.Layers:
 		return 0, fmt.Errorf("kv chunk %d: layers [%d, %d) outside [0, %d)", c.GetSeq(), lo, hi, r.layout.Layers)
 	}
-	tokens := min(r.layout.PageTokens, r.promptTokens-p*r.layout.PageTokens)
+	tokens := min(r.layout.PageSize, r.promptTokens-p*r.layout.PageSize)
 	if int(c.GetTokens()) != tokens {
 		return 0, fmt.Errorf("kv chunk %d: %d tokens in page %d, want %d", c.GetSeq(), c.GetTokens(), p, tokens)
 	}
-	want := (hi - lo) * tokens * r.layout.TokenBytes()
+	want := (hi - lo) * tokens * r.layout.RowBytes()
 	if len(c.GetK()) != want || len(c.GetV()) != want {
 		return 0, fmt.Errorf("kv chunk %d: %d K and %d V bytes, want %d each", c.GetSeq(), len(c.GetK()), len(c.GetV()), want)
 	}

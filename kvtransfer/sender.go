@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
 )
 
 // PageSource reads a request's KV pages at the prefill worker.
@@ -30,7 +31,7 @@ type SendStream interface {
 // and wake the goroutine. So a slow or dead decode worker stalls only its own
 // request, never the prefill batch.
 type Sender struct {
-	layout       Layout
+	layout       kernels.KVLayout
 	src          PageSource
 	stream       SendStream
 	promptTokens int
@@ -56,7 +57,7 @@ type Sender struct {
 
 // SenderConfig configures a Sender.
 type SenderConfig struct {
-	Layout         Layout
+	Layout         kernels.KVLayout
 	PromptTokens   int
 	InitialCredits int
 	// MaxChunkBytes bounds a chunk's K+V bytes (default 256 KiB).
@@ -96,7 +97,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	}
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
-		layersPer: cfg.Layout.LayersPerChunk(cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
+		layersPer: LayersPerChunk(cfg.Layout, cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
 		heartbeat: cfg.Heartbeat, codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
@@ -292,12 +293,12 @@ func (s *Sender) Run(ctx context.Context) error {
 
 // tokensIn is the number of prompt tokens in page p.
 func (s *Sender) tokensIn(p int) int {
-	return min(s.layout.PageTokens, s.promptTokens-p*s.layout.PageTokens)
+	return min(s.layout.PageSize, s.promptTokens-p*s.layout.PageSize)
 }
 
 func (s *Sender) chunk(seq uint64, p, lo, hi int) (*batonv1.KVChunk, error) {
 	tokens := s.tokensIn(p)
-	n := (hi - lo) * tokens * s.layout.TokenBytes()
+	n := (hi - lo) * tokens * s.layout.RowBytes()
 	var kb, vb *[]byte
 	if s.codec != nil {
 		kb, vb = s.codec.pool.Get(n), s.codec.pool.Get(n)

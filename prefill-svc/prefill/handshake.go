@@ -47,7 +47,7 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err != nil {
 		return sched.Request{}, status.Errorf(codes.FailedPrecondition, "%v", err)
 	}
-	if msg := h.Layout.Mismatch(peer); msg != "" {
+	if msg := kvtransfer.Mismatch(h.Layout, peer); msg != "" {
 		return sched.Request{}, status.Error(codes.FailedPrecondition, msg)
 	}
 	if err := apiconv.ValidRequestID(hs.GetRequestId()); err != nil {

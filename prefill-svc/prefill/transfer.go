@@ -79,7 +79,7 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	}
 	start := time.Now()
 	pt := &prefillTrace{ctx: ctx, steps: s.Host.Steps(), submitted: submitted,
-		pageTokens: s.Host.Layout.PageTokens, promptTokens: len(req.Prompt)}
+		pageTokens: s.Host.Layout.PageSize, promptTokens: len(req.Prompt)}
 	if err := stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Accepted{Accepted: &batonv1.Accepted{}}}); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/workerapi/workertest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,7 +56,7 @@ func handshake(s *Service, id string, n, credits int) *batonv1.TransferKVRequest
 	temp := float32(0)
 	return &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
 		RequestId: id, PromptTokenIds: ids, Sampling: &batonv1.SamplingParams{Temperature: &temp},
-		ModelFingerprint: s.Host.Fingerprint, KvLayout: s.Host.Layout.Proto(),
+		ModelFingerprint: s.Host.Fingerprint, KvLayout: kvtransfer.LayoutProto(s.Host.Layout),
 		PagesReserved: uint32(s.Host.Layout.PagesFor(n)), InitialCredits: uint32(credits), HeartbeatMs: 50,
 	}}}
 }

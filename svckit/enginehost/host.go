@@ -13,7 +13,7 @@ import (
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
-	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/tracing"
@@ -29,7 +29,7 @@ type Host struct {
 	Pool        *kvcache.Pool
 	Sched       *sched.Scheduler
 	Config      model.Config
-	Layout      kvtransfer.Layout
+	Layout      kernels.KVLayout // the pool's pages, as they cross a KV transfer
 	Fingerprint string
 	ModelInfo   *batonv1.ModelInfo
 	Metrics     *Metrics
@@ -69,13 +69,7 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 	if h.Pool, err = kvcache.NewForBudget(layout, int64(f.KVCacheBytes), h.Config.ContextLength); err != nil {
 		return nil, fmt.Errorf("--kv-cache-bytes: %w", err)
 	}
-	h.Layout = kvtransfer.Layout{
-		DType: batonv1.KVDataType_KV_DATA_TYPE_F32, PageTokens: layout.PageSize,
-		Layers: layout.Layers, KVHeads: layout.KVHeads, HeadDim: layout.HeadDim,
-	}
-	if dtype == quant.F16 {
-		h.Layout.DType = batonv1.KVDataType_KV_DATA_TYPE_F16
-	}
+	h.Layout = layout
 	h.Metrics = newMetrics(reg, role)
 	h.registerProgressMetrics(reg)
 	stepModel := h.Model
@@ -132,7 +126,7 @@ func (h *Host) Attach(srv *svckit.Server) {
 func (h *Host) Info() *batonv1.InfoResponse {
 	v, _ := tracing.BuildVersion()
 	return &batonv1.InfoResponse{
-		Role: h.Role, Model: h.ModelInfo, KvLayout: h.Layout.Proto(), Version: v,
+		Role: h.Role, Model: h.ModelInfo, KvLayout: kvtransfer.LayoutProto(h.Layout), Version: v,
 		Capacity: &batonv1.Capacity{
 			TotalPages: uint32(h.Pool.Stats().Total), MaxBatchTokens: uint32(h.flags.MaxBatchTokens),
 			MaxRunningRequests: uint32(h.flags.MaxSeqs), MaxSequenceTokens: uint32(h.Config.ContextLength),

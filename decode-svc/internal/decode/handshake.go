@@ -86,7 +86,7 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 	t.rcv = kvtransfer.NewReceiver(s.Host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &kvtransfer.PoolSink{Pool: s.Host.Pool, Pages: pages})
 	hs := &batonv1.Handshake{
 		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
-		ModelFingerprint: s.Host.Fingerprint, KvLayout: s.Host.Layout.Proto(),
+		ModelFingerprint: s.Host.Fingerprint, KvLayout: kvtransfer.LayoutProto(s.Host.Layout),
 		PagesReserved: uint32(len(pages)), InitialCredits: uint32(t.rcv.Window()),
 		// Four heartbeats per idle deadline: a busy prefill never looks
 		// silent, a lost one still does.
