@@ -18,6 +18,9 @@ buf lint
 step "buf generate is reproducible and gen/ is fresh"
 scripts/generate.sh --check
 
+step "avo is reproducible and kernels/vec's generated assembly is fresh"
+scripts/gen-asm.sh --check
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [[ -n "$unformatted" ]]; then
