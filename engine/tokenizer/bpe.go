@@ -104,21 +104,12 @@ func (s *mergeSession) bpe(t *Tokenizer, word string, out []int32) []int32 {
 		// Lowest rank first: negate it so that the max-heap serves it.
 		s.queue.push(bigram{left: left, right: right, score: -float64(rank), size: l.n + r.n})
 	}
-	for i := 1; i < len(syms); i++ {
-		add(i-1, i)
-	}
 	mergeAll(syms, &s.queue, add)
-
-	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
-		piece := text[syms[i].start : syms[i].start+syms[i].n]
-		if id, ok := t.toID[piece]; ok {
-			out = append(out, id)
-			continue
-		}
-		// A merge produced text that is not a token, or a byte's stand-in
-		// is missing: spell the symbol character by character. llama.cpp
-		// looks up single raw bytes here, which never match a byte-level
-		// vocabulary, and drops them.
+	// A merge produced text that is not a token, or a byte's stand-in is
+	// missing: spell the symbol character by character. llama.cpp looks up
+	// single raw bytes here, which never match a byte-level vocabulary,
+	// and drops them.
+	return appendPieces(out, syms, text, t.toID, func(out []int32, piece string) []int32 {
 		for _, r := range piece {
 			if id, ok := t.toID[string(r)]; ok {
 				out = append(out, id)
@@ -126,6 +117,6 @@ func (s *mergeSession) bpe(t *Tokenizer, word string, out []int32) []int32 {
 				out = append(out, t.unk)
 			}
 		}
-	}
-	return out
+		return out
+	})
 }

@@ -139,43 +139,45 @@ func cleanSpaces(text []byte) []byte {
 	if len(text) == 0 {
 		return text
 	}
+	text = squeeze(text, func(i int) (dropPrev, skipNext bool) {
+		x := text[i]
+		return text[i-1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','), false
+	})
+	text = squeeze(text, func(i int) (dropPrev, skipNext bool) {
+		both := text[i] == '\'' && i+1 < len(text) && text[i-1] == ' ' && text[i+1] == ' '
+		return both, both
+	})
+	return squeeze(text, func(i int) (dropPrev, skipNext bool) {
+		if text[i-1] != ' ' || text[i] != '\'' || i+1 >= len(text) {
+			return false, false
+		}
+		switch x1 := text[i+1]; {
+		case x1 == 's' || x1 == 'm':
+			return true, false
+		case i+2 < len(text):
+			x2 := text[i+2]
+			return (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e'), false
+		}
+		return false, false
+	})
+}
+
+// squeeze is one of cleanSpaces' passes over a non-empty text, in place:
+// it keeps text[0] and copies each later byte down, dropping the byte
+// before it where rule says dropPrev, and skipping the byte after it where
+// rule says skipNext (that byte is zeroed first, so that it no longer reads
+// as a space to the next rule).
+func squeeze(text []byte, rule func(i int) (dropPrev, skipNext bool)) []byte {
 	total := 1
 	for i := 1; i < len(text); i++ {
 		x := text[i]
-		if text[i-1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',') {
+		dropPrev, skipNext := rule(i)
+		if dropPrev {
 			total--
 		}
-		text[total] = x
-		total++
-	}
-	text = text[:total]
-
-	total = 1
-	for i := 1; i < len(text); i++ {
-		x := text[i]
-		if x == '\'' && i+1 < len(text) && text[i-1] == ' ' && text[i+1] == ' ' {
-			total--
+		if skipNext {
 			i++
-			text[i] = 0 // the next space is skipped, and no longer a space
-		}
-		text[total] = x
-		total++
-	}
-	text = text[:total]
-
-	total = 1
-	for i := 1; i < len(text); i++ {
-		x := text[i]
-		if text[i-1] == ' ' && x == '\'' && i+1 < len(text) {
-			switch x1 := text[i+1]; {
-			case x1 == 's' || x1 == 'm':
-				total--
-			case i+2 < len(text):
-				x2 := text[i+2]
-				if (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e') {
-					total--
-				}
-			}
+			text[i] = 0
 		}
 		text[total] = x
 		total++

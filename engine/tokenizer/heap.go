@@ -91,9 +91,13 @@ func splitSymbols(syms []symbol, text string) []symbol {
 	return syms
 }
 
-// mergeAll pops bigrams until none is left, merging each still-valid pair
-// and asking add for the new pairs each merge creates.
+// mergeAll asks add to queue every adjacent pair of syms, then pops
+// bigrams until none is left, merging each still-valid pair and asking add
+// for the new pairs each merge creates.
 func mergeAll(syms []symbol, q *bigramQueue, add func(left, right int)) {
+	for i := 1; i < len(syms); i++ {
+		add(i-1, i)
+	}
 	for len(*q) > 0 {
 		b := q.pop()
 		l, r := &syms[b.left], &syms[b.right]
@@ -109,4 +113,19 @@ func mergeAll(syms []symbol, q *bigramQueue, add func(left, right int)) {
 		add(l.prev, b.left)
 		add(b.left, l.next)
 	}
+}
+
+// appendPieces appends the token of each symbol left in syms after
+// mergeAll, in order; spell appends the tokens of a symbol whose text is
+// not a token.
+func appendPieces(out []int32, syms []symbol, text string, toID map[string]int32, spell func(out []int32, piece string) []int32) []int32 {
+	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
+		piece := text[syms[i].start : syms[i].start+syms[i].n]
+		if id, ok := toID[piece]; ok {
+			out = append(out, id)
+		} else {
+			out = spell(out, piece)
+		}
+	}
+	return out
 }

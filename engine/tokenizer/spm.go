@@ -57,22 +57,13 @@ func (s *mergeSession) spm(t *Tokenizer, text string, out []int32) []int32 {
 		}
 		s.queue.push(bigram{left: left, right: right, score: float64(t.score(id)), size: len(piece)})
 	}
-	for i := 1; i < len(syms); i++ {
-		add(i-1, i)
-	}
 	mergeAll(syms, &s.queue, add)
-
-	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
-		piece := text[syms[i].start : syms[i].start+syms[i].n]
-		if id, ok := t.toID[piece]; ok {
-			out = append(out, id)
-			continue
-		}
+	return appendPieces(out, syms, text, t.toID, func(out []int32, piece string) []int32 {
 		for j := 0; j < len(piece); j++ {
 			out = t.appendByte(out, piece[j])
 		}
-	}
-	return out
+		return out
+	})
 }
 
 // appendByte appends the byte-fallback token of b: "<0xHH>", else the token
