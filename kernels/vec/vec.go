@@ -360,16 +360,24 @@ func packOK(xp []float32, cols, tokens int) bool {
 // xp where PackLen is 0). The results are the same bits either way. A
 // packing of the wrong length fills dst with NaN.
 func MatMulF32Packed(dst []float32, ldd int, w, x, xp []float32, rows, cols, tokens int) {
-	if cols < 0 || !matMulOK(len(dst), ldd, len(w), cols, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
+	if xp, ok := floatMatMulArgs(dst, ldd, len(w), cols, cols >= 0, x, xp, rows, cols, tokens); ok {
+		active.matMulF32(dst, ldd, w, x, xp, rows, cols, tokens)
+	}
+}
+
+// floatMatMulArgs checks the operands of a product of float weights, rows
+// of rowLen elements (rowOK false when that length is out of range), and
+// fills dst with NaN where they do not fit. It returns the packing to use
+// (nil for an empty one) and whether there is anything to compute.
+func floatMatMulArgs(dst []float32, ldd, wLen, rowLen int, rowOK bool, x, xp []float32, rows, cols, tokens int) ([]float32, bool) {
+	if !rowOK || !matMulOK(len(dst), ldd, wLen, rowLen, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
 		fillNaN(dst)
-		return
+		return nil, false
 	}
 	if len(xp) == 0 {
 		xp = nil
 	}
-	if rows > 0 && tokens > 0 {
-		active.matMulF32(dst, ldd, w, x, xp, rows, cols, tokens)
-	}
+	return xp, rows > 0 && tokens > 0
 }
 
 // MatMulF16 is [MatMulF32] for binary16 weights (2·rows·cols bytes).
@@ -379,14 +387,8 @@ func MatMulF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens
 
 // MatMulF16Packed is [MatMulF32Packed] for binary16 weights.
 func MatMulF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
-	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
-		fillNaN(dst)
-		return
-	}
-	if len(xp) == 0 {
-		xp = nil
-	}
-	if rows > 0 && tokens > 0 {
+	rl, rowOK := prod(2, cols)
+	if xp, ok := floatMatMulArgs(dst, ldd, len(w), rl, rowOK, x, xp, rows, cols, tokens); ok {
 		active.matMulF16(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
@@ -398,14 +400,8 @@ func MatMulBF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, token
 
 // MatMulBF16Packed is [MatMulF32Packed] for bfloat16 weights.
 func MatMulBF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
-	if rl, ok := prod(2, cols); !ok || !matMulOK(len(dst), ldd, len(w), rl, len(x), cols, rows, tokens) || !packOK(xp, cols, tokens) {
-		fillNaN(dst)
-		return
-	}
-	if len(xp) == 0 {
-		xp = nil
-	}
-	if rows > 0 && tokens > 0 {
+	rl, rowOK := prod(2, cols)
+	if xp, ok := floatMatMulArgs(dst, ldd, len(w), rl, rowOK, x, xp, rows, cols, tokens); ok {
 		active.matMulBF16(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
