@@ -22,23 +22,18 @@ import (
 // scales cost a second multiply either way.
 var kTiles = [][2]int{{1, 1}, {1, 2}, {1, 3}, {1, 4}}
 
-func genQ4KKernels(s isa) {
-	if s.evex {
-		return
-	}
-	q4kTile(s, 1, 1, true)
-	for _, rt := range kTiles {
-		q4kTile(s, rt[0], rt[1], false)
-	}
-}
+func genQ4KKernels(s isa) { genKTiles(s, q4kTile) }
+func genQ6KKernels(s isa) { genKTiles(s, q6kTile) }
 
-func genQ6KKernels(s isa) {
+// genKTiles emits a K-quant's dot product and its kTiles product tiles,
+// for AVX2 only.
+func genKTiles(s isa, tile func(s isa, R, T int, ret bool)) {
 	if s.evex {
 		return
 	}
-	q6kTile(s, 1, 1, true)
+	tile(s, 1, 1, true)
 	for _, rt := range kTiles {
-		q6kTile(s, rt[0], rt[1], false)
+		tile(s, rt[0], rt[1], false)
 	}
 }
 
@@ -127,17 +122,27 @@ func q4kTile(s isa, R, T int, ret bool) {
 		"\t\t\t\td := f32(xq[0:])",
 		"\t\t\t\tsum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)",
 	)
+	// Per row: 8 scale words, 16 duplicated min words.
+	kTileLoop(s, R, T, ret, q4KBytes, 64, q4kBlock)
+}
+
+// kTileLoop emits the loop of a K-quant tile over its nb blocks: it loads
+// the row and token pointers, gives each row stackPerRow bytes of stack,
+// and per block prefetches (one token only), zeroes the integer sums isum
+// and calls block, which adds the block's contribution to acc; then it
+// moves every pointer one block on and ends as finish does.
+func kTileLoop(s isa, R, T int, ret bool, wBytes, stackPerRow int, block func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem)) {
 	wp := ptrs("w", "ws", R)
 	xp := ptrs("x", "xs", T)
 	nb := Load(Param("nb"), GP64())
 	s.beginKernel()
 	acc := newAcc(s, R, T, YMM)
-	stack := AllocLocal(64 * R) // per row: 8 scale words, 16 duplicated min words
+	stack := AllocLocal(stackPerRow * R)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("block")
 	if T == 1 {
-		prefetch(wp, nil, 0, 0, q4KBytes)
+		prefetch(wp, nil, 0, 0, wBytes)
 	}
 
 	isum := make([][]VecVirtual, R)
@@ -148,9 +153,9 @@ func q4kTile(s isa, R, T int, ret bool) {
 			s.zero(isum[r][t])
 		}
 	}
-	q4kBlock(s, wp, xp, acc, isum, stack)
+	block(s, wp, xp, acc, isum, stack)
 	for r := range wp {
-		ADDQ(U32(q4KBytes), wp[r])
+		ADDQ(U32(wBytes), wp[r])
 	}
 	for t := range xp {
 		ADDQ(U32(q8KBytes), xp[t])
@@ -243,58 +248,28 @@ func q6kTile(s isa, R, T int, ret bool) {
 		"\t\t\t\t}",
 		"\t\t\t\tsum += float32(isum) * (f16(wq[208:]) * f32(xq[0:]))",
 	)
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, YMM)
 	// Per row: the 16 scales as words (32 bytes) and eight vectors of two
 	// broadcast scales (256 bytes).
-	stack := AllocLocal(288 * R)
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	Label("block")
-	if T == 1 {
-		prefetch(wp, nil, 0, 0, q6KBytes)
-	}
-
-	isum := make([][]VecVirtual, R)
-	for r := range isum {
-		isum[r] = make([]VecVirtual, T)
-		for t := range isum[r] {
-			isum[r][t] = YMM()
-			s.zero(isum[r][t])
+	kTileLoop(s, R, T, ret, q6KBytes, 288, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
+		q6kBlock(s, wp, xp, isum, stack)
+		for r := 0; r < R; r++ {
+			dw := YMM()
+			s.f16Bcast(Mem{Base: wp[r], Disp: 208}, dw)
+			for t := 0; t < T; t++ {
+				// Take 32·Σ_j sc_j·bsums[j] off: the offset of the 6-bit values.
+				c := YMM()
+				VMOVDQU(Mem{Base: xp[t], Disp: 260}, c)
+				VPMADDWD(stack.Offset(288*r), c, c)
+				VPSLLD(U8(5), c, c)
+				VPSUBD(c, isum[r][t], isum[r][t])
+				d := YMM()
+				VBROADCASTSS(Mem{Base: xp[t]}, d)
+				VMULPS(dw, d, d)
+				VCVTDQ2PS(isum[r][t], isum[r][t])
+				VFMADD231PS(isum[r][t], d, acc[r][t])
+			}
 		}
-	}
-	q6kBlock(s, wp, xp, isum, stack)
-	for r := 0; r < R; r++ {
-		dw := YMM()
-		s.f16Bcast(Mem{Base: wp[r], Disp: 208}, dw)
-		for t := 0; t < T; t++ {
-			// Take 32·Σ_j sc_j·bsums[j] off: the offset of the 6-bit values.
-			c := YMM()
-			VMOVDQU(Mem{Base: xp[t], Disp: 260}, c)
-			VPMADDWD(stack.Offset(288*r), c, c)
-			VPSLLD(U8(5), c, c)
-			VPSUBD(c, isum[r][t], isum[r][t])
-			d := YMM()
-			VBROADCASTSS(Mem{Base: xp[t]}, d)
-			VMULPS(dw, d, d)
-			VCVTDQ2PS(isum[r][t], isum[r][t])
-			VFMADD231PS(isum[r][t], d, acc[r][t])
-		}
-	}
-	for r := range wp {
-		ADDQ(U32(q6KBytes), wp[r])
-	}
-	for t := range xp {
-		ADDQ(U32(q8KBytes), xp[t])
-	}
-	DECQ(nb)
-	JNZ(LabelRef("block"))
-
-	Label("done")
-	finish(s, acc, ret)
+	})
 }
 
 // q6kBlockAVX2 accumulates Σ_j sc_j·Σ q·x (without the −32 offset) for one

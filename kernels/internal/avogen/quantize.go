@@ -104,6 +104,33 @@ func packStore(q [4]VecVirtual, m Mem) {
 	VMOVDQU(q[0], m)
 }
 
+// quantBlocks emits a quantizer's loop over the nb blocks of vecs float32
+// vectors at x, each quantized into yBytes at y: per block it finds the
+// largest magnitude, jumps to the label "nonfinite" (which body emits) for
+// a block holding a NaN or an infinity, and otherwise calls body with lane
+// 0 of amax holding it; body ends every block at the label "next", where x
+// and y move one block on.
+func quantBlocks(vecs, yBytes int, body func(x, y Register, amax VecVirtual)) {
+	x := Load(Param("x"), GP64())
+	y := Load(Param("y"), GP64())
+	nb := Load(Param("nb"), GP64())
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("block")
+	m, fin := absMax(x, 0, vecs)
+	CMPQ(fin, U8(0xff))
+	JNE(LabelRef("nonfinite"))
+	body(x, y, hmax(m))
+	Label("next")
+	ADDQ(U32(32*vecs), x)
+	ADDQ(U32(yBytes), y)
+	DECQ(nb)
+	JNZ(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 func quantQ80() {
 	TEXT("quantQ8_0AVX2", NOSPLIT, "func(x *float32, y *byte, nb int)")
 	Pragma("noescape")
@@ -121,62 +148,45 @@ func quantQ80() {
 		"A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d",
 		"and zero values.",
 	)
-	x := Load(Param("x"), GP64())
-	y := Load(Param("y"), GP64())
-	nb := Load(Param("nb"), GP64())
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	Label("block")
-	m, fin := absMax(x, 0, 4)
-	CMPQ(fin, U8(0xff))
-	JNE(LabelRef("nonfinite"))
-	amax := hmax(m)
-	d := XMM()
-	VDIVSS(c127f, amax, d)
-	one := XMM()
-	VMOVSS(cOnef, one)
-	id := XMM()
-	VDIVSS(d, one, id)
-	// id = 0 where d == 0 (all-zero block): 1/0 would turn 0·x into NaN.
-	z := XMM()
-	VXORPS(z, z, z)
-	nz := XMM()
-	VCMPSS(U8(4), z, d, nz) // d != 0
-	VANDPS(nz, id, id)
-	h := XMM()
-	VCVTPS2PH(U8(0), d, h) // round to nearest even
-	VPEXTRW(U8(0), h, Mem{Base: y})
-	vid := YMM()
-	VBROADCASTSS(id, vid)
-	var q [4]VecVirtual
-	for i := range q {
-		q[i] = YMM()
-		VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
-		// Round half away from zero: add the largest float32 below ½ with
-		// x's sign and truncate; exact for every float32.
-		c := YMM()
-		VANDPS(cSign, q[i], c)
-		VORPS(cHalf, c, c)
-		VADDPS(c, q[i], q[i])
-		VCVTTPS2DQ(q[i], q[i])
-	}
-	packStore(q, Mem{Base: y, Disp: 2})
-	JMP(LabelRef("next"))
+	quantBlocks(4, 34, func(x, y Register, amax VecVirtual) {
+		d := XMM()
+		VDIVSS(c127f, amax, d)
+		one := XMM()
+		VMOVSS(cOnef, one)
+		id := XMM()
+		VDIVSS(d, one, id)
+		// id = 0 where d == 0 (all-zero block): 1/0 would turn 0·x into NaN.
+		z := XMM()
+		VXORPS(z, z, z)
+		nz := XMM()
+		VCMPSS(U8(4), z, d, nz) // d != 0
+		VANDPS(nz, id, id)
+		h := XMM()
+		VCVTPS2PH(U8(0), d, h) // round to nearest even
+		VPEXTRW(U8(0), h, Mem{Base: y})
+		vid := YMM()
+		VBROADCASTSS(id, vid)
+		var q [4]VecVirtual
+		for i := range q {
+			q[i] = YMM()
+			VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
+			// Round half away from zero: add the largest float32 below ½ with
+			// x's sign and truncate; exact for every float32.
+			c := YMM()
+			VANDPS(cSign, q[i], c)
+			VORPS(cHalf, c, c)
+			VADDPS(c, q[i], q[i])
+			VCVTTPS2DQ(q[i], q[i])
+		}
+		packStore(q, Mem{Base: y, Disp: 2})
+		JMP(LabelRef("next"))
 
-	Label("nonfinite")
-	MOVW(U16(0x7e00), Mem{Base: y})
-	zy := YMM()
-	VPXOR(zy, zy, zy)
-	VMOVDQU(zy, Mem{Base: y, Disp: 2})
-
-	Label("next")
-	ADDQ(U32(128), x)
-	ADDQ(U32(34), y)
-	DECQ(nb)
-	JNZ(LabelRef("block"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+		Label("nonfinite")
+		MOVW(U16(0x7e00), Mem{Base: y})
+		zy := YMM()
+		VPXOR(zy, zy, zy)
+		VMOVDQU(zy, Mem{Base: y, Disp: 2})
+	})
 }
 
 func quantQ8K() {
@@ -196,97 +206,80 @@ func quantQ8K() {
 		"",
 		"A block holding a NaN or an infinity gets d = NaN and zero values and sums.",
 	)
-	x := Load(Param("x"), GP64())
-	y := Load(Param("y"), GP64())
-	nb := Load(Param("nb"), GP64())
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	Label("block")
-	m, fin := absMax(x, 0, 32)
-	CMPQ(fin, U8(0xff))
-	JNE(LabelRef("nonfinite"))
-	amax := hmax(m)
-	z := XMM()
-	VXORPS(z, z, z)
-	VUCOMISS(z, amax)
-	JE(LabelRef("zero"))
+	quantBlocks(32, 292, func(x, y Register, amax VecVirtual) {
+		z := XMM()
+		VXORPS(z, z, z)
+		VUCOMISS(z, amax)
+		JE(LabelRef("zero"))
 
-	// Find the first value whose magnitude is amax: its sign sets the sign
-	// of the scale.
-	av := YMM()
-	VBROADCASTSS(amax, av)
-	i := GP64()
-	XORQ(i, i)
-	Label("find")
-	a := YMM()
-	VANDPS(Mem{Base: x, Index: i, Scale: 1}, cAbsReg(), a)
-	VCMPPS(U8(0), av, a, a) // equal
-	mask := GP32()
-	VMOVMSKPS(a, mask)
-	TESTL(mask, mask)
-	JNZ(LabelRef("found"))
-	ADDQ(U8(32), i)
-	JMP(LabelRef("find"))
-	Label("found")
-	BSFL(mask, mask)
-	LEAQ(Mem{Base: i, Index: mask.As64(), Scale: 4}, i)
-	vmax := XMM()
-	VMOVSS(Mem{Base: x, Index: i, Scale: 1}, vmax)
-	is := XMM()
-	VMOVSS(cM127f, is)
-	VDIVSS(vmax, is, is) // iscale = −127 / v
-	one := XMM()
-	VMOVSS(cOnef, one)
-	VDIVSS(is, one, one) // d = 1 / iscale
-	VMOVSS(one, Mem{Base: y})
-	vis := YMM()
-	VBROADCASTSS(is, vis)
-	for c := 0; c < 8; c++ { // 32 values: two 16-value groups
-		var q [4]VecVirtual
-		for k := range q {
-			q[k] = YMM()
-			VMULPS(Mem{Base: x, Disp: 128*c + 32*k}, vis, q[k])
-			VCVTPS2DQ(q[k], q[k]) // MXCSR rounding: nearest even
-			VPMINSD(c127i, q[k], q[k])
+		// Find the first value whose magnitude is amax: its sign sets the sign
+		// of the scale.
+		av := YMM()
+		VBROADCASTSS(amax, av)
+		i := GP64()
+		XORQ(i, i)
+		Label("find")
+		a := YMM()
+		VANDPS(Mem{Base: x, Index: i, Scale: 1}, cAbsReg(), a)
+		VCMPPS(U8(0), av, a, a) // equal
+		mask := GP32()
+		VMOVMSKPS(a, mask)
+		TESTL(mask, mask)
+		JNZ(LabelRef("found"))
+		ADDQ(U8(32), i)
+		JMP(LabelRef("find"))
+		Label("found")
+		BSFL(mask, mask)
+		LEAQ(Mem{Base: i, Index: mask.As64(), Scale: 4}, i)
+		vmax := XMM()
+		VMOVSS(Mem{Base: x, Index: i, Scale: 1}, vmax)
+		is := XMM()
+		VMOVSS(cM127f, is)
+		VDIVSS(vmax, is, is) // iscale = −127 / v
+		one := XMM()
+		VMOVSS(cOnef, one)
+		VDIVSS(is, one, one) // d = 1 / iscale
+		VMOVSS(one, Mem{Base: y})
+		vis := YMM()
+		VBROADCASTSS(is, vis)
+		for c := 0; c < 8; c++ { // 32 values: two 16-value groups
+			var q [4]VecVirtual
+			for k := range q {
+				q[k] = YMM()
+				VMULPS(Mem{Base: x, Disp: 128*c + 32*k}, vis, q[k])
+				VCVTPS2DQ(q[k], q[k]) // MXCSR rounding: nearest even
+				VPMINSD(c127i, q[k], q[k])
+			}
+			// bsums of the two groups: (q0+q1) and (q2+q3), each summed across.
+			s0, s1 := YMM(), YMM()
+			VPADDD(q[1], q[0], s0)
+			VPADDD(q[3], q[2], s1)
+			VPHADDD(s1, s0, s0)
+			VPHADDD(s0, s0, s0)
+			hi := XMM()
+			VEXTRACTI128(U8(1), s0, hi)
+			VPADDD(hi, s0.AsX(), hi)
+			VPACKSSDW(hi, hi, hi)
+			VMOVSS(hi, Mem{Base: y, Disp: 260 + 4*c})
+			packStore(q, Mem{Base: y, Disp: 4 + 32*c})
 		}
-		// bsums of the two groups: (q0+q1) and (q2+q3), each summed across.
-		s0, s1 := YMM(), YMM()
-		VPADDD(q[1], q[0], s0)
-		VPADDD(q[3], q[2], s1)
-		VPHADDD(s1, s0, s0)
-		VPHADDD(s0, s0, s0)
-		hi := XMM()
-		VEXTRACTI128(U8(1), s0, hi)
-		VPADDD(hi, s0.AsX(), hi)
-		VPACKSSDW(hi, hi, hi)
-		VMOVSS(hi, Mem{Base: y, Disp: 260 + 4*c})
-		packStore(q, Mem{Base: y, Disp: 4 + 32*c})
-	}
-	JMP(LabelRef("next"))
+		JMP(LabelRef("next"))
 
-	Label("nonfinite")
-	MOVL(U32(0x7fc00000), Mem{Base: y})
-	JMP(LabelRef("clear"))
-	Label("zero")
-	MOVL(U32(0), Mem{Base: y})
-	Label("clear")
-	zy := YMM()
-	VPXOR(zy, zy, zy)
-	for off := 4; off < 292; off += 32 {
-		if off+32 > 292 {
-			off = 292 - 32
+		Label("nonfinite")
+		MOVL(U32(0x7fc00000), Mem{Base: y})
+		JMP(LabelRef("clear"))
+		Label("zero")
+		MOVL(U32(0), Mem{Base: y})
+		Label("clear")
+		zy := YMM()
+		VPXOR(zy, zy, zy)
+		for off := 4; off < 292; off += 32 {
+			if off+32 > 292 {
+				off = 292 - 32
+			}
+			VMOVDQU(zy, Mem{Base: y, Disp: off})
 		}
-		VMOVDQU(zy, Mem{Base: y, Disp: off})
-	}
-
-	Label("next")
-	ADDQ(U32(1024), x)
-	ADDQ(U32(292), y)
-	DECQ(nb)
-	JNZ(LabelRef("block"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	})
 }
 
 // genExpSum emits the AVX2 exponential of the softmax; the AVX-512
