@@ -213,26 +213,10 @@ func TestLlamaCppNumericsScope(t *testing.T) {
 	}
 	cfg := m.Config()
 	cache, _ := NewContiguousCache(cfg, 0)
-	small, _ := NewContiguousCache(cfg, 2)
 	logits := make([]float32, cfg.Vocab)
-	for _, tc := range []struct {
-		name   string
-		tokens []int32
-		pos    int
-		cache  KVCache
-		logits []float32
-		want   error
-	}{
-		{"no tokens", nil, 0, cache, logits, engine.ErrInvalidInput},
-		{"nil cache", []int32{1}, 0, nil, logits, engine.ErrInvalidInput},
-		{"bad token", []int32{1, 512}, 0, cache, logits, engine.ErrInvalidInput},
-		{"gap", []int32{1}, 1, cache, logits, engine.ErrInvalidInput},
-		{"logits size", []int32{1}, 0, cache, logits[:3], engine.ErrInvalidInput},
-		{"context", make([]int32, cfg.ContextLength+1), 0, cache, nil, engine.ErrContextOverflow},
-		{"cache full", []int32{1, 2, 3}, 0, small, nil, engine.ErrKVCacheFull},
-	} {
-		if err := m.Forward(tc.tokens, tc.pos, tc.cache, tc.logits); !errors.Is(err, tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+	for _, tc := range badForwardCalls(cfg) {
+		if err := m.Forward(tc.tokens, tc.pos, tc.cache, tc.logits); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s: %v, want %v containing %q", tc.name, err, tc.want, tc.text)
 		}
 	}
 	if err := m.Forward([]int32{1, 2}, 0, cache, logits); err != nil || cache.Len() != 2 {

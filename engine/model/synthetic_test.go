@@ -251,9 +251,21 @@ func TestRewind(t *testing.T) {
 	}
 }
 
-func TestForwardErrors(t *testing.T) {
-	m := load(t, writeModel(t, tinySpec()), Options{Threads: 2})
-	cfg := m.Config()
+// forwardCase is a Forward call with bad arguments and the error it must
+// give: wrapping want, with text in its message.
+type forwardCase struct {
+	name   string
+	tokens []int32
+	pos    int
+	cache  KVCache
+	logits []float32
+	want   error
+	text   string
+}
+
+// badForwardCalls lists Forward calls with bad arguments for a model of
+// cfg (tinySpec's), which every numerics mode must reject alike.
+func badForwardCalls(cfg Config) []forwardCase {
 	cache, _ := NewContiguousCache(cfg, 0)
 	small, _ := NewContiguousCache(cfg, 4)
 	other := cfg
@@ -261,15 +273,7 @@ func TestForwardErrors(t *testing.T) {
 	wrongShape, _ := NewContiguousCache(other, 4)
 	logits := make([]float32, cfg.Vocab)
 	long := make([]int32, cfg.ContextLength+1)
-	tests := []struct {
-		name   string
-		tokens []int32
-		pos    int
-		cache  KVCache
-		logits []float32
-		want   error
-		text   string
-	}{
+	return []forwardCase{
 		{"no tokens", nil, 0, cache, logits, engine.ErrInvalidInput, "no tokens"},
 		{"nil cache", []int32{1}, 0, nil, logits, engine.ErrInvalidInput, "nil KV cache"},
 		{"cache shape", []int32{1}, 0, wrongShape, logits, engine.ErrInvalidInput, "3 layers"},
@@ -281,6 +285,14 @@ func TestForwardErrors(t *testing.T) {
 		{"context overflow", long, 0, cache, logits, engine.ErrContextOverflow, "positions 0…256 exceed the context window of 256"},
 		{"cache full", []int32{1, 2, 3, 4, 5}, 0, small, logits, engine.ErrKVCacheFull, "exceed the KV cache's 4 positions"},
 	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	m := load(t, writeModel(t, tinySpec()), Options{Threads: 2})
+	cfg := m.Config()
+	cache, _ := NewContiguousCache(cfg, 0)
+	logits := make([]float32, cfg.Vocab)
+	tests := badForwardCalls(cfg)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := m.Forward(tc.tokens, tc.pos, tc.cache, tc.logits)
