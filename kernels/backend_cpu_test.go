@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/baton-serving/baton/kernels/internal/kerneltest"
 	"github.com/baton-serving/baton/kernels/quant"
 	"github.com/baton-serving/baton/kernels/vec"
 )
@@ -23,36 +24,11 @@ func newTestCPU(t *testing.T, threads int) *CPU {
 	return c
 }
 
-func randFloats(rng *rand.Rand, n int, scale float32) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = (2*rng.Float32() - 1) * scale
-	}
-	return x
-}
-
-// exactActivations returns n activations that Q8_0 and Q8_K quantize
-// without loss: multiples q/128 of |q| ≤ 127, the first of every 32 being
-// 127/128, so that every block's scale is exactly 1/128 (Q8_K's, −1/128).
-// With them, a quantized product must equal the reference float product
-// up to float rounding.
-func exactActivations(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		if i%32 == 0 {
-			x[i] = 127.0 / 128
-		} else {
-			x[i] = float32(rng.IntN(255)-127) / 128
-		}
-	}
-	return x
-}
-
 // randMatrix returns rows×cols weights of typ in ggml's layout, and their
 // float32 values.
 func randMatrix(t *testing.T, rng *rand.Rand, typ quant.Type, rows, cols int) ([]byte, []float32) {
 	t.Helper()
-	f := randFloats(rng, rows*cols, 1)
+	f := kerneltest.RandFloats(rng, rows*cols, 1)
 	rb, err := quant.RowBytes(typ, uint64(cols))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +78,7 @@ func TestCPUMatMulMatchesReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, tokens := range []int{1, 2, 5, 9} {
-					x := exactActivations(rng, tokens*cols)
+					x := kerneltest.ExactActivations(rng, tokens*cols)
 					dst, err := c.Alloc(tokens * rows)
 					if err != nil {
 						t.Fatal(err)
@@ -144,7 +120,7 @@ func TestCPUMatMulBatchInvariant(t *testing.T) {
 				cols = 256
 			}
 			data, _ := randMatrix(t, rng, typ, rows, cols)
-			x := randFloats(rng, 9*cols, 2)
+			x := kerneltest.RandFloats(rng, 9*cols, 2)
 			var first []float32
 			for _, threads := range []int{1, 2, 4} {
 				c := newTestCPU(t, threads)
@@ -182,7 +158,7 @@ func TestCPUMatMulMisalignedF32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := randFloats(rng, 8, 1)
+	x := kerneltest.RandFloats(rng, 8, 1)
 	dst, _ := c.Alloc(5)
 	if err := c.MatMul(dst, w, c.Wrap(x)); err != nil {
 		t.Fatal(err)
@@ -238,8 +214,8 @@ func testCPURowOps(t *testing.T, rows int) {
 	const dim = 40
 
 	t.Run("rmsnorm", func(t *testing.T) {
-		x := randFloats(rng, rows*dim, 3)
-		w := randFloats(rng, dim, 1)
+		x := kerneltest.RandFloats(rng, rows*dim, 3)
+		w := kerneltest.RandFloats(rng, dim, 1)
 		dst, _ := c.Alloc(rows * dim)
 		if err := c.RMSNorm(dst, mustUpload(t, c, x), mustUpload(t, c, w), 1e-5); err != nil {
 			t.Fatal(err)
@@ -265,7 +241,7 @@ func testCPURowOps(t *testing.T, rows int) {
 	for _, layout := range []RopeLayout{RopeNormal, RopeNeoX} {
 		t.Run("rope/"+layout.String(), func(t *testing.T) {
 			const heads, hd, half = 3, 10, 4 // rotates 8 of 10
-			x := randFloats(rng, rows*heads*hd, 1)
+			x := kerneltest.RandFloats(rng, rows*heads*hd, 1)
 			cos, sin := make([]float32, rows*half), make([]float32, rows*half)
 			for r := range rows {
 				RopeTable(cos[r*half:(r+1)*half], sin[r*half:(r+1)*half], 7*r+1, 10000, 1, nil)
@@ -288,7 +264,7 @@ func testCPURowOps(t *testing.T, rows int) {
 	}
 
 	t.Run("softmax", func(t *testing.T) {
-		x := randFloats(rng, rows*dim, 30)
+		x := kerneltest.RandFloats(rng, rows*dim, 30)
 		xb := mustUpload(t, c, x)
 		if err := c.Softmax(xb, rows); err != nil {
 			t.Fatal(err)
@@ -309,8 +285,8 @@ func testCPURowOps(t *testing.T, rows int) {
 		// code), so that a row computed alone would differ if its end
 		// took the scalar path.
 		const width = 172
-		g := randFloats(rng, rows*width, 8)
-		u := randFloats(rng, rows*width, 1)
+		g := kerneltest.RandFloats(rng, rows*width, 8)
+		u := kerneltest.RandFloats(rng, rows*width, 1)
 		tricky := expPathSensitive(rng, 4)
 		for r := range rows {
 			copy(g[(r+1)*width-len(tricky):], tricky)
@@ -339,8 +315,8 @@ func testCPURowOps(t *testing.T, rows int) {
 	})
 
 	t.Run("add", func(t *testing.T) {
-		a := randFloats(rng, rows*dim, 1)
-		bias := randFloats(rng, dim, 1)
+		a := kerneltest.RandFloats(rng, rows*dim, 1)
+		bias := kerneltest.RandFloats(rng, dim, 1)
 		dst, _ := c.Alloc(rows * dim)
 		if err := c.Add(dst, mustUpload(t, c, a), mustUpload(t, c, bias)); err != nil {
 			t.Fatal(err)
@@ -402,8 +378,8 @@ func newKVFixture(rng *rand.Rand, dtype quant.Type, headDim int) kvFixture {
 		tables: [][]int32{{5, 2, 9}, {0, 7, 3, 11, 1, 4, 6}},
 	}
 	for _, n := range []int{11, 27} {
-		f.k = append(f.k, randFloats(rng, n*f.l.RowElems(), 2))
-		f.v = append(f.v, randFloats(rng, n*f.l.RowElems(), 1))
+		f.k = append(f.k, kerneltest.RandFloats(rng, n*f.l.RowElems(), 2))
+		f.v = append(f.v, kerneltest.RandFloats(rng, n*f.l.RowElems(), 1))
 	}
 	return f
 }
@@ -465,7 +441,7 @@ func TestCPUKVCacheAndAttention(t *testing.T) {
 
 			rows := f.attnRows()
 			const heads = 6 // 3 query heads per KV head
-			q := randFloats(rng, len(rows)*heads*f.l.HeadDim, 1)
+			q := kerneltest.RandFloats(rng, len(rows)*heads*f.l.HeadDim, 1)
 			out, _ := c.Alloc(len(q))
 			if err := c.Attention(out, mustUpload(t, c, q), kv, f.layer, rows); err != nil {
 				t.Fatal(err)
@@ -648,25 +624,39 @@ func TestCPUConcurrentUse(t *testing.T) {
 	const rows, cols = 64, 256
 	data, _ := randMatrix(t, rng, quant.Q8_0, rows, cols)
 	w, _ := c.LoadMatrix(quant.Q8_0, rows, cols, data)
-	x := randFloats(rng, 3*cols, 1)
+	x := kerneltest.RandFloats(rng, 3*cols, 1)
 	want, _ := c.Alloc(3 * rows)
 	if err := c.MatMul(want, w, c.Wrap(x)); err != nil {
 		t.Fatal(err)
 	}
 	wantF := mustRead(t, c, want)
+	concurrently(t, 4, 20, func(int) func() error {
+		dst, _ := c.Alloc(3 * rows)
+		return func() error {
+			if err := c.MatMul(dst, w, c.Wrap(x)); err != nil {
+				return err
+			}
+			if got, _ := c.Floats(dst); !slices.Equal(got, wantF) {
+				return errors.New("a concurrent product differs")
+			}
+			return nil
+		}
+	})
+}
+
+// concurrently runs n goroutines at once, each calling the check that
+// newCheck makes for it rounds times, and fails t with every error a
+// goroutine stops on.
+func concurrently(t *testing.T, n, rounds int, newCheck func(g int) func() error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
+	errs := make(chan error, n)
+	for g := range n {
 		wg.Go(func() {
-			dst, _ := c.Alloc(3 * rows)
-			for range 20 {
-				if err := c.MatMul(dst, w, c.Wrap(x)); err != nil {
+			check := newCheck(g)
+			for range rounds {
+				if err := check(); err != nil {
 					errs <- err
-					return
-				}
-				got, _ := c.Floats(dst)
-				if !slices.Equal(got, wantF) {
-					errs <- errors.New("a concurrent product differs")
 					return
 				}
 			}
@@ -687,7 +677,7 @@ func BenchmarkCPUMatVec(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dx%d", typ, rows, cols), func(b *testing.B) {
 				c := NewCPU(0)
 				defer c.Close()
-				f := randFloats(rng, rows*cols, 1)
+				f := kerneltest.RandFloats(rng, rows*cols, 1)
 				rb, _ := quant.RowBytes(typ, uint64(cols))
 				data := make([]byte, rows*int(rb))
 				if err := quant.Quantize(typ, f, data); err != nil {
@@ -697,7 +687,7 @@ func BenchmarkCPUMatVec(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				x := c.Wrap(randFloats(rng, cols, 1))
+				x := c.Wrap(kerneltest.RandFloats(rng, cols, 1))
 				dst, _ := c.Alloc(rows)
 				b.ResetTimer()
 				for b.Loop() {
@@ -728,7 +718,7 @@ func TestCPUMatMuls(t *testing.T) {
 		}
 		return m
 	}
-	x := mustUpload(t, c, randFloats(rng, 5*256, 1))
+	x := mustUpload(t, c, kerneltest.RandFloats(rng, 5*256, 1))
 	for _, tc := range []struct {
 		name string
 		ws   []Matrix

@@ -161,26 +161,17 @@ func TestMatmulConcurrentCallers(t *testing.T) {
 	defer mm.pool.close()
 	want := make([]float32, tokens*rows)
 	mm.product(want, w, x, tokens)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := range 8 {
-		wg.Go(func() {
-			got := make([]float32, tokens*rows)
-			for range 20 {
-				clear(got)
-				mm.product(got, w, x, tokens)
-				if !slices.Equal(got, want) {
-					errs <- fmt.Errorf("goroutine %d: result differs", g)
-					return
-				}
+	concurrently(t, 8, 20, func(g int) func() error {
+		got := make([]float32, tokens*rows)
+		return func() error {
+			clear(got)
+			mm.product(got, w, x, tokens)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("goroutine %d: result differs", g)
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			return nil
+		}
+	})
 }
 
 // TestMatmulNoAllocations checks that a product's steady state allocates

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/kernels"
+	"github.com/baton-serving/baton/kernels/internal/kerneltest"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -54,33 +55,9 @@ func newCPU(tb testing.TB) *kernels.CPU {
 	return c
 }
 
-func randFloats(rng *rand.Rand, n int, scale float32) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = (2*rng.Float32() - 1) * scale
-	}
-	return x
-}
-
-// exactActivations returns n activations that the CPU backend's Q8_0 and
-// Q8_K quantization keeps exactly (multiples of 1/128, the first of every
-// 32 being 127/128), so that its quantized products and the GPU's float
-// ones compute the same sums.
-func exactActivations(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		if i%32 == 0 {
-			x[i] = 127.0 / 128
-		} else {
-			x[i] = float32(rng.IntN(255)-127) / 128
-		}
-	}
-	return x
-}
-
 func randMatrix(tb testing.TB, rng *rand.Rand, typ quant.Type, rows, cols int) ([]byte, []float32) {
 	tb.Helper()
-	f := randFloats(rng, rows*cols, 1)
+	f := kerneltest.RandFloats(rng, rows*cols, 1)
 	rb, err := quant.RowBytes(typ, uint64(cols))
 	if err != nil {
 		tb.Fatal(err)
@@ -191,7 +168,7 @@ func TestMatMul(t *testing.T) {
 
 					// Against the CPU backend, with activations its
 					// quantization keeps exactly.
-					x := exactActivations(rng, tokens*cols)
+					x := kerneltest.ExactActivations(rng, tokens*cols)
 					gd := alloc(t, g, tokens*rows)
 					if err := g.MatMul(gd, gw, upload(t, g, x)); err != nil {
 						t.Fatal(err)
@@ -204,7 +181,7 @@ func TestMatMul(t *testing.T) {
 
 					// Against the reference dot products, with random
 					// activations at an odd offset (scalar loads).
-					x = randFloats(rng, tokens*cols, 3)
+					x = kerneltest.RandFloats(rng, tokens*cols, 3)
 					xb := alloc(t, g, tokens*cols+1)
 					if err := g.Write(xb.Slice(1, tokens*cols+1), x); err != nil {
 						t.Fatal(err)
@@ -261,8 +238,8 @@ func TestRowOps(t *testing.T) {
 
 	t.Run("rmsnorm", func(t *testing.T) {
 		for _, dim := range []int{64, 300, 2048} {
-			x := randFloats(rng, rows*dim, 3)
-			w := randFloats(rng, dim, 1)
+			x := kerneltest.RandFloats(rng, rows*dim, 3)
+			w := kerneltest.RandFloats(rng, dim, 1)
 			want := make([]float32, rows*dim)
 			if err := c.RMSNorm(c.Wrap(want), c.Wrap(x), c.Wrap(w), 1e-5); err != nil {
 				t.Fatal(err)
@@ -279,7 +256,7 @@ func TestRowOps(t *testing.T) {
 		t.Run("rope/"+layout.String(), func(t *testing.T) {
 			for _, shape := range [][3]int{{4, 10, 4}, {32, 64, 32}} {
 				heads, hd, half := shape[0], shape[1], shape[2]
-				x := randFloats(rng, rows*heads*hd, 2)
+				x := kerneltest.RandFloats(rng, rows*heads*hd, 2)
 				cos, sin := make([]float32, rows*half), make([]float32, rows*half)
 				for r := range rows {
 					kernels.RopeTable(cos[r*half:(r+1)*half], sin[r*half:(r+1)*half], 100*r+3, 10000, 1, nil)
@@ -299,7 +276,7 @@ func TestRowOps(t *testing.T) {
 
 	t.Run("softmax", func(t *testing.T) {
 		for _, cols := range []int{1, 100, 32000} {
-			x := randFloats(rng, rows*cols, 20)
+			x := kerneltest.RandFloats(rng, rows*cols, 20)
 			want := slices.Clone(x)
 			if err := c.Softmax(c.Wrap(want), rows); err != nil {
 				t.Fatal(err)
@@ -314,7 +291,7 @@ func TestRowOps(t *testing.T) {
 
 	t.Run("silu-mul", func(t *testing.T) {
 		n := 5000
-		gate, up := randFloats(rng, n, 10), randFloats(rng, n, 1)
+		gate, up := kerneltest.RandFloats(rng, n, 10), kerneltest.RandFloats(rng, n, 1)
 		want := make([]float32, n)
 		if err := c.SiLUMul(c.Wrap(want), c.Wrap(gate), c.Wrap(up)); err != nil {
 			t.Fatal(err)
@@ -328,7 +305,7 @@ func TestRowOps(t *testing.T) {
 
 	t.Run("add", func(t *testing.T) {
 		const dim = 700
-		a, bias := randFloats(rng, rows*dim, 1), randFloats(rng, dim, 1)
+		a, bias := kerneltest.RandFloats(rng, rows*dim, 1), kerneltest.RandFloats(rng, dim, 1)
 		want := make([]float32, rows*dim)
 		if err := c.Add(c.Wrap(want), c.Wrap(a), c.Wrap(bias)); err != nil {
 			t.Fatal(err)
@@ -382,7 +359,7 @@ func (s kvSetup) store(t *testing.T, rng *rand.Rand, backends []kernels.Backend,
 	t.Helper()
 	for si, table := range s.tables {
 		n := s.lens[si]
-		k, v := randFloats(rng, n*s.l.RowElems(), 2), randFloats(rng, n*s.l.RowElems(), 1)
+		k, v := kerneltest.RandFloats(rng, n*s.l.RowElems(), 2), kerneltest.RandFloats(rng, n*s.l.RowElems(), 1)
 		slots := make([]int32, n)
 		for p := range slots {
 			slots[p] = table[p/s.l.PageSize]*int32(s.l.PageSize) + int32(p%s.l.PageSize)
@@ -445,7 +422,7 @@ func TestKVCacheAndAttention(t *testing.T) {
 					{Pages: s.tables[2], Len: 9},
 				}
 				const heads = 6
-				q := randFloats(rng, len(rows)*heads*hd, 1)
+				q := kerneltest.RandFloats(rng, len(rows)*heads*hd, 1)
 				want := make([]float32, len(q))
 				if err := c.Attention(c.Wrap(want), c.Wrap(q), caches[1], s.layer, rows); err != nil {
 					t.Fatal(err)
@@ -561,7 +538,7 @@ func TestDecodeSteps(t *testing.T) {
 	for name, sh := range mats {
 		data[name], _ = randMatrix(t, rng, quant.F16, sh[0], sh[1])
 	}
-	norm1, norm2, normOut := randFloats(rng, dim, 1), randFloats(rng, dim, 1), randFloats(rng, dim, 1)
+	norm1, norm2, normOut := kerneltest.RandFloats(rng, dim, 1), kerneltest.RandFloats(rng, dim, 1), kerneltest.RandFloats(rng, dim, 1)
 	l := kernels.KVLayout{Layers: 1, KVHeads: kvHeads, HeadDim: hd, PageSize: pageSize, DType: quant.F16}
 	table := []int32{3, 0}
 	tokens := []int32{1, 17, 299, 42, 42, 7}
@@ -641,7 +618,7 @@ func BenchmarkMatVec(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer g.FreeMatrix(w)
-				x := upload(b, g, randFloats(rng, cols, 1))
+				x := upload(b, g, kerneltest.RandFloats(rng, cols, 1))
 				dst := alloc(b, g, rows)
 				if err := g.Sync(); err != nil {
 					b.Fatal(err)
@@ -683,7 +660,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			for i := range table {
 				table[i] = int32(i)
 			}
-			q := upload(b, g, randFloats(rng, heads*l.HeadDim, 1))
+			q := upload(b, g, kerneltest.RandFloats(rng, heads*l.HeadDim, 1))
 			out := alloc(b, g, heads*l.HeadDim)
 			rows := []kernels.AttnRow{{Pages: table, Len: n}}
 			b.ResetTimer()
