@@ -89,22 +89,11 @@ func (s *mergeSession) bpe(t *Tokenizer, word string, out []int32) []int32 {
 		}
 	}
 
-	s.syms = splitSymbols(s.syms, text)
-	s.queue = s.queue[:0]
-	syms := s.syms
-	add := func(left, right int) {
-		if left < 0 || right < 0 {
-			return
-		}
-		l, r := syms[left], syms[right]
+	syms := s.merge(text, func(l, r symbol) (float64, bool) {
 		rank, ok := t.ranks[mergePair{text[l.start : l.start+l.n], text[r.start : r.start+r.n]}]
-		if !ok {
-			return
-		}
 		// Lowest rank first: negate it so that the max-heap serves it.
-		s.queue.push(bigram{left: left, right: right, score: -float64(rank), size: l.n + r.n})
-	}
-	mergeAll(syms, &s.queue, add)
+		return -float64(rank), ok
+	})
 	// A merge produced text that is not a token, or a byte's stand-in is
 	// missing: spell the symbol character by character. llama.cpp looks up
 	// single raw bytes here, which never match a byte-level vocabulary,

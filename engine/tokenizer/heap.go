@@ -91,6 +91,25 @@ func splitSymbols(syms []symbol, text string) []symbol {
 	return syms
 }
 
+// merge splits text into UTF-8 characters and merges adjacent symbols,
+// the pair of highest score first, for as long as score accepts a pair;
+// it returns the symbols, whose survivors form a list from index 0.
+func (s *mergeSession) merge(text string, score func(l, r symbol) (float64, bool)) []symbol {
+	s.syms = splitSymbols(s.syms, text)
+	s.queue = s.queue[:0]
+	syms := s.syms
+	mergeAll(syms, &s.queue, func(left, right int) {
+		if left < 0 || right < 0 {
+			return
+		}
+		l, r := syms[left], syms[right]
+		if sc, ok := score(l, r); ok {
+			s.queue.push(bigram{left: left, right: right, score: sc, size: l.n + r.n})
+		}
+	})
+	return syms
+}
+
 // mergeAll asks add to queue every adjacent pair of syms, then pops
 // bigrams until none is left, merging each still-valid pair and asking add
 // for the new pairs each merge creates.

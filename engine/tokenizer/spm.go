@@ -42,22 +42,12 @@ type mergeSession struct {
 // of the final symbols. A symbol that is not a token (only single
 // characters can be) is spelled out with byte tokens.
 func (s *mergeSession) spm(t *Tokenizer, text string, out []int32) []int32 {
-	s.syms = splitSymbols(s.syms, text)
-	s.queue = s.queue[:0]
-	syms := s.syms
-	add := func(left, right int) {
-		if left < 0 || right < 0 {
-			return
+	syms := s.merge(text, func(l, r symbol) (float64, bool) {
+		if id, ok := t.toID[text[l.start:l.start+l.n+r.n]]; ok {
+			return float64(t.score(id)), true
 		}
-		l, r := syms[left], syms[right]
-		piece := text[l.start : l.start+l.n+r.n]
-		id, ok := t.toID[piece]
-		if !ok {
-			return
-		}
-		s.queue.push(bigram{left: left, right: right, score: float64(t.score(id)), size: len(piece)})
-	}
-	mergeAll(syms, &s.queue, add)
+		return 0, false
+	})
 	return appendPieces(out, syms, text, t.toID, func(out []int32, piece string) []int32 {
 		for j := 0; j < len(piece); j++ {
 			out = t.appendByte(out, piece[j])
