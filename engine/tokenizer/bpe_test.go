@@ -64,15 +64,7 @@ func newBPEVocab(t testing.TB, pre string) bpeVocab {
 
 func (b bpeVocab) idsOf(t testing.TB, texts ...string) []int32 {
 	t.Helper()
-	out := make([]int32, len(texts))
-	for i, text := range texts {
-		id, ok := b.ids[text]
-		if !ok {
-			t.Fatalf("test vocabulary has no %q", text)
-		}
-		out[i] = id
-	}
-	return out
+	return idsOf(t, b.ids, texts)
 }
 
 func TestByteRunes(t *testing.T) {

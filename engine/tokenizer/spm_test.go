@@ -53,9 +53,16 @@ func sortedKeys[V any](m map[string]V) []string {
 
 func (s spmVocab) idsOf(t testing.TB, texts ...string) []int32 {
 	t.Helper()
+	return idsOf(t, s.ids, texts)
+}
+
+// idsOf returns the ids of texts in a test vocabulary, failing t for a
+// text it lacks.
+func idsOf(t testing.TB, ids map[string]int32, texts []string) []int32 {
+	t.Helper()
 	out := make([]int32, len(texts))
 	for i, text := range texts {
-		id, ok := s.ids[text]
+		id, ok := ids[text]
 		if !ok {
 			t.Fatalf("test vocabulary has no %q", text)
 		}
