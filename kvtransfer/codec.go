@@ -158,22 +158,8 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	hdr = appendVarintField(hdr, 4, uint64(ch.LayerEnd))
 	hdr = appendVarintField(hdr, 5, uint64(ch.Tokens))
 	out := make(mem.BufferSlice, 0, 5)
-	if len(ch.K) > 0 {
-		hdr = protowire.AppendTag(hdr, 6, protowire.BytesType)
-		hdr = protowire.AppendVarint(hdr, uint64(len(ch.K)))
-		out = append(out, mem.SliceBuffer(hdr), k)
-		hdr = hdr[len(hdr):]
-	} else {
-		k.Free()
-	}
-	if len(ch.V) > 0 {
-		hdr = protowire.AppendTag(hdr, 7, protowire.BytesType)
-		hdr = protowire.AppendVarint(hdr, uint64(len(ch.V)))
-		out = append(out, mem.SliceBuffer(hdr), vb)
-		hdr = hdr[len(hdr):]
-	} else {
-		vb.Free()
-	}
+	hdr, out = appendBytesField(hdr, out, 6, k)
+	hdr, out = appendBytesField(hdr, out, 7, vb)
 	if hdr = appendVarintField(hdr, 8, uint64(ch.Checksum)); len(hdr) > 0 {
 		out = append(out, mem.SliceBuffer(hdr))
 	}
@@ -437,6 +423,21 @@ func appendVarintField(b []byte, num protowire.Number, x uint64) []byte {
 	}
 	b = protowire.AppendTag(b, num, protowire.VarintType)
 	return protowire.AppendVarint(b, x)
+}
+
+// appendBytesField adds bytes field num, holding b, to a message being
+// built as out: its tag and length go at the end of hdr, which then goes
+// into out ahead of b, uncopied. An empty b is not written (proto3 leaves
+// empty bytes out) and is freed. It returns the rest of hdr's capacity for
+// the next piece, and out.
+func appendBytesField(hdr []byte, out mem.BufferSlice, num protowire.Number, b mem.Buffer) ([]byte, mem.BufferSlice) {
+	if b.Len() == 0 {
+		b.Free()
+		return hdr, out
+	}
+	hdr = protowire.AppendTag(hdr, num, protowire.BytesType)
+	hdr = protowire.AppendVarint(hdr, uint64(b.Len()))
+	return hdr[len(hdr):], append(out, mem.SliceBuffer(hdr), b)
 }
 
 // plainProto is the fallback when gRPC's default codec is unavailable: the
