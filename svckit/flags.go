@@ -31,28 +31,8 @@ func ParseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 			f.Usage += " [$" + EnvName(f.Name) + "]"
 		}
 	})
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "--help" || a == "-help" {
-			fs.Usage()
-			return flag.ErrHelp
-		}
-	}
-	// Parse quietly: a bad flag is reported by the caller as one line, not
-	// followed by the whole usage text.
-	usage, out := fs.Usage, fs.Output()
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = usage
-	fs.SetOutput(out)
-	if err != nil {
-		return fmt.Errorf("%w (see --help)", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	if err := ParseArgs(fs, args); err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -71,6 +51,36 @@ func ParseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// ParseArgs parses the command line args into fs quietly: -h, -help or
+// --help (before any "--") prints the usage and returns flag.ErrHelp, but a
+// bad flag returns an error without the usage, so that the caller can
+// report it as one line. Positional arguments are refused. Unlike
+// ParseFlags it does not consult the environment.
+func ParseArgs(fs *flag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	if err != nil {
+		return fmt.Errorf("%w (see --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	return nil
 }
 
 // NewFlagSet returns a flag set that reports errors instead of exiting, with a

@@ -33,6 +33,7 @@ import (
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/svckit"
 )
 
 // Summary is the one-line description of the command.
@@ -173,7 +174,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintln(stderr, help)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := svckit.ParseArgs(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -229,32 +230,6 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	return exitOK
 }
 
-// parseFlags parses without printing the usage on a bad flag; -h prints it.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "--help" || a == "-help" {
-			fs.Usage()
-			return flag.ErrHelp
-		}
-	}
-	usage, out := fs.Usage, fs.Output()
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = usage
-	fs.SetOutput(out)
-	if err != nil {
-		return fmt.Errorf("%w (see --help)", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
-	}
-	return nil
-}
-
 func (o *options) check() error {
 	if !o.pSet && !o.batched {
 		o.p = 128
@@ -293,21 +268,48 @@ func (o *options) check() error {
 	return nil
 }
 
-// openModel resolves --model (or $BATON_MODEL) and opens the file.
-func openModel(ctx context.Context, o options) (string, *gguf.File, error) {
+// loaded is the model under test: its file, kept open for the tokenizer
+// and the weight statistics, and the loaded weights.
+type loaded struct {
+	path string
+	file *gguf.File
+	m    model.Model
+	cfg  model.Config
+}
+
+// loadModel resolves --model (or $BATON_MODEL), opens and loads the file,
+// and checks that sequences of o.maxLen positions fit its context window.
+func loadModel(ctx context.Context, o options) (*loaded, error) {
 	ref := modelfile.FromEnv(o.model)
 	if ref == "" {
-		return "", nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
+		return nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
 	}
 	path, err := modelfile.Resolve(ctx, ref, modelfile.Options{})
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return path, f, nil
+	m, err := model.Load(f, model.Options{Threads: o.threads})
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	cfg := m.Config()
+	if o.maxLen > cfg.ContextLength {
+		m.Close()
+		f.Close()
+		return nil, fmt.Errorf("sequences of %d positions do not fit the context window of %d: %w", o.maxLen, cfg.ContextLength, engine.ErrContextOverflow)
+	}
+	return &loaded{path: path, file: f, m: m, cfg: cfg}, nil
+}
+
+// Close releases the weights, then the file they were loaded from.
+func (l *loaded) Close() {
+	l.m.Close()
+	l.file.Close()
 }
 
 // effectiveThreads is the thread count model.Load uses for --threads.
@@ -319,20 +321,12 @@ func effectiveThreads(threads int) int {
 }
 
 func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
-	path, f, err := openModel(ctx, o)
+	lm, err := loadModel(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	m, err := model.Load(f, model.Options{Threads: o.threads})
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	cfg := m.Config()
-	if o.maxLen > cfg.ContextLength {
-		return nil, fmt.Errorf("sequences of %d positions do not fit the context window of %d: %w", o.maxLen, cfg.ContextLength, engine.ErrContextOverflow)
-	}
+	defer lm.Close()
+	path, f, m, cfg := lm.path, lm.file, lm.m, lm.cfg
 	bos := int32(1)
 	if tok, err := tokenizer.FromGGUF(f); err == nil && tok.BOS() >= 0 && int(tok.BOS()) < cfg.Vocab {
 		bos = tok.BOS()

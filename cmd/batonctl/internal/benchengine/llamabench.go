@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/engine/model"
@@ -96,17 +95,12 @@ func weightStats(f *gguf.File) (params, total, perToken int64, typ string) {
 // token each after a one-token prompt), each timed R times after an
 // untimed warm-up, on one sequence over a paged KV cache.
 func single(ctx context.Context, o options) (*SingleReport, error) {
-	path, f, err := openModel(ctx, o)
+	lm, err := loadModel(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	m, err := model.Load(f, model.Options{Threads: o.threads})
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	cfg := m.Config()
+	defer lm.Close()
+	path, f, m, cfg := lm.path, lm.file, lm.m, lm.cfg
 	rep := &SingleReport{
 		Model: path, Architecture: cfg.Architecture, Threads: effectiveThreads(o.threads),
 		Kernels: vec.Implementation(), KVType: o.kvDType.String(), PageSize: o.pageSize,
@@ -115,9 +109,6 @@ func single(ctx context.Context, o options) (*SingleReport, error) {
 		PPSamples: []float64{}, TGSamples: []float64{},
 	}
 	rep.Params, _, rep.BytesPerToken, rep.WeightType = weightStats(f)
-	if o.maxLen > cfg.ContextLength {
-		return nil, fmt.Errorf("sequences of %d positions do not fit the context window of %d: %w", o.maxLen, cfg.ContextLength, engine.ErrContextOverflow)
-	}
 	layout := cfg.KVLayout(o.pageSize, o.kvDType)
 	kv, err := kvcache.New(layout, layout.PagesFor(o.maxLen))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/engine/testmodel"
 	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/svckit"
 )
 
 // GenModelSummary is the one-line description of `batonctl gen-model`.
@@ -54,7 +55,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 		fmt.Fprintf(stderr, genModelHelp+"\n", strings.Join(testmodel.Presets(), ", "))
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := svckit.ParseArgs(fs, args); err != nil {
 		return flagErr(stderr, "gen-model", err)
 	}
 	spec, err := genSpec(fs, preset, typ, s)

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
+	"github.com/baton-serving/baton/svckit"
 )
 
 // RunSummary is the one-line description of `batonctl run`.
@@ -100,7 +101,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintln(stderr, runHelp)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := svckit.ParseArgs(fs, args); err != nil {
 		return flagErr(stderr, "run", err)
 	}
 	if err := o.check(); err != nil {

@@ -29,34 +29,6 @@ const (
 	exitInterrupted = 130 // 128 + SIGINT, as shells report it
 )
 
-// parseFlags parses args into fs without printing the usage on a bad flag
-// (the caller reports the error in one line). -h/--help prints the usage
-// and returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	usage, out := fs.Usage, fs.Output()
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "-h" || a == "--help" || a == "-help" {
-			usage()
-			return flag.ErrHelp
-		}
-	}
-	fs.Usage = func() {}
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.Usage = usage
-	fs.SetOutput(out)
-	if err != nil {
-		return fmt.Errorf("%w (see --help)", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
-	}
-	return nil
-}
-
 // flagErr reports a parse error and returns the exit code for it.
 func flagErr(stderr io.Writer, cmd string, err error) int {
 	if errors.Is(err, flag.ErrHelp) {

@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/baton-serving/baton/engine/tokenizer"
+	"github.com/baton-serving/baton/svckit"
 )
 
 // TokenizeSummary is the one-line description of `batonctl tokenize`.
@@ -38,7 +39,7 @@ func Tokenize(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 		fmt.Fprintln(stderr, tokenizeHelp)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := svckit.ParseArgs(fs, args); err != nil {
 		return flagErr(stderr, "tokenize", err)
 	}
 	f, err := openModel(ctx, modelRef, stderr)
