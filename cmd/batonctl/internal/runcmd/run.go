@@ -40,7 +40,11 @@ min-p, temperature. Defaults are llama.cpp's.
 With --json nothing is streamed; one JSON object is printed at the end:
   {"prompt_ids":[…],"generated_ids":[…],"text":"…",
    "prompt_tokens_per_second":…,"generation_tokens_per_second":…,
-   "stop_reason":"length|eog|stop|context|cancelled","seed":…}
+   "stop_reason":"length|eog|stop|context|cancelled",
+   "finish_reason":"length|stop|abort","seed":…}
+finish_reason is stop_reason in the words of "batonctl generate --json" and
+the API: eog and stop are "stop", length and context "length", cancelled
+"abort".
 
 Flags:`
 
@@ -61,7 +65,22 @@ type runResult struct {
 	PromptTPS     float64 `json:"prompt_tokens_per_second"`
 	GenerationTPS float64 `json:"generation_tokens_per_second"`
 	StopReason    string  `json:"stop_reason"`
+	FinishReason  string  `json:"finish_reason"` // StopReason as generate and the API name it
 	Seed          uint64  `json:"seed"`
+}
+
+// finishReason maps a stop reason to the finish reason "batonctl generate"
+// reports for the same end on the serving path (decode-svc's finish).
+func finishReason(stop string) string {
+	switch stop {
+	case "eog", "stop":
+		return "stop"
+	case "length", "context":
+		return "length"
+	case "cancelled":
+		return "abort"
+	}
+	return ""
 }
 
 // Run is the `batonctl run` command.
@@ -108,6 +127,9 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return flagErr(stderr, "run", err)
 	}
 	res, err := run(ctx, o, stdout, stderr)
+	if res != nil {
+		res.FinishReason = finishReason(res.StopReason)
+	}
 	if res != nil && o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetEscapeHTML(false)

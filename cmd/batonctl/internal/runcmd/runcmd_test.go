@@ -50,6 +50,7 @@ type runJSON struct {
 	PromptTPS     *float64 `json:"prompt_tokens_per_second"`
 	GenerationTPS *float64 `json:"generation_tokens_per_second"`
 	StopReason    string   `json:"stop_reason"`
+	FinishReason  string   `json:"finish_reason"`
 	Seed          uint64   `json:"seed"`
 }
 
@@ -81,8 +82,8 @@ func TestRunGolden(t *testing.T) {
 	if v.Text != goldenText {
 		t.Errorf("text %q, want %q", v.Text, goldenText)
 	}
-	if v.PromptTPS == nil || *v.PromptTPS <= 0 || v.GenerationTPS == nil || *v.GenerationTPS <= 0 || v.StopReason != "length" {
-		t.Errorf("speeds %v %v, stop %q", v.PromptTPS, v.GenerationTPS, v.StopReason)
+	if v.PromptTPS == nil || *v.PromptTPS <= 0 || v.GenerationTPS == nil || *v.GenerationTPS <= 0 || v.StopReason != "length" || v.FinishReason != "length" {
+		t.Errorf("speeds %v %v, stop %q, finish %q", v.PromptTPS, v.GenerationTPS, v.StopReason, v.FinishReason)
 	}
 
 	// Streaming prints the same text (plus a final newline), stats on stderr.
@@ -105,8 +106,8 @@ func TestRunStopsAndSampling(t *testing.T) {
 
 	// A stop string ends generation; neither it nor anything after is printed.
 	v := decodeRun(t, runCmd(t, append(base, "--temperature", "0", "--stop", "Lily", "--stop", "zzz")...))
-	if v.Text != ", there was a little girl named " || v.StopReason != "stop" {
-		t.Errorf("stop: text %q, reason %q", v.Text, v.StopReason)
+	if v.Text != ", there was a little girl named " || v.StopReason != "stop" || v.FinishReason != "stop" {
+		t.Errorf("stop: text %q, reason %q, finish %q", v.Text, v.StopReason, v.FinishReason)
 	}
 	// "little girl" spans two tokens (" little" and " girl").
 	v = decodeRun(t, runCmd(t, append(base, "--temperature", "0", "--stop", "le gi")...))
@@ -127,8 +128,8 @@ func TestRunStopsAndSampling(t *testing.T) {
 
 	// The context window bounds generation: 128 positions, 5 in the prompt.
 	v = decodeRun(t, runCmd(t, append(base, "--temperature", "0", "-n", "500")...))
-	if len(v.GeneratedIDs) != 123 || v.StopReason != "context" {
-		t.Errorf("context: %d tokens, reason %q", len(v.GeneratedIDs), v.StopReason)
+	if len(v.GeneratedIDs) != 123 || v.StopReason != "context" || v.FinishReason != "length" {
+		t.Errorf("context: %d tokens, reason %q, finish %q", len(v.GeneratedIDs), v.StopReason, v.FinishReason)
 	}
 	// -n 0 generates nothing.
 	v = decodeRun(t, runCmd(t, append(base, "-n", "0")...))
@@ -148,8 +149,21 @@ func TestRunCancelled(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	var v runJSON
-	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.StopReason != "cancelled" || len(v.GeneratedIDs) != 0 {
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.StopReason != "cancelled" || v.FinishReason != "abort" || len(v.GeneratedIDs) != 0 {
 		t.Errorf("stdout %q (%v)", r.stdout, err)
+	}
+}
+
+// TestFinishReason pins the mapping for every stop reason, eog included,
+// which the stories model does not reach within its window under greedy
+// decoding.
+func TestFinishReason(t *testing.T) {
+	for stop, want := range map[string]string{
+		"eog": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "abort",
+	} {
+		if got := finishReason(stop); got != want {
+			t.Errorf("finishReason(%q) = %q, want %q", stop, got, want)
+		}
 	}
 }
 
