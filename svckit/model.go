@@ -20,7 +20,7 @@ type ModelFlag struct {
 // AddFlags registers --model.
 func (m *ModelFlag) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.Ref, "model", "",
-		"GGUF model: a local path or hf://OWNER/REPO/FILE.gguf (default: ../shared/models/stories260K.gguf when it exists)")
+		"GGUF model: a local path or hf://OWNER/REPO/FILE.gguf (default: "+modelfile.DefaultHelp+", when it exists)")
 }
 
 // Resolve finds the model file: the flag (or $BATON_MODEL), else the default
@@ -29,7 +29,7 @@ func (m *ModelFlag) AddFlags(fs *flag.FlagSet) {
 func (m *ModelFlag) Resolve(ctx context.Context) error {
 	ref := modelfile.FromEnv(m.Ref)
 	if ref == "" {
-		return errors.New("--model: no model given and the default ../shared/models/stories260K.gguf was not found; pass --model PATH or set BATON_MODEL")
+		return errors.New("--model: no model given and the default ../shared/models/stories260K.gguf was not found beside the working directory or the binary; pass --model PATH (or hf://OWNER/REPO/FILE.gguf) or set BATON_MODEL")
 	}
 	p, err := modelfile.Resolve(ctx, ref, modelfile.Options{})
 	if err != nil {

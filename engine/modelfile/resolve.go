@@ -173,29 +173,50 @@ const defaultModelRel = "../shared/models/stories260K.gguf"
 // maxDefaultWalk is how many parent directories DefaultPath climbs.
 const maxDefaultWalk = 6
 
+// DefaultHelp says in a flag's help where the default model is looked for.
+const DefaultHelp = defaultModelRel + " beside the working directory or the binary, or a parent of either"
+
 // DefaultPath returns the model used when neither --model nor $BATON_MODEL
 // is set: the first existing ../shared/models/stories260K.gguf relative to
-// the working directory or one of its first six ancestors, or "" if none.
+// the working directory or one of its ancestors, else relative to the
+// running binary's directory or one of its ancestors — so that bin/batonctl
+// finds it from any working directory. Each walk climbs at most six levels
+// and stops at a folder holding go.work (the repository's root, beside
+// which the reference data lives). It returns "" when there is none.
 func DefaultPath() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	return defaultPathFrom(wd)
+	return defaultPathFrom(searchDirs()...)
 }
 
-func defaultPathFrom(dir string) string {
-	dir = filepath.Clean(dir)
-	for range maxDefaultWalk + 1 {
-		p := filepath.Join(dir, filepath.FromSlash(defaultModelRel))
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
+// searchDirs are the folders DefaultPath starts from: the working
+// directory, then the directory of the executable with symlinks resolved.
+func searchDirs() []string {
+	var dirs []string
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	return dirs
+}
+
+func defaultPathFrom(dirs ...string) string {
+	for _, dir := range dirs {
+		dir = filepath.Clean(dir)
+		for range maxDefaultWalk + 1 {
+			p := filepath.Join(dir, filepath.FromSlash(defaultModelRel))
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+				return p
+			}
+			parent := filepath.Dir(dir)
+			if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil || parent == dir {
+				break
+			}
+			dir = parent
 		}
-		dir = parent
 	}
 	return ""
 }

@@ -89,6 +89,39 @@ func TestDefaultPathFrom(t *testing.T) {
 		}
 	}
 
+	// The binary's directory is searched after the working directory, so
+	// that bin/batonctl finds the model from anywhere.
+	bin := filepath.Join(root, "repo", "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := defaultPathFrom(t.TempDir(), bin); got != model {
+		t.Errorf("defaultPathFrom(elsewhere, %q) = %q, want %q", bin, got, model)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		t.Fatal(err)
+	}
+	if dirs := searchDirs(); len(dirs) != 2 || dirs[1] != filepath.Dir(exe) {
+		t.Errorf("searchDirs() = %q, want the working directory and %q", dirs, filepath.Dir(exe))
+	}
+
+	// The walk stops at the folder holding go.work: reference data further
+	// up belongs to another checkout.
+	nested := filepath.Join(root, "repo", "vendor", "inner")
+	if err := os.MkdirAll(filepath.Join(nested, "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nested, "go.work"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := defaultPathFrom(filepath.Join(nested, "pkg")); got != "" {
+		t.Errorf("defaultPathFrom climbed past go.work to %q", got)
+	}
+
 	// A directory of that name does not count.
 	other := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(other, "shared", "models", "stories260K.gguf"), 0o755); err != nil {

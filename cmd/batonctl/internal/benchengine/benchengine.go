@@ -139,7 +139,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	o := options{batches: []int{1}}
 	fs := flag.NewFlagSet("batonctl bench-engine", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.model, "model", "", "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf above the working directory)")
+	fs.StringVar(&o.model, "model", "", "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else "+modelfile.DefaultHelp+")")
 	fs.Func("batch", "sequences running together; a comma-separated list runs each (default 1)", func(s string) error {
 		o.batches, o.batched = o.batches[:0], true
 		for f := range strings.SplitSeq(s, ",") {

@@ -39,7 +39,7 @@ func flagErr(stderr io.Writer, cmd string, err error) int {
 }
 
 // modelFlagHelp documents --model the same way for every command.
-const modelFlagHelp = "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf above the working directory)"
+const modelFlagHelp = "GGUF model: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else " + modelfile.DefaultHelp + ")"
 
 // openModel resolves ref (flag value, $BATON_MODEL or the shared default),
 // downloading an hf:// reference with progress on stderr, and opens it.
