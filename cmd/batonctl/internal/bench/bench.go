@@ -29,6 +29,7 @@ import (
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/dataset"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/load"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/measure"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -78,13 +79,6 @@ JSON object on stdout instead; --output FILE also writes the JSON to FILE;
 --from-json re-reads saved results (several files overlay in the charts).
 
 Flags:`
-
-// The router's addresses under `batonctl up`'s default port base 8080:
-// HTTP on the base port, gRPC on the next.
-const (
-	defaultHTTP = "127.0.0.1:8080"
-	defaultGRPC = "127.0.0.1:8081"
-)
 
 // options are the parsed flags.
 type options struct {
@@ -150,9 +144,9 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 	fs := flag.NewFlagSet("batonctl bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.backend, "backend", "grpc", "router API: grpc (RouterService.Generate) or openai (POST /v1/completions, streamed)")
-	fs.StringVar(&o.router, "router", "", "router address (default "+defaultGRPC+" for grpc, "+defaultHTTP+" for openai: batonctl up's default ports)")
+	fs.StringVar(&o.router, "router", "", "router address (default "+loopback.RouterGRPC+" for grpc, "+loopback.RouterHTTP+" for openai: batonctl up's default ports)")
 	fs.StringVar(&o.apiKey, "api-key", os.Getenv("BATON_API_KEY"), "bearer token for a router started with --api-keys-file (default $BATON_API_KEY)")
-	fs.StringVar(&o.modelRef, "model", "", "GGUF model the router serves, for its vocabulary (default: $BATON_MODEL, else ../shared/models/stories260K.gguf above the working directory)")
+	fs.StringVar(&o.modelRef, "model", "", "GGUF model the router serves, for its vocabulary (default: $BATON_MODEL, else "+modelfile.DefaultHelp+")")
 	fs.StringVar(&o.dataset, "dataset", "random", "prompts: random, sharegpt or shared-prefix")
 	fs.StringVar(&o.datasetPath, "dataset-path", "", "ShareGPT JSON file (--dataset sharegpt)")
 	fs.IntVar(&o.inputLen, "random-input-len", 32, "prompt tokens, BOS included (random); suffix tokens after the shared prefix (shared-prefix)")
@@ -197,11 +191,11 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 	switch o.backend {
 	case "grpc":
 		if o.router == "" {
-			o.router = defaultGRPC
+			o.router = loopback.RouterGRPC
 		}
 	case "openai":
 		if o.router == "" {
-			o.router = defaultHTTP
+			o.router = loopback.RouterHTTP
 		}
 	default:
 		return bad("--backend %q: want grpc or openai", o.backend)

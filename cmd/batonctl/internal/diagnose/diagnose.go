@@ -18,6 +18,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
 )
 
 // Summary is the one-line description of the command.
@@ -26,7 +28,7 @@ const Summary = "find where requests are stuck: sample every service, probe, nam
 // ExitUsage is the exit code for bad flags; 0, 1 and 2 are the verdicts.
 const ExitUsage = 3
 
-const help = `Usage: batonctl diagnose --router URL [flags]
+const help = `Usage: batonctl diagnose [--router URL] [flags]
 
 Samples every service's metrics, readiness and in-flight requests several
 times, sends one traced probe request with a deadline through the router,
@@ -57,7 +59,7 @@ type options struct {
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.router, "router", "", "router HTTP base URL (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&o.router, "router", "", "router HTTP base URL (default http://"+loopback.RouterHTTP+", batonctl up's router, unless --prefill or --decode is given)")
 	fs.StringVar(&o.prefill, "prefill", "", "prefill workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
 	fs.StringVar(&o.decode, "decode", "", "decode workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
 	fs.IntVar(&o.samples, "samples", 5, "readings of every service")
@@ -74,14 +76,15 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 
 func (o *options) validate() error {
 	switch {
-	case o.router == "" && o.prefill == "" && o.decode == "":
-		return errors.New("--router (or --prefill/--decode) is required")
 	case o.samples < 1:
 		return fmt.Errorf("--samples: %d, want ≥ 1", o.samples)
 	case o.interval <= 0 || o.timeout <= 0 || o.stuckAfter <= 0 || o.probeTimeout <= 0:
 		return errors.New("--interval, --timeout, --stuck-after and --probe-timeout must be positive")
 	case o.probeTokens < 1:
 		return fmt.Errorf("--probe-tokens: %d, want ≥ 1", o.probeTokens)
+	}
+	if o.router == "" && o.prefill == "" && o.decode == "" {
+		o.router = loopback.RouterHTTP
 	}
 	if o.router != "" && !strings.Contains(o.router, "://") {
 		o.router = "http://" + o.router

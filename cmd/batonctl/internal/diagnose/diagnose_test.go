@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -203,7 +204,6 @@ func TestRunGRPCWorker(t *testing.T) {
 
 func TestRunUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{},
 		{"--router", "http://x", "--samples", "0"},
 		{"--router", "http://x", "--probe-timeout", "-1s"},
 		{"--decode", "ftp://x"},
@@ -212,6 +212,31 @@ func TestRunUsage(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := Run(context.Background(), &out, &errb, args); code != ExitUsage || errb.Len() == 0 {
 			t.Errorf("%q: exit %d, stderr %q; want %d with a message", args, code, errb.String(), ExitUsage)
+		}
+	}
+}
+
+// TestDefaultRouter: without --router, --prefill or --decode, diagnose reads
+// the router `batonctl up` starts, as generate and bench do; naming workers
+// alone still leaves the router out.
+func TestDefaultRouter(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "http://127.0.0.1:8080"},
+		{[]string{"--router", "10.0.0.1:9000/"}, "http://10.0.0.1:9000"},
+		{[]string{"--decode", "http://127.0.0.1:8085"}, ""},
+		{[]string{"--prefill", "http://127.0.0.1:8083"}, ""},
+	} {
+		var o options
+		fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
+		o.addFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.validate(); err != nil || o.router != tc.want {
+			t.Errorf("%q: router %q, err %v; want %q", tc.args, o.router, err, tc.want)
 		}
 	}
 }

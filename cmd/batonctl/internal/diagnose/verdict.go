@@ -542,8 +542,16 @@ func abbrev(id string) string {
 	return id
 }
 
+// secs prints a duration in seconds with the precision that matters at its
+// size: a 4 ms probe is "4 ms", not "0.0 s".
 func secs(s float64) string {
-	if s < 10 {
+	// The bounds are where the rounding would carry into the next form.
+	switch {
+	case s < 0.00995:
+		return fmt.Sprintf("%.2g ms", s*1000)
+	case s < 0.9995:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	case s < 9.95:
 		return fmt.Sprintf("%.1f s", s)
 	}
 	return fmt.Sprintf("%.0f s", s)

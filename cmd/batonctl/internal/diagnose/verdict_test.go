@@ -66,7 +66,7 @@ func TestAnalyze(t *testing.T) {
 				svc("router", RoleRouter, 3, idle()), svc("prefill-0", RolePrefill, 3, idle()), svc("decode-0", RoleDecode, 3, idle())},
 				Probe: probeOK()},
 			status:  Healthy,
-			summary: []string{"router, prefill-0, decode-0 healthy", "probe ok in 0.1 s"},
+			summary: []string{"router, prefill-0, decode-0 healthy", "probe ok in 120 ms"},
 		},
 		{
 			name: "the incident: zombies in decode's transfer queue, probe stalls in prealloc",
@@ -345,6 +345,19 @@ func TestAnalyzeStuckOrder(t *testing.T) {
 	// A tie in counts goes to the oldest request's stage.
 	if s.Stage != "transfer queue" {
 		t.Errorf("stage %q, want transfer queue", s.Stage)
+	}
+}
+
+// TestSecs: durations print with the precision their size needs; a 4 ms
+// probe is not "0.0 s".
+func TestSecs(t *testing.T) {
+	for s, want := range map[float64]string{
+		0: "0 ms", 0.0004: "0.4 ms", 0.004: "4 ms", 0.0042: "4.2 ms", 0.00999: "10 ms", 0.012: "12 ms",
+		0.2504: "250 ms", 0.9996: "1.0 s", 2.54: "2.5 s", 9.96: "10 s", 42: "42 s",
+	} {
+		if got := secs(s); got != want {
+			t.Errorf("secs(%v) = %q, want %q", s, got, want)
+		}
 	}
 }
 

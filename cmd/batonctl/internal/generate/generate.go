@@ -11,6 +11,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,7 +49,7 @@ type result struct {
 func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs := flag.NewFlagSet("batonctl generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	router := fs.String("router", "127.0.0.1:8081", "router gRPC address (host:port)")
+	router := fs.String("router", loopback.RouterGRPC, "router gRPC address (host:port)")
 	prompt := fs.String("prompt", "", "prompt text")
 	n := fs.Int("n", 64, "maximum tokens to generate")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
