@@ -145,6 +145,52 @@ func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc
 	return p
 }
 
+// startUp runs `batonctl up` with the suite's binaries, the given
+// arguments and extra environment, its service logs in a temporary
+// directory, and waits for its banner. It returns the process and the log
+// directory (see upLogs).
+func startUp(t testing.TB, within time.Duration, env []string, args ...string) (*proc, string) {
+	t.Helper()
+	logDir := t.TempDir()
+	p := startProcEnv(t, "batonctl", env, append([]string{"up", "--bin-dir", binDir, "--log-dir", logDir}, args...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("batonctl up's service logs:\n%s", upLogs(t, logDir))
+		}
+	})
+	deadline := time.Now().Add(within)
+	for !strings.Contains(p.Stdout(), "Baton is up") {
+		if time.Now().After(deadline) {
+			t.Fatalf("batonctl up not up in time:\n%s\n%s", p.Stdout(), p.Stderr())
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("batonctl up exited: %v\n%s", p.err, p.Stderr())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return p, logDir
+}
+
+// upLogs is every service log batonctl up wrote into dir, each file's lines
+// after its name.
+func upLogs(t testing.TB, dir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Errorf("reading %s: %v", f, err)
+		}
+		fmt.Fprintf(&b, "== %s\n%s", filepath.Base(f), body)
+	}
+	return b.String()
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer

@@ -241,18 +241,7 @@ func TestEnvOverrides(t *testing.T) {
 func TestBatonctlUp(t *testing.T) {
 	model := refdata.Model(t)
 	base := consecutiveFreePorts(t, 6)
-	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.Stdout(), "Baton is up") {
-		if time.Now().After(deadline) {
-			t.Fatalf("batonctl up not up in time:\n%s\n%s", p.Stdout(), p.Stderr())
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("batonctl up exited: %v\n%s", p.err, p.Stderr())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	p, logDir := startUp(t, 30*time.Second, nil, "--port-base", strconv.Itoa(base), "--model", model)
 	for i, want := range map[int]string{1: "baton.v1.RouterService", 2: "baton.v1.PrefillService", 4: "baton.v1.DecodeService"} {
 		waitServing(t, dial(t, fmt.Sprintf("127.0.0.1:%d", base+i)), want)
 	}
@@ -264,8 +253,8 @@ func TestBatonctlUp(t *testing.T) {
 	if code := p.wait(t, 20*time.Second); code != 0 {
 		t.Errorf("batonctl up exit code = %d, want 0\n%s", code, p.Stderr())
 	}
-	if n := strings.Count(p.Stderr(), `"msg":"stopped"`); n != 3 {
-		t.Errorf("%d services logged a clean stop, want 3:\n%s", n, p.Stderr())
+	if n := strings.Count(upLogs(t, logDir), `"msg":"stopped"`); n != 3 {
+		t.Errorf("%d services logged a clean stop, want 3:\n%s", n, upLogs(t, logDir))
 	}
 	// Nothing may still listen on the layout's ports.
 	for i := range 6 {
@@ -286,7 +275,7 @@ func TestBatonctlUpPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir)
+	p := startProc(t, "batonctl", "up", "--port-base", strconv.Itoa(base), "--model", model, "--bin-dir", binDir, "--log-dir", t.TempDir())
 	if code := p.wait(t, 30*time.Second); code == 0 {
 		t.Fatalf("batonctl up succeeded with its decode port taken")
 	}

@@ -29,19 +29,8 @@ func TestBatonctlUpMultiWorker(t *testing.T) {
 	// round-robin spreads sequential requests over the workers quickly.
 	env := []string{"BATON_KV_CACHE_BYTES=64MiB", "BATON_THREADS=1",
 		"BATON_PREFILL_POLICY=round-robin", "BATON_DECODE_POLICY=round-robin"}
-	p := startProcEnv(t, "batonctl", env, "up", "--port-base", strconv.Itoa(base),
-		"--prefill-workers", "2", "--decode-workers", "2", "--model", model, "--bin-dir", binDir)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(p.Stdout(), "Baton is up") {
-		if time.Now().After(deadline) {
-			t.Fatalf("batonctl up not up in time:\n%s\n%s", p.Stdout(), p.Stderr())
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("batonctl up exited: %v\n%s", p.err, p.Stderr())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	p, logDir := startUp(t, 60*time.Second, env, "--port-base", strconv.Itoa(base),
+		"--prefill-workers", "2", "--decode-workers", "2", "--model", model)
 	addr := func(off int) string { return "127.0.0.1:" + strconv.Itoa(base+off) }
 	// The layout: router P, P+1; first prefill P+2, P+3; first decode P+4,
 	// P+5; second prefill P+6, P+7; second decode P+8, P+9.
@@ -109,8 +98,8 @@ func TestBatonctlUpMultiWorker(t *testing.T) {
 	if code := p.wait(t, 30*time.Second); code != 0 {
 		t.Errorf("batonctl up exit code = %d, want 0\n%s", code, p.Stderr())
 	}
-	if n := strings.Count(p.Stderr(), `"msg":"stopped"`); n != 5 {
-		t.Errorf("%d services logged a clean stop, want 5:\n%s", n, p.Stderr())
+	if n := strings.Count(upLogs(t, logDir), `"msg":"stopped"`); n != 5 {
+		t.Errorf("%d services logged a clean stop, want 5:\n%s", n, upLogs(t, logDir))
 	}
 	for i := range ports {
 		if c, err := net.DialTimeout("tcp", addr(i), 200*time.Millisecond); err == nil {

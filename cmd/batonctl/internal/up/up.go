@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/cmd/batonctl/internal/generate"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
+	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/svckit"
 )
 
@@ -37,8 +39,15 @@ type Options struct {
 	ReadyTimeout   time.Duration
 	StopTimeout    time.Duration
 	LogLevel       string
-	Demo           string
+	// LogDir receives one log file per service; LogToStderr ("-") keeps
+	// them on stderr, each line prefixed with the service's name; "" is a
+	// new directory under the OS temp directory.
+	LogDir string
+	Demo   string
 }
+
+// LogToStderr as --log-dir sends the services' logs to batonctl's stderr.
+const LogToStderr = "-"
 
 // MaxWorkers bounds --prefill-workers and --decode-workers: each worker is a
 // process holding a model and a KV cache.
@@ -82,15 +91,16 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	var o Options
 	fs := flag.NewFlagSet("batonctl up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.PortBase, "port-base", 8080, "first of the consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5, then gRPC and HTTP of each further prefill worker from P+6, then of each further decode worker")
+	fs.IntVar(&o.PortBase, "port-base", loopback.PortBase, "first of the consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5, then gRPC and HTTP of each further prefill worker from P+6, then of each further decode worker")
 	fs.IntVar(&o.PrefillWorkers, "prefill-workers", 1, "prefill worker processes to start")
 	fs.IntVar(&o.DecodeWorkers, "decode-workers", 1, "decode worker processes to start")
-	fs.StringVar(&o.Host, "host", "127.0.0.1", "address the services listen on")
-	fs.StringVar(&o.Model, "model", "", "GGUF model for all three services: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else ../shared/models/stories260K.gguf)")
+	fs.StringVar(&o.Host, "host", loopback.Host, "address the services listen on")
+	fs.StringVar(&o.Model, "model", "", "GGUF model for all three services: a path or hf://OWNER/REPO/FILE.gguf (default: $BATON_MODEL, else "+modelfile.DefaultHelp+")")
 	fs.StringVar(&o.BinDir, "bin-dir", "", "directory holding router-svc, prefill-svc and decode-svc (default: batonctl's own directory, then $PATH)")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 60*time.Second, "how long each service gets to become ready")
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 15*time.Second, "how long the services get to stop after SIGTERM before they are killed")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "services' log level: debug, info, warn or error")
+	fs.StringVar(&o.LogDir, "log-dir", "", "directory for the services' logs, one file per service (router-svc.log, prefill-svc.log, decode-svc.log, decode-svc-2.log, ...), kept after exit (default: a new baton-up-* directory in the OS temp directory); - writes them to stderr, each line prefixed with [service]")
 	fs.StringVar(&o.Demo, "demo", "", "once up, send this prompt through the router (greedy, 64 tokens) and print the completion")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc and prefill-svc and decode-svc workers on loopback and stops them on Ctrl-C.\nWorkers take other flags from the environment (BATON_THREADS=1, BATON_KV_CACHE_BYTES=256MiB, ...).\n\nFlags:")
@@ -132,6 +142,7 @@ type child struct {
 	label    string
 	httpAddr string
 	grpcAddr string
+	logPath  string // "" when the log goes to stderr
 	cmd      *exec.Cmd
 	done     chan struct{} // closed when the process has exited
 	err      error         // exit status, valid after done
@@ -186,6 +197,14 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// stopAll is the one release path for the processes, whatever happens.
 	defer func() { stopAll(children, o.StopTimeout, stderr) }()
 
+	logDir, err := openLogDir(o.LogDir)
+	if err != nil {
+		return err
+	}
+	if logDir != "" {
+		fmt.Fprintf(stderr, "batonctl up: service logs in %s\n", logDir)
+	}
+
 	bins := map[string]string{}
 	for _, s := range specs {
 		if _, ok := bins[s.bin]; ok {
@@ -200,7 +219,11 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	for _, s := range specs {
 		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http}, common...)
 		args = append(args, s.extra...)
-		c, err := start(bins[s.bin], s.name, args, stderr, &logs)
+		sink, err := newLogSink(logDir, s.name, stderr)
+		if err != nil {
+			return err
+		}
+		c, err := start(bins[s.bin], s.name, args, sink, &logs)
 		if err != nil {
 			return err
 		}
@@ -224,13 +247,19 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  %-*s gRPC  %s   HTTP http://%s\n", width, c.label, c.grpcAddr, c.httpAddr)
 		}
 	}
+	if logDir != "" {
+		fmt.Fprintf(stdout, "Logs (one file per service):\n")
+		for _, c := range children {
+			fmt.Fprintf(stdout, "  %-*s %s\n", width, c.label, c.logPath)
+		}
+	}
 
 	if o.Demo != "" {
 		fmt.Fprintf(stdout, "\nDemo request through the router (prefill computes the prompt, decode generates):\n> %s", o.Demo)
 		if code := generate.Run(ctx, stdout, stderr, []string{"--router", addr(p.RouterGRPC), "--prompt", o.Demo, "-n", "64", "--temperature", "0"}); code != 0 {
 			return fmt.Errorf("demo request failed (exit %d)", code)
 		}
-		fmt.Fprintf(stdout, "\nTry: batonctl generate --router %s --prompt \"Lily and Tom\"\n", addr(p.RouterGRPC))
+		fmt.Fprintf(stdout, "\nTry: %s generate --router %s --prompt \"Lily and Tom\"\n", selfCommand(), addr(p.RouterGRPC))
 	}
 
 	died := make(chan *child, len(children))
@@ -267,16 +296,54 @@ func findBinary(dir, name string) (string, error) {
 	return p, nil
 }
 
-func start(bin, name string, args []string, stderr io.Writer, logs *sync.WaitGroup) (*child, error) {
-	c := &child{name: name, done: make(chan struct{})}
+// start runs bin and copies its stderr, line by line, to the sink, keeping
+// the last line for error messages. It closes the sink when the process has
+// exited.
+// selfCommand is how the user can run this batonctl again, for the hints
+// printed once up: "batonctl" when $PATH finds this very binary, else its
+// path relative to the working directory when it lies below it
+// (bin/batonctl), else its absolute path.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "batonctl"
+	}
+	wd, _ := os.Getwd()
+	return commandFor(exe, wd, exec.LookPath)
+}
+
+func commandFor(exe, wd string, lookPath func(string) (string, error)) string {
+	if p, err := lookPath("batonctl"); err == nil {
+		a, errA := os.Stat(p)
+		b, errB := os.Stat(exe)
+		if errA == nil && errB == nil && os.SameFile(a, b) {
+			return "batonctl"
+		}
+	}
+	// From the filesystem's root a relative path reads as a typo.
+	if wd != "" && filepath.Dir(wd) != wd {
+		if rel, err := filepath.Rel(wd, exe); err == nil && filepath.IsLocal(rel) {
+			if !strings.ContainsRune(rel, filepath.Separator) {
+				rel = "." + string(filepath.Separator) + rel
+			}
+			return rel
+		}
+	}
+	return exe
+}
+
+func start(bin, name string, args []string, sink *logSink, logs *sync.WaitGroup) (*child, error) {
+	c := &child{name: name, logPath: sink.path, done: make(chan struct{})}
 	c.cmd = exec.Command(bin, args...)
 	c.cmd.SysProcAttr = sysProcAttr()
 	pipe, err := c.cmd.StderrPipe()
 	if err != nil {
+		sink.Close()
 		return nil, err
 	}
-	c.cmd.Stdout = stderr
+	c.cmd.Stdout = sink.w
 	if err := c.cmd.Start(); err != nil {
+		sink.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	logs.Add(1)
@@ -289,10 +356,11 @@ func start(bin, name string, args []string, stderr io.Writer, logs *sync.WaitGro
 			c.mu.Lock()
 			c.lastLine = line
 			c.mu.Unlock()
-			fmt.Fprintf(stderr, "[%s] %s\n", name, line)
+			fmt.Fprintf(sink.w, "%s%s\n", sink.prefix, line)
 		}
 		// Wait only after the pipe is drained: it closes the pipe.
 		c.err = c.cmd.Wait()
+		sink.Close()
 		close(c.done)
 	}()
 	return c, nil

@@ -214,9 +214,11 @@ func TestUpManyWorkers(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
+	logDir := filepath.Join(t.TempDir(), "logs") // created by up
 	go func() {
 		done <- Run(ctx, &stdout, &stderr, []string{"--port-base", strconv.Itoa(base),
-			"--prefill-workers", "2", "--decode-workers", "3", "--bin-dir", bin, "--ready-timeout", "20s", "--stop-timeout", "10s"})
+			"--prefill-workers", "2", "--decode-workers", "3", "--bin-dir", bin, "--ready-timeout", "20s", "--stop-timeout", "10s",
+			"--log-dir", logDir})
 	}()
 	deadline := time.After(30 * time.Second)
 	for !strings.Contains(stdout.String(), "Baton is up") {
@@ -281,8 +283,28 @@ func TestUpManyWorkers(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("up did not stop")
 	}
-	if n := strings.Count(stderr.String(), `{"msg":"stopped"}`); n != 6 {
-		t.Errorf("%d processes stopped cleanly, want 6:\n%s", n, stderr.String())
+	// Each service logged to its own file, listed in the banner, and none
+	// of it reached the terminal.
+	logs := []string{"router-svc.log", "prefill-svc-1.log", "prefill-svc-2.log", "decode-svc-1.log", "decode-svc-2.log", "decode-svc-3.log"}
+	for _, name := range logs {
+		path := filepath.Join(logDir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("log %s: %v", name, err)
+			continue
+		}
+		if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); !slices.Equal(lines, []string{`{"msg":"serving"}`, `{"msg":"stopped"}`}) {
+			t.Errorf("log %s holds %q, want the service's two lines, unprefixed", name, lines)
+		}
+		if !strings.Contains(stdout.String(), " "+path+"\n") {
+			t.Errorf("the banner does not list %s:\n%s", path, stdout.String())
+		}
+	}
+	if n := countFiles(t, logDir, ".log"); n != len(logs) {
+		t.Errorf("%d log files, want %d", n, len(logs))
+	}
+	if strings.Contains(stderr.String(), `"msg"`) || !strings.Contains(stderr.String(), "service logs in "+logDir) {
+		t.Errorf("stderr should name the log directory and hold no service logs:\n%s", stderr.String())
 	}
 	for p := base; p < base+l.Len(); p++ {
 		if c, err := net.DialTimeout("tcp", addr(p), 200*time.Millisecond); err == nil {
@@ -304,7 +326,7 @@ func TestUpWorkerFails(t *testing.T) {
 	t.Setenv(fakeFailEnv, strconv.Itoa(l.Decode[1].GRPC))
 	var stdout, stderr syncBuffer
 	code := Run(context.Background(), &stdout, &stderr, []string{"--port-base", strconv.Itoa(base),
-		"--decode-workers", "2", "--bin-dir", bin, "--ready-timeout", "20s", "--stop-timeout", "10s"})
+		"--decode-workers", "2", "--bin-dir", bin, "--ready-timeout", "20s", "--stop-timeout", "10s", "--log-dir", LogToStderr})
 	if code != 1 {
 		t.Fatalf("up exited %d, want 1:\n%s", code, stderr.String())
 	}
@@ -317,6 +339,67 @@ func TestUpWorkerFails(t *testing.T) {
 	}
 	if n := strings.Count(stderr.String(), `{"msg":"stopped"}`); n != countFiles(t, rec, ".args") {
 		t.Errorf("%d processes stopped, %d started:\n%s", n, countFiles(t, rec, ".args"), stderr.String())
+	}
+	// --log-dir - keeps the logs on stderr, each line naming its service.
+	if !strings.Contains(stderr.String(), `[decode-svc#1] {"msg":"stopped"}`) {
+		t.Errorf("stderr lacks decode-svc#1's prefixed log lines:\n%s", stderr.String())
+	}
+}
+
+// TestLogDirDefault: without --log-dir, each run gets a new directory in the
+// OS temp directory.
+func TestLogDirDefault(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	a, err := openLogDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openLogDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || filepath.Dir(a) != tmp || !strings.HasPrefix(filepath.Base(a), "baton-up-") {
+		t.Errorf("log directories %q and %q, want two new baton-up-* in %s", a, b, tmp)
+	}
+	if d, err := openLogDir(LogToStderr); d != "" || err != nil {
+		t.Errorf("openLogDir(-) = %q, %v; want stderr", d, err)
+	}
+}
+
+// TestCommandFor: the hint names the binary as the user can type it.
+func TestCommandFor(t *testing.T) {
+	root := t.TempDir()
+	exe := filepath.Join(root, "bin", "batonctl")
+	if err := os.MkdirAll(filepath.Dir(exe), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "batonctl")
+	if err := os.WriteFile(other, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	found := func(p string) func(string) (string, error) {
+		return func(string) (string, error) { return p, nil }
+	}
+	notFound := func(string) (string, error) { return "", errors.New("not found") }
+	for _, tc := range []struct {
+		wd   string
+		look func(string) (string, error)
+		want string
+	}{
+		{root, notFound, filepath.Join("bin", "batonctl")},
+		{filepath.Join(root, "bin"), notFound, "./batonctl"},
+		{t.TempDir(), notFound, exe},
+		{string(filepath.Separator), notFound, exe},
+		{t.TempDir(), found(exe), "batonctl"},
+		{root, found(other), filepath.Join("bin", "batonctl")}, // $PATH has another batonctl
+	} {
+		if got := commandFor(exe, tc.wd, tc.look); got != tc.want {
+			t.Errorf("commandFor(%s, wd %s) = %q, want %q", exe, tc.wd, got, tc.want)
+		}
 	}
 }
 
