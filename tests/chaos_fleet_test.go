@@ -702,16 +702,7 @@ func startSelectiveProxy(t *testing.T, target string) *selectiveProxy {
 func (p *selectiveProxy) addr() string { return p.lis.Addr().String() }
 
 func (p *selectiveProxy) serve() {
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
+	forward(p.lis, p.target, func(c, u net.Conn) {
 		p.mu.Lock()
 		pc := &proxiedConn{client: c, upstream: u, frozen: make(chan struct{})}
 		if p.freeze != nil && p.freeze(c.RemoteAddr()) {
@@ -721,7 +712,7 @@ func (p *selectiveProxy) serve() {
 		p.mu.Unlock()
 		go p.pipe(pc, u, c)
 		go p.pipe(pc, c, u)
-	}
+	})
 }
 
 // pipe copies src to dst until the connection is black-holed; then it

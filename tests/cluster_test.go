@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // golden is the part of ../shared/golden/stories260K.json the suites use.
@@ -63,6 +60,21 @@ func startCluster(t testing.TB, extra map[string][]string) *cluster {
 // startClusterModel is startCluster on the given model file.
 func startClusterModel(t testing.TB, model string, extra map[string][]string) *cluster {
 	t.Helper()
+	return startClusterModelEnv(t, model, nil, extra)
+}
+
+// startClusterEnv is startCluster with extra environment variables for
+// every service (startCluster's services never export traces).
+func startClusterEnv(t testing.TB, env []string, extra map[string][]string) *cluster {
+	t.Helper()
+	return startClusterModelEnv(t, refdata.Model(t), env, extra)
+}
+
+// startClusterModelEnv starts the cluster on model, with env added to every
+// service's environment and extra flags per binary, and waits until all are
+// ready.
+func startClusterModelEnv(t testing.TB, model string, env []string, extra map[string][]string) *cluster {
+	t.Helper()
 	ports := freePorts(t, 8)
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	c := &cluster{
@@ -74,7 +86,7 @@ func startClusterModel(t testing.TB, model string, extra map[string][]string) *c
 	common := []string{"--model", model, "--context-length", "512", "--shutdown-timeout", "5s", "--log-level", "warn"}
 	start := func(n *node, key string, args ...string) {
 		args = append(append(append([]string{"--grpc-addr", n.grpc, "--http-addr", n.http}, common...), args...), extra[key]...)
-		n.p = startProc(t, n.name, args...)
+		n.p = startProcEnv(t, n.name, env, args...)
 	}
 	start(&c.prefill, "prefill")
 	start(&c.decode, "decode")
@@ -95,18 +107,8 @@ func (c *cluster) client(t testing.TB, n node) batonv1.RouterServiceClient {
 // metrics scrapes a service's /metrics into name -> summed value.
 func metrics(t testing.TB, httpAddr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for name, f := range fams {
+	for name, f := range scrape(t, httpAddr) {
 		for _, m := range f.GetMetric() {
 			switch {
 			case m.GetGauge() != nil:

@@ -237,9 +237,15 @@ func generate(ctx context.Context, c batonv1.RouterServiceClient, req *batonv1.G
 	if err != nil {
 		return nil, err
 	}
+	return tokenIDs(stream.Recv)
+}
+
+// tokenIDs reads a generate stream, the router's or decode's, to its end
+// and returns the token ids it carried, with the error that ended it early.
+func tokenIDs[R interface{ GetEvent() *batonv1.GenerateEvent }](recv func() (R, error)) ([]uint32, error) {
 	var ids []uint32
 	for {
-		resp, err := stream.Recv()
+		resp, err := recv()
 		if err == io.EOF {
 			return ids, nil
 		}

@@ -43,21 +43,30 @@ func (p *proxy) addr() string { return p.lis.Addr().String() }
 func (p *proxy) freeze() { p.freezeOnce.Do(func() { close(p.frozen) }) }
 
 func (p *proxy) serve() {
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
+	forward(p.lis, p.target, func(c, u net.Conn) {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, u)
 		p.mu.Unlock()
 		go p.pipe(u, c, nil)
 		go p.pipe(c, u, &p.back)
+	})
+}
+
+// forward accepts connections on lis, dials target for each and hands both
+// ends to handle; it returns once lis is closed. A failed dial drops the
+// client's connection, as an unreachable target would.
+func forward(lis net.Listener, target string, handle func(client, upstream net.Conn)) {
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		handle(c, u)
 	}
 }
 

@@ -5,7 +5,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -109,17 +108,7 @@ func pairGenerate(t *testing.T, dc batonv1.DecodeServiceClient, prefill, id stri
 	if err != nil {
 		return nil, err
 	}
-	var ids []uint32
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return ids, nil
-		}
-		if err != nil {
-			return ids, err
-		}
-		ids = append(ids, resp.GetEvent().GetTokenIds()...)
-	}
+	return tokenIDs(stream.Recv)
 }
 
 // outcome is one request of a load run.

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-serving/baton/engine/refdata"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -56,34 +55,6 @@ func tracedEnv(otlp string) []string {
 		"OTEL_BSP_SCHEDULE_DELAY=50", // ms: spans reach Jaeger soon after they end
 		"OTEL_TRACES_SAMPLER=parentbased_always_on",
 	}
-}
-
-// startClusterEnv is startCluster with extra environment variables for
-// every service (startCluster's services never export traces).
-func startClusterEnv(t testing.TB, env []string, extra map[string][]string) *cluster {
-	t.Helper()
-	model := refdata.Model(t)
-	ports := freePorts(t, 8)
-	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	c := &cluster{
-		prefill:   node{name: "prefill-svc", grpc: addr(0), http: addr(1)},
-		decode:    node{name: "decode-svc", grpc: addr(2), http: addr(3)},
-		router:    node{name: "router-svc", grpc: addr(4), http: addr(5)},
-		colocated: node{name: "router-svc", grpc: addr(6), http: addr(7)},
-	}
-	common := []string{"--model", model, "--context-length", "512", "--shutdown-timeout", "5s", "--log-level", "warn"}
-	start := func(n *node, key string, args ...string) {
-		args = append(append(append([]string{"--grpc-addr", n.grpc, "--http-addr", n.http}, common...), args...), extra[key]...)
-		n.p = startProcEnv(t, n.name, env, args...)
-	}
-	start(&c.prefill, "prefill")
-	start(&c.decode, "decode")
-	start(&c.router, "router", "--prefill", c.prefill.grpc, "--decode", c.decode.grpc, "--load-interval", "100ms")
-	start(&c.colocated, "router", "--prefill", "local", "--decode", c.decode.grpc, "--load-interval", "100ms")
-	for _, n := range c.all() {
-		waitHTTP(t, n.p, "http://"+n.http+"/health/ready", 30*time.Second)
-	}
-	return c
 }
 
 // newTraceparent returns a W3C traceparent for a new sampled trace, and its
