@@ -3,6 +3,7 @@ package modelfile
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,10 +41,22 @@ func (t *throttle) finish(done, total int64) {
 	t.fn(done, total)
 }
 
+// IsTerminal reports whether w is a character device (a terminal), where a
+// redrawn progress line makes sense.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
 // TerminalProgress returns a progress function for Options.Progress that
 // redraws one line on w with a bar, the percentage, the bytes so far and the
 // rate, using carriage returns. It is meant for terminals only; the caller
-// decides whether w is one. A total below zero means the size is unknown.
+// decides whether w is one (IsTerminal). A total below zero means the size
+// is unknown.
 // The line is ended with a newline once done reaches a known total.
 func TerminalProgress(w io.Writer) func(done, total int64) {
 	var (

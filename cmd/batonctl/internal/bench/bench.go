@@ -112,7 +112,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return replay(o, stdout, stderr)
 	}
 	var progress io.Writer
-	if isTerminal(stderr) {
+	if modelfile.IsTerminal(stderr) {
 		progress = stderr
 	}
 	rep, err := benchmark(ctx, o, progress)
@@ -496,15 +496,4 @@ func replay(o options, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// isTerminal reports whether w is a terminal, where a redrawn progress bar
-// makes sense.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

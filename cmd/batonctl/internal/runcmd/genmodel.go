@@ -73,7 +73,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	var bytes int64
 	if est := estimateBytes(spec); est > 64<<20 {
 		switch {
-		case isTerminal(stderr):
+		case modelfile.IsTerminal(stderr):
 			progress = modelfile.TerminalProgress(stderr)
 		default:
 			// Not a terminal: a line per tenth.

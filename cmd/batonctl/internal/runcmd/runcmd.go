@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/baton-serving/baton/engine/gguf"
@@ -49,7 +48,7 @@ func openModel(ctx context.Context, flagValue string, stderr io.Writer) (*gguf.F
 		return nil, fmt.Errorf("no model: pass --model PATH or set %s", modelfile.EnvModel)
 	}
 	var opts modelfile.Options
-	if strings.HasPrefix(ref, modelfile.HFScheme) && isTerminal(stderr) {
+	if strings.HasPrefix(ref, modelfile.HFScheme) && modelfile.IsTerminal(stderr) {
 		opts.Progress = modelfile.TerminalProgress(stderr)
 	}
 	path, err := modelfile.Resolve(ctx, ref, opts)
@@ -57,17 +56,6 @@ func openModel(ctx context.Context, flagValue string, stderr io.Writer) (*gguf.F
 		return nil, err
 	}
 	return gguf.Open(path)
-}
-
-// isTerminal reports whether w is a character device (a terminal), where a
-// redrawn progress line makes sense.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // oneLine flattens an error message onto one line.
