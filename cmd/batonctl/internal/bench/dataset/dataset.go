@@ -83,26 +83,56 @@ type RandomOptions struct {
 // Random makes N prompts of random normal tokens. A prompt's length counts
 // its BOS token.
 func Random(v Vocab, o RandomOptions) ([]Prompt, error) {
-	if err := checkLengths("input length", o.InputLen, o.RangeRatio); err != nil {
+	g, err := newGenerator(v, "input length", o.InputLen, o.OutputLen, o.RangeRatio, o.Seed, 1)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkLengths("output length", o.OutputLen, o.RangeRatio); err != nil {
+	ps := make([]Prompt, o.N)
+	for i := range ps {
+		ps[i] = Prompt{IDs: g.ids(nil, g.in.draw(g.rng), true), OutputLen: g.out.draw(g.rng)}
+	}
+	return ps, nil
+}
+
+// generator draws the random data sets' prompts: token ids from the
+// vocabulary's ordinary tokens, and a prompt part's and the output's lengths.
+type generator struct {
+	v       Vocab
+	pool    []int32
+	rng     *rand.Rand
+	in, out spread
+}
+
+// newGenerator checks the mean lengths (in is named inName in errors) and
+// the range ratio, and seeds the generator's own random stream.
+func newGenerator(v Vocab, inName string, in, out int, r float64, seed, stream uint64) (*generator, error) {
+	if err := checkLengths(inName, in, r); err != nil {
+		return nil, err
+	}
+	if err := checkLengths("output length", out, r); err != nil {
 		return nil, err
 	}
 	pool, err := ordinary(v)
 	if err != nil {
 		return nil, err
 	}
-	rng := newRand(o.Seed, 1)
-	inLo, inHi := LengthRange(o.InputLen, o.RangeRatio)
-	outLo, outHi := LengthRange(o.OutputLen, o.RangeRatio)
-	ps := make([]Prompt, o.N)
-	for i := range ps {
-		n := inLo + rng.IntN(inHi-inLo+1)
-		ps[i] = Prompt{IDs: randomIDs(rng, v, pool, nil, n, true), OutputLen: outLo + rng.IntN(outHi-outLo+1)}
-	}
-	return ps, nil
+	return &generator{v: v, pool: pool, rng: newRand(seed, stream), in: newSpread(in, r), out: newSpread(out, r)}, nil
 }
+
+// ids appends n random tokens to dst (see randomIDs).
+func (g *generator) ids(dst []int32, n int, bos bool) []int32 {
+	return randomIDs(g.rng, g.v, g.pool, dst, n, bos)
+}
+
+// spread is an inclusive range of lengths (LengthRange), drawn uniformly.
+type spread struct{ lo, hi int }
+
+func newSpread(mean int, r float64) spread {
+	lo, hi := LengthRange(mean, r)
+	return spread{lo, hi}
+}
+
+func (s spread) draw(rng *rand.Rand) int { return s.lo + rng.IntN(s.hi-s.lo+1) }
 
 // randomIDs appends n tokens to dst: BOS first when bos is set and the
 // model adds one, the rest drawn from pool.
@@ -143,31 +173,22 @@ func SharedPrefix(v Vocab, o SharedPrefixOptions) ([]Prompt, error) {
 	if o.PrefixLen < 1 {
 		return nil, fmt.Errorf("prefix length %d: want ≥ 1", o.PrefixLen)
 	}
-	if err := checkLengths("suffix length", o.SuffixLen, o.RangeRatio); err != nil {
-		return nil, err
-	}
-	if err := checkLengths("output length", o.OutputLen, o.RangeRatio); err != nil {
-		return nil, err
-	}
-	pool, err := ordinary(v)
+	g, err := newGenerator(v, "suffix length", o.SuffixLen, o.OutputLen, o.RangeRatio, o.Seed, 2)
 	if err != nil {
 		return nil, err
 	}
-	rng := newRand(o.Seed, 2)
 	prefixes := make([][]int32, o.Groups)
-	for g := range prefixes {
-		prefixes[g] = randomIDs(rng, v, pool, nil, o.PrefixLen, true)
+	for i := range prefixes {
+		prefixes[i] = g.ids(nil, o.PrefixLen, true)
 	}
-	sLo, sHi := LengthRange(o.SuffixLen, o.RangeRatio)
-	outLo, outHi := LengthRange(o.OutputLen, o.RangeRatio)
 	ps := make([]Prompt, o.N)
 	for i := range ps {
 		p := prefixes[i%o.Groups]
-		n := sLo + rng.IntN(sHi-sLo+1)
-		ids := randomIDs(rng, v, pool, append(make([]int32, 0, len(p)+n), p...), n, false)
-		ps[i] = Prompt{IDs: ids, OutputLen: outLo + rng.IntN(outHi-outLo+1)}
+		n := g.in.draw(g.rng)
+		ids := g.ids(append(make([]int32, 0, len(p)+n), p...), n, false)
+		ps[i] = Prompt{IDs: ids, OutputLen: g.out.draw(g.rng)}
 	}
-	rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+	g.rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 	return ps, nil
 }
 
