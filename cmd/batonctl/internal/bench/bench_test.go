@@ -16,33 +16,9 @@ import (
 
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/backend"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/dataset"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/load/loadtest"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/measure"
 )
-
-// fakeClock is virtual time that only Sleep and Advance move.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d > 0 {
-		c.Advance(d)
-	}
-	return ctx.Err()
-}
 
 // step is one scripted event of a fake stream: wait, then send a chunk of
 // tokens (or, with tokens 0, end the stream).
@@ -60,7 +36,7 @@ type script struct {
 // fakeBackend plays a script per prompt (keyed by the prompt's first id)
 // on the fake clock: the event source with known timings.
 type fakeBackend struct {
-	clock   *fakeClock
+	clock   *loadtest.Clock
 	scripts map[int32]script
 	mu      sync.Mutex
 	reqs    []backend.Request
@@ -94,7 +70,7 @@ const ms = time.Millisecond
 // fixture: a warm-up request, then three measured ones whose figures
 // TestExecuteExact works out by hand.
 func fixture() (*fakeBackend, []dataset.Prompt) {
-	f := &fakeBackend{clock: &fakeClock{now: time.Unix(5000, 0)}, scripts: map[int32]script{
+	f := &fakeBackend{clock: loadtest.NewClock(time.Unix(5000, 0)), scripts: map[int32]script{
 		9: {steps: []step{{ms, 1}}, in: 1, out: 1}, // warm-up
 		// chunks at 20, 30, 40; ends at 42.
 		0: {steps: []step{{20 * ms, 1}, {10 * ms, 1}, {10 * ms, 1}, {2 * ms, 0}}, in: 8, out: 3},

@@ -4,41 +4,15 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/load/loadtest"
 )
 
-// fakeClock is virtual time: Sleep and Advance move it, nothing else does.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d > 0 {
-		c.Advance(d)
-	}
-	return ctx.Err()
-}
-
 func TestRunRecordsTimings(t *testing.T) {
-	clock := newFakeClock()
+	clock := loadtest.NewClock(time.Unix(1000, 0))
 	t0 := clock.Now()
 	ms := time.Millisecond
 	do := func(_ context.Context, i int, chunk func(int)) (int, int, error) {
@@ -81,7 +55,7 @@ func TestRunRecordsTimings(t *testing.T) {
 }
 
 func TestRunFollowsArrivals(t *testing.T) {
-	clock := newFakeClock()
+	clock := loadtest.NewClock(time.Unix(1000, 0))
 	t0 := clock.Now()
 	gaps := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond}
 	samples, start, _, err := Run(context.Background(), Config{Gaps: gaps, Clock: clock}, 3,
