@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -45,7 +46,7 @@ func readGolden(t *testing.T, shared string) []goldenGen {
 // and checks that every one produces llama.cpp's tokens (and text, with the
 // F32 cache), exactly as each does run alone, with F32 and F16 caches.
 func TestGoldenBatch(t *testing.T) {
-	shared := sharedDir(t)
+	shared := refdata.Dir(t)
 	gens := readGolden(t, shared)
 	tm := loadGGUF(t, filepath.Join(shared, "models", "stories260K.gguf"), 2)
 	// Under the race detector: the first 20 tokens of each, F32 only.

@@ -12,7 +12,6 @@ import (
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/engine/model"
-	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/testmodel"
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -72,13 +71,6 @@ func writeSpec(t testing.TB, s testmodel.Spec) string {
 
 func loadSmall(t testing.TB, threads int) testModel {
 	return loadGGUF(t, writeSpec(t, smallSpec()), threads)
-}
-
-// sharedDir returns the reference data folder, ../shared beside the
-// repository, or skips the test when it is absent (fails under CI).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	return refdata.Dir(t)
 }
 
 func newPool(t testing.TB, tm testModel, pageSize, pages int, dtype quant.Type) *kvcache.Pool {

@@ -316,8 +316,8 @@ func TestProbeRealWorkers(t *testing.T) {
 	if st := statusOf(tr, pd); !strings.Contains(st.LastError, pf.grpcAddr) {
 		t.Errorf("the quarantined pair's error does not name its prefill: %+v", st)
 	}
-	if logs.count("canary: pair quarantined") != 2 {
-		t.Errorf("quarantines logged %d times, want 2:\n%s", logs.count("canary: pair quarantined"), logs)
+	if logs.Count("canary: pair quarantined") != 2 {
+		t.Errorf("quarantines logged %d times, want 2:\n%s", logs.Count("canary: pair quarantined"), logs)
 	}
 	if err := tr.Check(ctx); err == nil {
 		t.Error("ready with no passing pair")

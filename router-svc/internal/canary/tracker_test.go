@@ -86,12 +86,6 @@ func (s *script) probe(ctx context.Context, p Pair) error {
 	return fmt.Errorf("unknown mode %q", mode)
 }
 
-// logBuf is a tracker's log; count is logtest's Count under the name the
-// canary's tests call.
-type logBuf struct{ logtest.Buffer }
-
-func (l *logBuf) count(msg string) int { return l.Count(msg) }
-
 // run starts tr.Run over a fixed or changing list of pairs and stops it at
 // the end of the test.
 type runner struct {
@@ -142,9 +136,9 @@ func statusOf(tr *Tracker, p Pair) PairStatus {
 	return PairStatus{}
 }
 
-func newTracker(t *testing.T, o Options) (*Tracker, *logBuf, *prometheus.Registry) {
+func newTracker(t *testing.T, o Options) (*Tracker, *logtest.Buffer, *prometheus.Registry) {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &logtest.Buffer{}
 	reg := prometheus.NewRegistry()
 	o.Logger, o.Registry = logs.Logger(), reg
 	tr, err := New(o)
@@ -221,7 +215,7 @@ func TestTrackerLifecycle(t *testing.T) {
 	for msg, want := range map[string]int{
 		"canary: pair passing": 1, "canary: pair quarantined": 2, "canary: pair quarantine lifted": 2,
 	} {
-		if got := logs.count(msg); got != want {
+		if got := logs.Count(msg); got != want {
 			t.Errorf("%q logged %d times, want %d", msg, got, want)
 		}
 	}
@@ -362,7 +356,7 @@ func TestTrackerStopGivesNoVerdict(t *testing.T) {
 	if took := time.Since(began); took > 2*time.Second {
 		t.Fatalf("Run took %v to stop", took)
 	}
-	if !tr.Allowed(p) || logs.count("canary: pair quarantined") != 0 {
+	if !tr.Allowed(p) || logs.Count("canary: pair quarantined") != 0 {
 		t.Fatalf("stopping quarantined the pair: %+v", statusOf(tr, p))
 	}
 }

@@ -21,13 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// modelPath is the reference model, or skips the test without it (fails
-// under CI).
-func modelPath(t testing.TB) string {
-	t.Helper()
-	return refdata.Model(t)
-}
-
 // golden is one greedy generation of ../shared/golden/stories260K.json.
 type golden struct {
 	Prompt       string  `json:"prompt"`
@@ -77,7 +70,7 @@ type engineGen struct {
 // newEngineGen loads the shared stories model.
 func newEngineGen(t testing.TB) *engineGen {
 	t.Helper()
-	f, err := gguf.Open(modelPath(t))
+	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/engine/refdata"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/router"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/workerapi"
@@ -96,7 +97,7 @@ func startRouter(t *testing.T, flags ...string) *testRouter {
 	var cfg svckit.Config
 	cfg.AddFlags(fs, svckit.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"})
 	svc.AddFlags(fs)
-	args := append([]string{"--model", modelPath(t), "--prefill", "local", "--decode", lis.Addr().String(),
+	args := append([]string{"--model", refdata.Model(t), "--prefill", "local", "--decode", lis.Addr().String(),
 		"--load-interval", "50ms", "--api-keys-file", keys, "--max-body-bytes", "65536",
 		// These tests count the requests the decode side sees; canary
 		// probes (covered by the canary package and the e2e suite) would
@@ -580,7 +581,7 @@ func TestRouterChatTemplateFile(t *testing.T) {
 	svc := router.New()
 	fs := flag.NewFlagSet("router-svc", flag.ContinueOnError)
 	svc.AddFlags(fs)
-	if err := fs.Parse([]string{"--model", modelPath(t), "--chat-template-file", bad}); err != nil {
+	if err := fs.Parse([]string{"--model", refdata.Model(t), "--chat-template-file", bad}); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.Validate(); err != nil {
