@@ -9,4 +9,4 @@ import (
 	"github.com/baton-serving/baton/cmd/batonctl/internal/cli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+func main() { os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr)) }

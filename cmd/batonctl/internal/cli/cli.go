@@ -20,53 +20,31 @@ import (
 	"github.com/baton-serving/baton/cmd/batonctl/internal/up"
 )
 
-// Env is what a sub-command gets from the process.
-type Env struct {
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
-}
-
-// Command is one batonctl sub-command. Run returns the process exit code.
+// Command is one batonctl sub-command. Run gets the process's output
+// streams and the arguments after the command's name, and returns the exit
+// code.
 type Command struct {
 	Summary string
-	Run     func(ctx context.Context, env Env, args []string) int
+	Run     func(ctx context.Context, stdout, stderr io.Writer, args []string) int
 }
 
 // commandTable lists the sub-commands. Add one line per command; the command's
 // code lives in its own package.
 func commandTable() map[string]Command {
 	return map[string]Command{
-		"run": {runcmd.RunSummary, func(ctx context.Context, e Env, args []string) int {
-			return runcmd.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"tokenize": {runcmd.TokenizeSummary, func(ctx context.Context, e Env, args []string) int {
-			return runcmd.Tokenize(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"gen-model": {runcmd.GenModelSummary, func(ctx context.Context, e Env, args []string) int {
-			return runcmd.GenModel(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"generate": {generate.Summary, func(ctx context.Context, e Env, args []string) int {
-			return generate.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"bench": {bench.Summary, func(ctx context.Context, e Env, args []string) int {
-			return bench.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"bench-engine": {benchengine.Summary, func(ctx context.Context, e Env, args []string) int {
-			return benchengine.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"diagnose": {diagnose.Summary, func(ctx context.Context, e Env, args []string) int {
-			return diagnose.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
-		"up": {"start router, prefill and decode on loopback and stop them on Ctrl-C", func(ctx context.Context, e Env, args []string) int {
-			return up.Run(ctx, e.Stdout, e.Stderr, args)
-		}},
+		"run":          {runcmd.RunSummary, runcmd.Run},
+		"tokenize":     {runcmd.TokenizeSummary, runcmd.Tokenize},
+		"gen-model":    {runcmd.GenModelSummary, runcmd.GenModel},
+		"generate":     {generate.Summary, generate.Run},
+		"bench":        {bench.Summary, bench.Run},
+		"bench-engine": {benchengine.Summary, benchengine.Run},
+		"diagnose":     {diagnose.Summary, diagnose.Run},
+		"up":           {"start router, prefill and decode on loopback and stop them on Ctrl-C", up.Run},
 	}
 }
 
 // Main runs batonctl with args (without the program name) and returns the exit code.
-func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	env := Env{Stdin: stdin, Stdout: stdout, Stderr: stderr}
+func Main(args []string, stdout, stderr io.Writer) int {
 	commands := commandTable()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, commands)
@@ -82,7 +60,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return c.Run(ctx, env, args[1:])
+	return c.Run(ctx, stdout, stderr, args[1:])
 }
 
 func usage(w io.Writer, commands map[string]Command) {
