@@ -25,6 +25,9 @@ var (
 	ErrDuplicateID = errors.New("sched: a request with this id is in flight")
 	// ErrQueueFull: Config.MaxRequests requests are in flight.
 	ErrQueueFull = errors.New("sched: too many requests in flight")
+	// ErrStepHung: Shutdown's context ended while a forward step was still
+	// running; the scheduler releases its requests when the step returns.
+	ErrStepHung = errors.New("sched: shut down while a forward step is still running")
 )
 
 // Mode says what a request computes; see the package documentation.

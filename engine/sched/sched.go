@@ -304,28 +304,56 @@ func (s *Scheduler) signal() {
 }
 
 // Close aborts every request in flight (FinishAborted, ErrClosed), stops
-// the scheduler's goroutine and waits for it. It does not close the model
-// or the pool. Later calls do nothing.
-func (s *Scheduler) Close() error {
+// the scheduler's goroutine and waits for it, however long the forward step
+// in progress takes. It does not close the model or the pool. Later calls
+// do nothing. A stopping service uses Shutdown, which does not wait for a
+// hung step.
+func (s *Scheduler) Close() error { return s.Shutdown(context.Background()) }
+
+// Shutdown is Close bounded by ctx: the scheduler refuses new requests at
+// once and its goroutine releases every request at its next step boundary,
+// but when ctx ends first — a forward step hangs, as a stuck kernel would —
+// Shutdown returns an error wrapping ErrStepHung and ctx's cause instead of
+// waiting. The requests stay in the Snapshot until the step returns; then
+// the goroutine releases them and their pages (their one owner) and exits.
+// It may be called again, to wait once more.
+func (s *Scheduler) Shutdown(ctx context.Context) error {
 	s.inMu.Lock()
 	already := s.closed
 	s.closed = true
 	s.inMu.Unlock()
-	if already {
-		<-s.exited
-		return nil
-	}
 	if s.cfg.Manual {
-		s.shutdown()
+		if !already {
+			s.releaseAll()
+		}
 		return nil
 	}
-	close(s.quit)
-	<-s.exited
-	return nil
+	if !already {
+		close(s.quit)
+	}
+	select {
+	case <-s.exited: // preferred when both are ready
+		return nil
+	default:
+	}
+	select {
+	case <-s.exited:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		var running time.Duration
+		if !s.stepStart.IsZero() {
+			running = time.Since(s.stepStart)
+		}
+		held := len(s.live)
+		s.mu.Unlock()
+		return fmt.Errorf("%w (running for %v; %d requests released when it returns): %w",
+			ErrStepHung, running.Round(time.Millisecond), held, context.Cause(ctx))
+	}
 }
 
-// shutdown releases everything, on the owner's goroutine.
-func (s *Scheduler) shutdown() {
+// releaseAll releases everything, on the owner's goroutine.
+func (s *Scheduler) releaseAll() {
 	s.mu.Lock()
 	s.drainInbox()
 	for _, r := range slices.Clone(s.live) {
@@ -351,7 +379,7 @@ func (s *Scheduler) loop() {
 		_, busy := s.step()
 		select {
 		case <-s.quit:
-			s.shutdown()
+			s.releaseAll()
 			return
 		case <-tick:
 			s.runAudit()
@@ -362,7 +390,7 @@ func (s *Scheduler) loop() {
 		}
 		select {
 		case <-s.quit:
-			s.shutdown()
+			s.releaseAll()
 			return
 		case <-tick:
 			s.runAudit()
