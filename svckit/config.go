@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/baton-serving/baton/svckit/tlsconf"
 )
 
 // Config is the configuration every service shares.
@@ -15,6 +17,11 @@ type Config struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+	// TLS is --tls-cert, --tls-key and --tls-ca: mutual TLS between router,
+	// prefill and decode (package tlsconf). Workers serve gRPC with it and
+	// every service dials workers with it; the router's own listeners stay
+	// plain (clients use API keys; TLS for clients is the ingress's).
+	TLS tlsconf.Files
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
 	// HTTP port.
 	Pprof bool
@@ -28,6 +35,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet, d Config) {
 	fs.StringVar(&c.LogFormat, "log-format", orDefault(d.LogFormat, "json"), "log format: json or text")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", orDuration(d.ShutdownTimeout, 10*time.Second),
 		"on SIGTERM, how long in-flight requests get to finish before they are aborted")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", d.TLS.Cert, "PEM certificate for mutual TLS between router, prefill and decode; it names the service's role as a URI SAN spiffe://baton/<router|prefill|decode> (batonctl certs writes them); with --tls-key and --tls-ca, all three or none")
+	fs.StringVar(&c.TLS.Key, "tls-key", d.TLS.Key, "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLS.CA, "tls-ca", d.TLS.CA, "PEM CA certificate(s) that peers' certificates must be signed by")
 	fs.BoolVar(&c.Pprof, "pprof", d.Pprof, "serve Go's CPU, heap, goroutine and mutex profiles under /debug/pprof/ on the HTTP port (anyone who reaches the port can read them)")
 }
 
@@ -41,6 +51,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("--shutdown-timeout: must be positive, got %v", c.ShutdownTimeout)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

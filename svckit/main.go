@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"github.com/baton-serving/baton/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -41,6 +42,9 @@ type Deps struct {
 	Tracing  *tracing.Provider
 	Config   Config
 	Registry *prometheus.Registry // the service's metrics registry
+	// TLS is the identity from --tls-cert, --tls-key and --tls-ca, nil
+	// without them: dial workers with TLS.DialOption(role).
+	TLS *tlsconf.Identity
 }
 
 // Spec names a service for Main.
@@ -100,11 +104,28 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 	if o, ok := svc.(interface{ GRPCServerOptions() []grpc.ServerOption }); ok {
 		sopts.GRPCOptions = o.GRPCServerOptions()
 	}
+	var tlsID *tlsconf.Identity
+	if cfg.TLS.Enabled() {
+		if tlsID, err = tlsconf.Load(cfg.TLS, logger); err != nil {
+			return fail(2, err)
+		}
+		// A service with a TLSRole (a worker) serves gRPC with mutual TLS;
+		// the router's listeners are client-facing and stay plaintext.
+		if r, ok := svc.(interface{ TLSRole() tlsconf.Role }); ok {
+			if tlsID.Role() != r.TLSRole() {
+				return fail(2, fmt.Errorf("--tls-cert %s: certificate role %s, want %s", cfg.TLS.Cert, tlsID.Role(), r.TLSRole()))
+			}
+			sopts.Peers = tlsconf.PolicyFor(r.TLSRole())
+		} else if tlsID.Role() != tlsconf.Router {
+			return fail(2, fmt.Errorf("--tls-cert %s: certificate role %s, want %s", cfg.TLS.Cert, tlsID.Role(), tlsconf.Router))
+		}
+		sopts.TLS = tlsID
+	}
 	srv, err := NewServer(spec.Name, cfg, logger, tp, sopts)
 	if err != nil {
 		return fail(1, err)
 	}
-	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg, Registry: srv.Registry}); err != nil {
+	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg, Registry: srv.Registry, TLS: tlsID}); err != nil {
 		srv.closeListeners()
 		return fail(1, err)
 	}

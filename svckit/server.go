@@ -2,7 +2,6 @@ package svckit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,10 +24,6 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// ReadinessCheck reports whether one part of a service can take traffic; a
-// non-nil error says why not.
-type ReadinessCheck func(ctx context.Context) error
-
 // Server is a service's gRPC and HTTP servers and their shared state. Build it
 // with NewServer, register services on GRPC and handlers on Mux, then Run.
 type Server struct {
@@ -43,16 +38,11 @@ type Server struct {
 
 	draining atomic.Bool
 	mu       sync.Mutex
-	checks   []namedCheck
+	checks   []*readinessCheck
 	onDrain  []func(ctx context.Context)
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	gpus     *gpu.Monitor
-}
-
-type namedCheck struct {
-	name string
-	fn   ReadinessCheck
 }
 
 // ServerOptions adds to a Server's defaults.
@@ -124,14 +114,6 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
-// AddReadinessCheck adds a check that readiness (gRPC health and
-// /health/ready) requires to pass.
-func (s *Server) AddReadinessCheck(name string, fn ReadinessCheck) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checks = append(s.checks, namedCheck{name, fn})
-}
-
 // OnDrain adds a function run at shutdown after new work is refused and before
 // the servers stop; it should finish or abort in-flight work by ctx's deadline.
 func (s *Server) OnDrain(fn func(ctx context.Context)) {
@@ -142,61 +124,6 @@ func (s *Server) OnDrain(fn func(ctx context.Context)) {
 
 // Draining reports whether shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }
-
-// Ready runs the readiness checks and returns the failing ones, check name
-// to error message ("shutdown" while the server drains). The map is never
-// nil: it is empty when the service can take traffic.
-func (s *Server) Ready(ctx context.Context) map[string]string {
-	failed := map[string]string{}
-	if s.draining.Load() {
-		failed["shutdown"] = ErrDraining.Error()
-	}
-	s.mu.Lock()
-	checks := append([]namedCheck(nil), s.checks...)
-	s.mu.Unlock()
-	for _, c := range checks {
-		if err := c.fn(ctx); err != nil {
-			failed[c.name] = err.Error()
-		}
-	}
-	return failed
-}
-
-func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	failed := s.Ready(ctx)
-	body := map[string]any{"status": "SERVING"}
-	code := http.StatusOK
-	if len(failed) > 0 {
-		body = map[string]any{"status": "NOT_SERVING", "failing": failed}
-		code = http.StatusServiceUnavailable
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
-}
-
-// refreshHealth mirrors the readiness checks into the gRPC health service.
-func (s *Server) refreshHealth(ctx context.Context) {
-	if s.draining.Load() {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	st := healthpb.HealthCheckResponse_SERVING
-	if failed := s.Ready(cctx); len(failed) > 0 {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-	}
-	for name := range s.GRPC.GetServiceInfo() {
-		s.Health.SetServingStatus(name, st)
-	}
-	s.Health.SetServingStatus("", st)
-}
-
-// healthRefresh is how often the gRPC health status is recomputed from the
-// readiness checks (/health/ready computes it on every request).
-const healthRefresh = 250 * time.Millisecond
 
 // exempt lists services that keep answering while a server drains, so that
 // probes see NOT_SERVING rather than an error.

@@ -14,6 +14,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/enginehost"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -63,7 +64,13 @@ func (s *Service) Validate() error {
 
 // Open loads the model and starts the scheduler.
 func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
-	s.peers = newPeerPool(append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// With --tls-*, prefill workers are dialed with decode's certificate
+	// and must present a prefill certificate.
+	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if d.TLS != nil {
+		creds = d.TLS.DialOption(tlsconf.Prefill)
+	}
+	s.peers = newPeerPool(append([]grpc.DialOption{creds,
 		d.Tracing.DialOption(), s.Codec.DialOption()}, s.dialOpts...)...)
 	return s.Worker.Open(ctx, d)
 }

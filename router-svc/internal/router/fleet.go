@@ -18,6 +18,7 @@ import (
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -29,9 +30,16 @@ const canaryPrompt = "Once upon a time"
 // startFleet creates the worker sets, the pairer and the canary, and starts
 // their goroutines; Close stops them.
 func (s *Service) startFleet(srv *svckit.Server) error {
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), srv.Tracing.DialOption()}
 	expect := workers.Identity{Fingerprint: s.fingerprint, Layers: s.cfg.Layers, KVHeads: s.cfg.KVHeads, HeadDim: s.cfg.HeadDim}
 	newSet := func(role batonv1.WorkerRole, src workers.Source) *workers.Set {
+		// With --tls-*, each set's workers must present a certificate of
+		// the set's role.
+		creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if srv.TLS != nil {
+			creds = srv.TLS.DialOption(map[batonv1.WorkerRole]tlsconf.Role{
+				batonv1.WorkerRole_WORKER_ROLE_PREFILL: tlsconf.Prefill, batonv1.WorkerRole_WORKER_ROLE_DECODE: tlsconf.Decode}[role])
+		}
+		dial := []grpc.DialOption{creds, srv.Tracing.DialOption()}
 		return workers.NewSet(workers.Config{Role: role, Source: src, Expect: expect, LoadInterval: s.loadInterval,
 			ResolveInterval: s.fleet.resolveInterval, Logger: s.logger, DialOptions: dial})
 	}

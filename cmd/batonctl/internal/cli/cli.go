@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/benchengine"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/certs"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/diagnose"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/generate"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/runcmd"
@@ -39,6 +40,7 @@ func commandTable() map[string]Command {
 		"bench":        {bench.Summary, bench.Run},
 		"bench-engine": {benchengine.Summary, benchengine.Run},
 		"diagnose":     {diagnose.Summary, diagnose.Run},
+		"certs":        {certs.Summary, certs.Run},
 		"up":           {"start router, prefill and decode on loopback and stop them on Ctrl-C", up.Run},
 	}
 }
