@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"github.com/baton-serving/baton/tracing"
 	"github.com/baton-serving/baton/tracing/gpu"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,9 @@ type Server struct {
 	GRPC     *grpc.Server
 	Health   *health.Server
 	Mux      *http.ServeMux
+	// TLS is the service's mutual-TLS identity (nil without --tls-*): dial
+	// workers with TLS.DialOption(role).
+	TLS *tlsconf.Identity
 
 	draining atomic.Bool
 	mu       sync.Mutex
@@ -48,18 +52,28 @@ type Server struct {
 // ServerOptions adds to a Server's defaults.
 type ServerOptions struct {
 	GRPCOptions []grpc.ServerOption
+	// TLS is the identity the service dials workers with (Server.TLS).
+	// With Peers too, gRPC is served with mutual TLS only, each call
+	// authorized by its peer's certificate role (a worker's server);
+	// without Peers it is plaintext (the router's client-facing port).
+	TLS   *tlsconf.Identity
+	Peers tlsconf.Policy
 }
 
 // NewServer creates the servers and binds both listen addresses, so that a
 // port in use or an unusable address is reported before anything starts.
 func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provider, opts ServerOptions) (*Server, error) {
 	s := &Server{Name: name, Config: cfg, Logger: logger, Tracing: tp,
-		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux()}
-	gopts := append([]grpc.ServerOption{
+		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux(), TLS: opts.TLS}
+	var tlsOpts []grpc.ServerOption
+	if opts.TLS != nil && opts.Peers != nil {
+		tlsOpts = tlsconf.ServerOptions(opts.TLS, opts.Peers) // credentials and the role check, before the drain guard
+	}
+	gopts := append(append(tlsOpts,
 		tp.ServerOption(),
 		grpc.ChainUnaryInterceptor(s.unaryDrainGuard),
 		grpc.ChainStreamInterceptor(s.streamDrainGuard),
-	}, opts.GRPCOptions...)
+	), opts.GRPCOptions...)
 	s.GRPC = grpc.NewServer(gopts...)
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
