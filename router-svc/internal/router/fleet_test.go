@@ -29,11 +29,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Behaviours of a fake decode worker's Generate.
 const (
-	serve       = iota // the prompt echoed, three tokens, LENGTH
-	failEarly          // the prompt echoed, then UNAVAILABLE before any token
-	failLate           // the prompt echoed, one token, then UNAVAILABLE
-	hang               // the prompt echoed, then nothing until cancelled
-	refuseEarly        // UNAVAILABLE at once
+	serve        = iota // the prompt echoed, three tokens, LENGTH
+	failEarly           // the prompt echoed, then UNAVAILABLE before any token
+	failLate            // the prompt echoed, one token, then UNAVAILABLE
+	hang                // the prompt echoed, then nothing until cancelled
+	refuseEarly         // UNAVAILABLE at once
+	timeoutEarly        // the prompt echoed, then DEADLINE_EXCEEDED before any token (a silent peer)
+	hangLate            // the prompt echoed, one token, then nothing until cancelled
 )
 
 // fakeDecode is a decode worker's DecodeService and WorkerService on a
@@ -45,6 +47,7 @@ type fakeDecode struct {
 	srv      *grpc.Server
 	behave   atomic.Int32
 	quiet    atomic.Bool // WatchLoad goes silent, its stream open
+	down     atomic.Bool // WatchLoad reports NOT_SERVING
 	calls    atomic.Int32
 	inflight atomic.Int32
 	ended    chan error
@@ -87,6 +90,8 @@ func (f *fakeDecode) Generate(in *batonv1.DecodeServiceGenerateRequest, stream b
 	switch behave {
 	case failEarly:
 		return status.Error(codes.Unavailable, "prefill went away")
+	case timeoutEarly:
+		return status.Error(codes.DeadlineExceeded, "prefill did not send within 10s")
 	case hang:
 		<-stream.Context().Done()
 		return status.FromContextError(stream.Context().Err()).Err()
@@ -95,8 +100,12 @@ func (f *fakeDecode) Generate(in *batonv1.DecodeServiceGenerateRequest, stream b
 		if err := send(&batonv1.GenerateEvent{TokenIds: []uint32{uint32(10 + i)}, Text: "t"}); err != nil {
 			return err
 		}
-		if behave == failLate {
+		switch behave {
+		case failLate:
 			return status.Error(codes.Unavailable, "scheduler closed")
+		case hangLate:
+			<-stream.Context().Done()
+			return status.FromContextError(stream.Context().Err()).Err()
 		}
 	}
 	return send(&batonv1.GenerateEvent{FinishReason: batonv1.FinishReason_FINISH_REASON_LENGTH})
@@ -112,7 +121,7 @@ func (f *fakeDecode) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.Wor
 	for {
 		if !f.quiet.Load() {
 			if err := stream.Send(&batonv1.WatchLoadResponse{Load: &batonv1.LoadReport{
-				Ready: true, RunningRequests: uint32(f.inflight.Load()), PagesTotal: 64}}); err != nil {
+				Ready: !f.down.Load(), RunningRequests: uint32(f.inflight.Load()), PagesTotal: 64}}); err != nil {
 				return err
 			}
 		}
@@ -194,6 +203,7 @@ func TestFailover(t *testing.T) {
 		{name: "retried before the first token", a: failEarly, b: serve, code: codes.OK, callsA: 1, callsB: 1, wantPrompts: 1, wantTokens: 3},
 		{name: "refused, retried", a: refuseEarly, b: serve, code: codes.OK, callsA: 1, callsB: 1, wantPrompts: 1, wantTokens: 3},
 		{name: "retried once only", a: failEarly, b: failEarly, code: codes.Unavailable, msg: "prefill went away", callsA: 1, callsB: 1},
+		{name: "worker deadline before the first token, retried", a: timeoutEarly, b: serve, code: codes.OK, callsA: 1, callsB: 1, wantPrompts: 1, wantTokens: 3},
 		{name: "not retried after a token", a: failLate, b: serve, code: codes.Unavailable, msg: "scheduler closed", callsA: 1, callsB: 0, wantPrompts: 1, wantTokens: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,5 +354,67 @@ func TestFleetFlags(t *testing.T) {
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%+v: %v, want %q", tc.f, err, tc.err)
 		}
+	}
+}
+
+// TestClientDeadlineNotRetried: the client's own deadline ends its request
+// with DEADLINE_EXCEEDED; it is not retried on another pair.
+func TestClientDeadlineNotRetried(t *testing.T) {
+	a, b := startFakeDecode(t, hang), startFakeDecode(t, hang)
+	s := fleetRouter(t, 0, a, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := collect(ctx, s)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("status %v (%v), want DEADLINE_EXCEEDED", status.Code(err), err)
+	}
+	if n := a.calls.Load() + b.calls.Load(); n != 1 {
+		t.Errorf("%d attempts, want 1: the client's deadline is not retried", n)
+	}
+}
+
+// TestNotServingWorker: a request on a decode worker that turns NOT_SERVING
+// before its first token is cancelled there and retried on another pair; one
+// past its first token stays and ends at its own deadline.
+func TestNotServingWorker(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		behave int
+		code   codes.Code
+		callsB int32
+	}{
+		{"before the first token, retried", hang, codes.OK, 1},
+		{"after the first token, its deadline", hangLate, codes.DeadlineExceeded, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := startFakeDecode(t, tc.behave), startFakeDecode(t, serve)
+			s := fleetRouter(t, 0, a, b)
+			if b.addr < a.addr { // round-robin picks the lower address first
+				a, b = b, a
+				a.behave.Store(int32(tc.behave))
+				b.behave.Store(serve)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { _, err := collect(ctx, s); errc <- err }()
+			for a.inflight.Load() == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // the token of hangLate reaches the router
+			a.down.Store(true)
+			err := <-errc
+			if status.Code(err) != tc.code {
+				t.Fatalf("status %v (%v), want %v", status.Code(err), err, tc.code)
+			}
+			if b.calls.Load() != tc.callsB {
+				t.Errorf("%d calls on the serving worker, want %d", b.calls.Load(), tc.callsB)
+			}
+			if tc.code == codes.OK {
+				if got := <-a.ended; status.Code(got) != codes.Canceled {
+					t.Errorf("the NOT_SERVING worker's call ended with %v, want CANCELED", got)
+				}
+			}
+		})
 	}
 }

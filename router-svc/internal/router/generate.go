@@ -130,7 +130,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		}
 		pf, dc := pair.PrefillAddr(), pair.Decode.Addr
 		route.SetAttributes(tracing.AttrPrefill.String(pf), tracing.AttrDecode.String(dc))
-		r.setRoute(pf, dc)
+		r.setRoute(pf, dc, attempt)
 		log.InfoContext(actx, "routed", "prefill", pf, "decode", dc, "attempt", attempt)
 		started, err := s.relay(actx, r, req, pair, start, send)
 		// A retry on the decode worker of the failed attempt can reach it
@@ -159,6 +159,9 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return status.FromContextError(context.DeadlineExceeded).Err() // the client's own deadline
+		}
 		retry := retryable(started, attempt, err)
 		log.WarnContext(actx, "worker pair failed", "prefill", pf, "decode", dc, "err", err, "retry", retry)
 		if !retry {
@@ -169,10 +172,20 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 }
 
 // retryable says whether a failed attempt is tried again on another pair:
-// only the first, only when a worker was unavailable (down, lost, draining,
-// or its peer was), and only before anything reached the client.
+// only the first, only before anything reached the client, and only when a
+// worker was unavailable (down, lost, draining, NOT_SERVING, or its peer
+// was) or a worker's own deadline expired (a half-open peer answers
+// nothing: DEADLINE_EXCEEDED). The client's own deadline never gets here:
+// run returns when the request's context has ended.
 func retryable(started bool, attempt int, err error) bool {
-	return !started && attempt == 0 && status.Code(err) == codes.Unavailable
+	if started || attempt != 0 {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // pickStatus is the status of a request for which no pair could be picked:

@@ -39,9 +39,13 @@ type request struct {
 // route is the pair an attempt runs on.
 type route struct{ prefill, decode string }
 
-// setRoute records the current attempt's pair.
-func (r *request) setRoute(prefill, decode string) {
+// setRoute records the current attempt's pair; a retry's description
+// names its attempt (/debug/requests shows it).
+func (r *request) setRoute(prefill, decode string, attempt int) {
 	desc := fmt.Sprintf("prefill=%s decode=%s", prefill, decode)
+	if attempt > 0 {
+		desc += fmt.Sprintf(" attempt=%d", attempt)
+	}
 	r.workers.Store(&desc)
 	r.route.Store(&route{prefill, decode})
 }

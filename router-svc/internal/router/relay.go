@@ -36,14 +36,25 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	// until the first token, when its part is done.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	follow := func(w *workers.Worker) (stop func() bool) {
-		lost := w.Lost()
-		return context.AfterFunc(lost, func() { cancel(context.Cause(lost)) })
+	//
+	// Until the first token, a worker of the pair that reports NOT_SERVING
+	// (stalled, draining) ends the attempt too, so that the request is
+	// retried elsewhere; after it, the request stays and ends at its own
+	// deadline if the worker never resumes.
+	follow := func(sig context.Context) (stop func() bool) {
+		return context.AfterFunc(sig, func() { cancel(context.Cause(sig)) })
 	}
-	defer follow(pair.Decode)()
-	stopPrefill := func() bool { return false }
+	defer follow(pair.Decode.Lost())()
+	stopDecodeServing := follow(pair.Decode.NotServing())
+	defer stopDecodeServing()
+	stops := []func() bool{stopDecodeServing}
 	if pair.Prefill != nil {
-		stopPrefill = follow(pair.Prefill)
+		stops = append(stops, follow(pair.Prefill.Lost()), follow(pair.Prefill.NotServing()))
+	}
+	stopPrefill := func() {
+		for _, stop := range stops {
+			stop()
+		}
 	}
 	defer stopPrefill()
 	dc := pair.Decode
@@ -123,9 +134,10 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 
 // attemptErr is the status of a failed attempt on decode worker dc: the
 // worker's own status, naming the worker; or UNAVAILABLE with the reason
-// when the router lost one of the pair's workers (the cause of ctx).
+// when the router lost one of the pair's workers or one reported
+// NOT_SERVING before the first token (the cause of ctx).
 func attemptErr(ctx context.Context, dc *workers.Worker, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, workers.ErrLost) {
+	if cause := context.Cause(ctx); errors.Is(cause, workers.ErrLost) || errors.Is(cause, workers.ErrNotServing) {
 		return status.Error(codes.Unavailable, cause.Error())
 	}
 	st := status.Convert(err)

@@ -20,6 +20,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,8 @@ type Worker struct {
 	excluded atomic.Pointer[string] // why its identity was refused; nil when accepted
 	routed   atomic.Uint64          // requests routed to it since it joined
 	lost     atomic.Pointer[lostSignal]
+	// notServing is cancelled while the worker reports NOT_SERVING.
+	notServing atomic.Pointer[lostSignal]
 
 	closeOnce sync.Once
 	onClose   func() // the set's bookkeeping, run once when the connection closes
@@ -70,6 +73,7 @@ type lostSignal struct {
 func newWorker(addr string, role batonv1.WorkerRole, conn *grpc.ClientConn) *Worker {
 	w := &Worker{Addr: addr, Role: role, conn: conn}
 	w.lost.Store(newLostSignal())
+	w.notServing.Store(newLostSignal())
 	return w
 }
 
@@ -136,6 +140,16 @@ func (w *Worker) markLost(cause error) {
 	old.cancel(cause)
 }
 
+// ErrNotServing is the cause of a worker's NotServing context.
+var ErrNotServing = errors.New("worker reports NOT_SERVING")
+
+// NotServing returns a context that is cancelled, with an ErrNotServing
+// cause, once the worker reports NOT_SERVING (its scheduler stalled, or it
+// is draining); it is already cancelled while it does. Requests that have
+// not begun on it (no first token) leave it and are retried elsewhere
+// rather than wait on a worker that says it cannot serve them.
+func (w *Worker) NotServing() context.Context { return w.notServing.Load().ctx }
+
 // routable reports whether the worker may take new requests at time now
 // (unix nanos): it is in its set, its identity was accepted, and its last
 // report, received within staleAfter, said it was ready.
@@ -153,8 +167,21 @@ func (w *Worker) observe(l *batonv1.LoadReport, at time.Time) {
 	}
 	w.kvUse.Store(math.Float64bits(kv))
 	w.ready.Store(l.GetReady())
+	w.setServing(l.GetReady())
 	w.updated.Store(at.UnixNano())
 	w.lastErr.Store(nil)
+}
+
+// setServing cancels the NotServing context when the worker reports
+// NOT_SERVING, and arms a fresh one when it is ready again.
+func (w *Worker) setServing(ready bool) {
+	cur := w.notServing.Load()
+	switch {
+	case !ready && cur.ctx.Err() == nil:
+		cur.cancel(fmt.Errorf("%w: %s %s", ErrNotServing, RoleName(w.Role), w.Addr))
+	case ready && cur.ctx.Err() != nil:
+		w.notServing.CompareAndSwap(cur, newLostSignal())
+	}
 }
 
 // setErr records why the worker is unusable and forgets its load.
