@@ -10,8 +10,9 @@ import (
 // HandleDebugRequests serves GET /debug/requests: the service's in-flight
 // requests (id, state, age, time since progress, pages, peer, trace id) as
 // JSON, oldest first — the same list as ListRequests, for curl and scripts.
+// It is on the admin listener: it names clients and their traces.
 func (s *Server) HandleDebugRequests(list func() []*batonv1.RequestInfo) {
-	s.Mux.HandleFunc("GET /debug/requests", func(w http.ResponseWriter, _ *http.Request) {
+	s.Admin.HandleFunc("GET /debug/requests", func(w http.ResponseWriter, _ *http.Request) {
 		b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(
 			&batonv1.WorkerServiceListRequestsResponse{Requests: list()})
 		if err != nil {

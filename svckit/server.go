@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	"github.com/baton-serving/baton/tracing"
 	"github.com/baton-serving/baton/tracing/gpu"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -36,6 +34,10 @@ type Server struct {
 	GRPC     *grpc.Server
 	Health   *health.Server
 	Mux      *http.ServeMux
+	// Admin is the admin listener's mux (admin.go, --admin-addr): the
+	// debug surface. Handlers may be registered on it even when the
+	// listener is off; they are then not served.
+	Admin *http.ServeMux
 	// TLS is the service's mutual-TLS identity (nil without --tls-*): dial
 	// workers with TLS.DialOption(role).
 	TLS *tlsconf.Identity
@@ -46,6 +48,7 @@ type Server struct {
 	onDrain  []func(ctx context.Context)
 	grpcLis  net.Listener
 	httpLis  net.Listener
+	adminLis net.Listener // nil: --admin-addr off
 	gpus     *gpu.Monitor
 }
 
@@ -64,7 +67,7 @@ type ServerOptions struct {
 // port in use or an unusable address is reported before anything starts.
 func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provider, opts ServerOptions) (*Server, error) {
 	s := &Server{Name: name, Config: cfg, Logger: logger, Tracing: tp,
-		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux(), TLS: opts.TLS}
+		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux(), Admin: http.NewServeMux(), TLS: opts.TLS}
 	var tlsOpts []grpc.ServerOption
 	if opts.TLS != nil && opts.Peers != nil {
 		tlsOpts = tlsconf.ServerOptions(opts.TLS, opts.Peers) // credentials and the role check, before the drain guard
@@ -73,28 +76,23 @@ func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provide
 		tp.ServerOption(),
 		grpc.ChainUnaryInterceptor(s.unaryDrainGuard),
 		grpc.ChainStreamInterceptor(s.streamDrainGuard),
-	), opts.GRPCOptions...)
+	), append(cfg.grpcServerOptions(), opts.GRPCOptions...)...)
 	s.GRPC = grpc.NewServer(gopts...)
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
-	reflection.Register(s.GRPC)
+	if cfg.GRPCReflection {
+		reflection.Register(s.GRPC)
+	}
 	// Not serving until Run has started both servers.
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.gpus = gpu.New(logger)
 	s.Registry.MustRegister(s.gpus)
 
-	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
+	s.registerHTTP()
 	s.Mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
 	s.Mux.HandleFunc("GET /health/ready", s.serveReady)
-	if cfg.Pprof {
-		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		s.Mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	}
 
 	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -103,6 +101,11 @@ func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provide
 	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		s.grpcLis.Close()
 		return nil, fmt.Errorf("--http-addr %s: %w", cfg.HTTPAddr, listenCause(err))
+	}
+	if err := s.listenAdmin(); err != nil {
+		s.grpcLis.Close()
+		s.httpLis.Close()
+		return nil, err
 	}
 	return s, nil
 }
@@ -120,6 +123,9 @@ func listenCause(err error) error {
 func (s *Server) closeListeners() {
 	s.grpcLis.Close()
 	s.httpLis.Close()
+	if s.adminLis != nil {
+		s.adminLis.Close()
+	}
 }
 
 // GRPCAddr is the bound gRPC address (useful when the port was 0).
@@ -165,7 +171,7 @@ func (s *Server) streamDrainGuard(srv any, ss grpc.ServerStream, info *grpc.Stre
 // returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	// REST and OpenAI requests honour an incoming traceparent.
-	httpSrv := &http.Server{Handler: s.Tracing.HTTPHandler(s.Mux), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv, adminSrv := s.newHTTPServer(s.Tracing.HTTPHandler(s.Mux)), s.newHTTPServer(s.Admin)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := s.GRPC.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -179,6 +185,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if s.adminLis != nil {
+		g.Go(func() error {
+			if err := adminSrv.Serve(s.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("admin server: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		s.refreshHealth(gctx)
 		t := time.NewTicker(healthRefresh)
@@ -193,10 +207,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	})
 	g.Go(func() error { s.gpus.Run(gctx, gpu.DefaultRefresh); return nil })
-	s.Logger.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr())
+	s.Logger.Info("serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "admin_addr", s.AdminAddr())
 	g.Go(func() error {
 		<-gctx.Done()
 		s.shutdown(httpSrv)
+		_ = adminSrv.Close() // after the drain, which it may show
 		return nil
 	})
 	return g.Wait()

@@ -276,8 +276,8 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// Profiles are served only when asked for: they reveal the process's
-// internals to anyone who reaches the HTTP port.
+// Profiles are served only when asked for, and only on the admin
+// listener: they reveal the process's internals.
 func TestPprofOnlyWithFlag(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	tp, _ := tracing.Init(context.Background(), "svckit-test", logger)
@@ -288,7 +288,7 @@ func TestPprofOnlyWithFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
-		srv.Mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
+		srv.Admin.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/pprof/goroutine?debug=1", nil))
 		srv.closeListeners()
 		want := http.StatusNotFound
 		if on {
