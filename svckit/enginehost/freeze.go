@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 // The freeze hook lets the chaos suite stall a worker's scheduler the way a
 // hung kernel or a deadlocked step would: the forward pass in progress
 // blocks, so no step completes while work waits, and the progress watchdog
-// has to notice. It exists only with --debug-hooks, which production
-// deployments never set.
+// has to notice. A hang (hang=true) is a freeze that stopping the worker
+// does not lift, the way a kernel that never returns holds its step through
+// SIGTERM, so that the chaos suite can check that shutdown still completes.
+// It exists only with --debug-hooks, which production deployments never set.
 
 // Bounds of a freeze's duration: a forgotten freeze ends by itself.
 const (
@@ -33,6 +36,7 @@ type freezer struct {
 	mu     sync.Mutex
 	until  time.Time     // end of the freeze in progress; zero when none
 	change chan struct{} // closed (and replaced) whenever until changes
+	hang   bool          // the freeze in progress outlives close
 	closed bool          // the host is stopping: no more freezes
 }
 
@@ -42,15 +46,19 @@ func newFreezer(logger *slog.Logger) *freezer {
 
 // set replaces the freeze's end and wakes the waiters so they re-read it.
 // The caller holds f.mu.
-func (f *freezer) set(until time.Time) {
-	f.until = until
+func (f *freezer) set(until time.Time, hang bool) {
+	f.until, f.hang = until, hang
 	close(f.change)
 	f.change = make(chan struct{})
 }
 
 // freeze holds forward passes for d from now, replacing any freeze in
 // progress.
-func (f *freezer) freeze(d time.Duration) (time.Time, error) {
+func (f *freezer) freeze(d time.Duration) (time.Time, error) { return f.start(d, false) }
+
+// start begins a freeze of d; a hang (hang) is one that close does not
+// lift: only thaw or d ends it.
+func (f *freezer) start(d time.Duration, hang bool) (time.Time, error) {
 	if d <= 0 || d > MaxFreeze {
 		return time.Time{}, fmt.Errorf("for=%v: want a duration in (0, %v]", d, MaxFreeze)
 	}
@@ -60,7 +68,7 @@ func (f *freezer) freeze(d time.Duration) (time.Time, error) {
 		return time.Time{}, svckit.ErrDraining
 	}
 	until := time.Now().Add(d)
-	f.set(until)
+	f.set(until, hang)
 	return until, nil
 }
 
@@ -69,12 +77,13 @@ func (f *freezer) thaw() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	was := time.Now().Before(f.until)
-	f.set(time.Time{})
+	f.set(time.Time{}, false)
 	return was
 }
 
 // close thaws for good, so that stopping the scheduler never waits for a
-// freeze to run out. It is safe on a nil freezer (hooks off).
+// freeze to run out — except a hang, which stands for a step that no
+// shutdown can end. It is safe on a nil freezer (hooks off).
 func (f *freezer) close() {
 	if f == nil {
 		return
@@ -82,7 +91,9 @@ func (f *freezer) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	f.set(time.Time{})
+	if !f.hang {
+		f.set(time.Time{}, false)
+	}
 }
 
 // remaining is how long the freeze in progress has left (0 when none).
@@ -139,6 +150,9 @@ type freezeState struct {
 //
 //	POST /debug/freeze?for=30s   hold every forward pass for the duration
 //	                             (default 30s, at most 10m; a new call replaces it)
+//	POST /debug/freeze?for=30s&hang=true
+//	                             the same, and stopping the worker does not
+//	                             lift it (a hung kernel)
 //	POST /debug/unfreeze         end the freeze now
 //	GET  /debug/freeze           whether a freeze is on
 func (h *Host) registerDebugHooks(srv *svckit.Server) {
@@ -157,7 +171,15 @@ func (h *Host) registerDebugHooks(srv *svckit.Server) {
 				return
 			}
 		}
-		until, err := f.freeze(d)
+		hang := false
+		if v := r.URL.Query().Get("hang"); v != "" {
+			var err error
+			if hang, err = strconv.ParseBool(v); err != nil {
+				reply(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("hang=%q: %v", v, err)})
+				return
+			}
+		}
+		until, err := f.start(d, hang)
 		if err != nil {
 			code := http.StatusBadRequest
 			if errors.Is(err, svckit.ErrDraining) {
@@ -167,7 +189,7 @@ func (h *Host) registerDebugHooks(srv *svckit.Server) {
 			return
 		}
 		h.logger.Warn("debug hook: scheduler frozen; no forward step will complete",
-			"for", d.String(), "until", until.Format(time.RFC3339Nano))
+			"for", d.String(), "until", until.Format(time.RFC3339Nano), "hang", hang)
 		reply(w, http.StatusOK, freezeState{Frozen: true, RemainingSeconds: d.Seconds()})
 	})
 	srv.Mux.HandleFunc("POST /debug/unfreeze", func(w http.ResponseWriter, _ *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/baton-serving/baton/engine/gguf"
@@ -39,7 +40,23 @@ type Host struct {
 	logger *slog.Logger
 	ready  func(context.Context) map[string]string
 	freeze *freezer // the freeze hook; nil unless --debug-hooks
+
+	// closeTimeout bounds how long Close waits for the forward step in
+	// progress (--shutdown-timeout; defaultCloseTimeout when unset).
+	closeTimeout time.Duration
+	// abandoned: shutdown gave up on a hung forward step, which still
+	// holds the scheduler, the model and the pool.
+	abandoned atomic.Bool
 }
+
+// defaultCloseTimeout is Close's bound for a host opened without a
+// --shutdown-timeout (tests, tools).
+const defaultCloseTimeout = 10 * time.Second
+
+// abortGrace is the part of the drain deadline kept for aborting what is
+// left: the scheduler releases it at its next step boundary and the RPCs
+// answer UNAVAILABLE before the servers stop.
+const abortGrace = time.Second
 
 // Open loads the model at path and starts the scheduler. Metrics are
 // registered on reg.
@@ -95,11 +112,28 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 }
 
 // Close stops the scheduler (aborting what is left) and unloads the model.
+// It waits for the forward step in progress for the close timeout at most
+// (not at all when Drain already gave up on it): a hung step is left
+// running, with the model and the pool it reads, for the process's exit to
+// reclaim, and Close returns an error wrapping sched.ErrStepHung.
 func (h *Host) Close() error {
 	var errs []error
 	h.freeze.close() // a frozen step would hold Close forever
 	if h.Sched != nil {
-		errs = append(errs, h.Sched.Close())
+		d := h.closeTimeout
+		if d <= 0 {
+			d = defaultCloseTimeout
+		}
+		if h.abandoned.Load() {
+			d = 0 // Drain has waited the shutdown timeout already
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		err := h.stop(ctx)
+		cancel()
+		if errors.Is(err, sched.ErrStepHung) {
+			return fmt.Errorf("model left loaded: %w", err)
+		}
+		errs = append(errs, err)
 	}
 	if h.Model != nil {
 		errs = append(errs, h.Model.Close())
@@ -189,20 +223,48 @@ func wireState(m sched.Mode, s sched.State) batonv1.RequestState {
 }
 
 // Drain waits until the scheduler holds no request, for the in-flight work
-// of a stopping worker (new RPCs are already refused). When ctx ends first,
-// it closes the scheduler, which ends every remaining request with a clear
-// status (UNAVAILABLE at the caller) and releases its pages.
+// of a stopping worker (new RPCs are already refused). Shortly before ctx
+// ends (abortGrace, or a quarter of the time left), it closes the
+// scheduler, which ends every remaining request with a clear status
+// (UNAVAILABLE at the caller) and releases its pages at its next step
+// boundary. A step that does not return by ctx's end is abandoned (logged,
+// with the requests it holds), so that the worker still stops in time.
 func (h *Host) Drain(ctx context.Context) {
 	h.freeze.close() // a stopping worker finishes its work
+	wait := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, dl.Add(-min(abortGrace, time.Until(dl)/4)))
+		defer cancel()
+	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for n := len(h.Sched.Snapshot().Requests); n > 0; n = len(h.Sched.Snapshot().Requests) {
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			h.logger.Warn("drain timed out; aborting the remaining requests", "requests", n)
-			_ = h.Sched.Close()
+			_ = h.stop(ctx)
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// stop shuts the scheduler down within ctx. When a forward step outlasts
+// ctx it says so once, naming what the step still holds: those requests'
+// RPCs have ended on their own deadlines or with the servers, and their
+// pages go with the process.
+func (h *Host) stop(ctx context.Context) error {
+	err := h.Sched.Shutdown(ctx)
+	if errors.Is(err, sched.ErrStepHung) && h.abandoned.CompareAndSwap(false, true) {
+		snap := h.Sched.Snapshot()
+		ids := make([]string, 0, len(snap.Requests))
+		for _, r := range snap.Requests {
+			ids = append(ids, r.ID)
+		}
+		h.logger.Error("shutdown: a forward step did not return in time; stopping without it",
+			"step_running", snap.StepRunning.Round(time.Millisecond).String(), "requests", ids,
+			"pages_used", snap.Pages.Used, "err", err)
+	}
+	return err
 }

@@ -57,8 +57,12 @@ func (w *Worker) Open(ctx context.Context, d *svckit.Deps) error {
 	}
 	w.Logger = d.Logger
 	var err error
-	w.Host, err = Open(w.Model.Path, w.Engine, w.Role, d.Logger, d.Registry)
-	return err
+	if w.Host, err = Open(w.Model.Path, w.Engine, w.Role, d.Logger, d.Registry); err != nil {
+		return err
+	}
+	// A hung step holds Close for --shutdown-timeout at most.
+	w.Host.closeTimeout = d.Config.ShutdownTimeout
+	return nil
 }
 
 // Register wires the host into srv and installs WorkerService; the worker

@@ -88,7 +88,38 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		}
 		tracing.EndAborted(why, dspan, tracing.SpanDecode, err)
 	}()
-	for ev := range st.Events() {
+	for {
+		// A forward step that hangs sends nothing: the request's own
+		// deadline and cancellation (and until the first token the
+		// first-token deadline) end the RPC anyway. The cancel above has
+		// reached the scheduler, which releases the request, its pages
+		// included, once the step returns; until then it stays in the
+		// load report and /debug/requests.
+		wait := ctx
+		if first {
+			wait = ftCtx
+		}
+		var ev sched.Event
+		select {
+		case e, ok := <-st.Events():
+			if !ok {
+				return status.Error(codes.Internal, "the scheduler closed the request's events without a final event")
+			}
+			ev = e
+		case <-wait.Done():
+			if first {
+				// Retryable: free the id first if the scheduler can (a
+				// router may retry on this worker at once); a hung step
+				// holds this only for releaseWait.
+				awaitRelease(st, releaseWait)
+			} else {
+				drain(st)
+			}
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Error(codes.DeadlineExceeded, errNoFirst.Error())
+		}
 		switch ev.Kind {
 		case sched.EventToken:
 			if tokens++; tokens%tracing.TokenEventEvery == 0 {
@@ -132,7 +163,6 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			}})
 		}
 	}
-	return status.Error(codes.Internal, "the scheduler closed the request's events without a final event")
 }
 
 // modeName names a request's mode in traces.
