@@ -507,7 +507,7 @@ func (s *kvServer) TransferKV(stream batonv1.PrefillService_TransferKVServer) er
 	return snd.Run(ctx)
 }
 
-func serveKV(tb testing.TB, s *kvServer, opts []grpc.ServerOption, dopts ...grpc.DialOption) batonv1.PrefillServiceClient {
+func serveKV(tb testing.TB, s batonv1.PrefillServiceServer, opts []grpc.ServerOption, dopts ...grpc.DialOption) batonv1.PrefillServiceClient {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -20,16 +20,21 @@ type PageSource interface {
 }
 
 // SendStream is the part of the TransferKV server stream the Sender uses.
-// Only the Sender's goroutine calls Send.
+// Only the Sender's writer goroutine calls Send. A Send blocked on flow
+// control must return once the stream ends, as gRPC's does when its
+// handler returns.
 type SendStream interface {
 	Send(*batonv1.TransferKVResponse) error
 }
 
 // Sender is the prefill end of one transfer: a single goroutine (Run) that
-// owns the stream's send side. The scheduler and the stream's receive loop
-// tell it what to do through methods that never block: they record state
-// and wake the goroutine. So a slow or dead decode worker stalls only its own
-// request, never the prefill batch.
+// decides what to send, and the writer goroutine it starts, the only caller
+// of the stream's Send. The scheduler and the stream's receive loop tell Run
+// what to do through methods that never block: they record state and wake
+// it. So a slow or dead decode worker stalls only its own request, never the
+// prefill batch; and a Send stuck on flow control (decode stopped reading,
+// the network black-holed) stalls only the writer, which Run stops waiting
+// for at the send deadline.
 type Sender struct {
 	layout       kernels.KVLayout
 	src          PageSource
@@ -37,6 +42,7 @@ type Sender struct {
 	promptTokens int
 	layersPer    int
 	creditWait   time.Duration
+	sendWait     time.Duration
 	heartbeat    time.Duration
 	codec        *Codec // nil: chunk buffers are allocated per chunk
 
@@ -65,6 +71,14 @@ type SenderConfig struct {
 	// CreditTimeout ends the transfer with ErrStalled when chunks are ready
 	// but decode grants no credit for this long (0: wait forever).
 	CreditTimeout time.Duration
+	// SendTimeout ends the transfer with ErrSendStalled when one message
+	// (a chunk of at most MaxChunkBytes, or a control message) takes longer
+	// than this to go out (0: wait until the stream ends). gRPC's Send
+	// blocks while the peer's flow-control windows are exhausted, which
+	// with credits outstanding only a peer that stopped reading, or a
+	// network that stopped delivering, leaves them for long; without a
+	// deadline the pages would be held until the stream's own deadline.
+	SendTimeout time.Duration
 	// Heartbeat sends a Progress message whenever nothing else has been
 	// sent for this long (0: never), so that the receiver's idle deadline
 	// measures a silent peer or network rather than a long queue or a long
@@ -98,7 +112,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
 		layersPer: LayersPerChunk(cfg.Layout, cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
-		heartbeat: cfg.Heartbeat, codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
+		sendWait: cfg.SendTimeout, heartbeat: cfg.Heartbeat, codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
 
@@ -164,8 +178,14 @@ func (s *Sender) Abort(reason string) {
 // ErrAborted is returned by Run when decode aborted the transfer.
 var ErrAborted = errors.New("transfer aborted by decode")
 
-// ErrStalled is returned by Run when decode stopped granting credits.
-var ErrStalled = errors.New("transfer stalled: decode granted no credit")
+// ErrStalled is returned, wrapped, by Run when the transfer made no
+// progress for its deadline: decode granted no credit (CreditTimeout) or a
+// send did not go out (ErrSendStalled, SendTimeout).
+var ErrStalled = errors.New("transfer stalled")
+
+// ErrSendStalled is the ErrStalled of a send that made no progress for
+// SenderConfig.SendTimeout.
+var ErrSendStalled = fmt.Errorf("%w: a send made no progress", ErrStalled)
 
 // Stats reports chunks and K/V bytes sent so far.
 func (s *Sender) Stats() (chunks, bytes uint64) {
@@ -176,9 +196,17 @@ func (s *Sender) Stats() (chunks, bytes uint64) {
 
 // Run sends chunks as pages become ready and credits allow, then
 // PrefillDone; or AbortAck after Abort; or Error after Fail. It returns when
-// the transfer is over or ctx ends (the stream is gone), and is the only
-// caller of the stream's Send.
+// the transfer is over, when ctx ends (the stream is gone), or when a
+// deadline passes without progress (ErrStalled). Its writer goroutine
+// calls the stream's Send; when Run returns after a send that did not go
+// out in time (ErrSendStalled) or with ctx, that Send may still be blocked,
+// and the writer ends with it when the stream ends: the caller must end the
+// stream (return from the handler) promptly. The writer holds only its
+// chunk's copy of the pages, never the pages themselves, so they may be
+// released as soon as Run returns.
 func (s *Sender) Run(ctx context.Context) error {
+	w := s.startWriter()
+	defer w.stop()
 	page, lo := 0, 0
 	var seq uint64
 	var starved *time.Timer // runs while chunks wait for credit
@@ -204,14 +232,14 @@ func (s *Sender) Run(ctx context.Context) error {
 
 		switch {
 		case aborted:
-			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_AbortAck{
-				AbortAck: &batonv1.AbortAck{Reason: reason}}}); err != nil {
-				return fmt.Errorf("sending abort ack: %w", err)
+			if err := w.send(ctx, &batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_AbortAck{
+				AbortAck: &batonv1.AbortAck{Reason: reason}}}, "abort ack"); err != nil {
+				return err
 			}
 			return ErrAborted
 		case fail != nil:
-			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Error{Error: fail}}); err != nil {
-				return fmt.Errorf("sending error: %w", err)
+			if err := w.send(ctx, &batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Error{Error: fail}}, "error"); err != nil {
+				return err
 			}
 			return fmt.Errorf("transfer failed: %s", fail.GetMessage())
 		case canSend:
@@ -222,14 +250,9 @@ func (s *Sender) Run(ctx context.Context) error {
 				continue
 			}
 			n := uint64(len(chunk.K) + len(chunk.V))
-			err = s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_KvChunk{KvChunk: chunk}})
-			if s.codec != nil {
-				// From here the buffers are gRPC's to release (or, if
-				// the codec did not marshal them, the collector's).
-				s.codec.unlend(chunk)
-			}
-			if err != nil {
-				return fmt.Errorf("sending chunk %d: %w", seq, err)
+			// The chunk is the writer's now.
+			if err := w.send(ctx, &batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_KvChunk{KvChunk: chunk}}, fmt.Sprintf("chunk %d", seq)); err != nil {
+				return err
 			}
 			s.mu.Lock()
 			s.sent++
@@ -243,8 +266,8 @@ func (s *Sender) Run(ctx context.Context) error {
 			continue
 		case done != nil && page == s.layout.PagesFor(s.promptTokens):
 			done.ChunksSent, done.BytesSent = s.Stats()
-			if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_PrefillDone{PrefillDone: done}}); err != nil {
-				return fmt.Errorf("sending prefill done: %w", err)
+			if err := w.send(ctx, &batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_PrefillDone{PrefillDone: done}}, "prefill done"); err != nil {
+				return err
 			}
 			return nil
 		}
@@ -255,9 +278,9 @@ func (s *Sender) Run(ctx context.Context) error {
 				s.mu.Lock()
 				ready := s.ready
 				s.mu.Unlock()
-				if err := s.stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Progress{
-					Progress: &batonv1.Progress{PagesReady: uint32(ready)}}}); err != nil {
-					return fmt.Errorf("sending progress: %w", err)
+				if err := w.send(ctx, &batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Progress{
+					Progress: &batonv1.Progress{PagesReady: uint32(ready)}}}, "progress"); err != nil {
+					return err
 				}
 				lastSend = time.Now()
 				continue
@@ -283,12 +306,87 @@ func (s *Sender) Run(ctx context.Context) error {
 		select {
 		case <-s.wake:
 		case <-starvedC:
-			return fmt.Errorf("%w for %v with chunk %d ready", ErrStalled, s.creditWait, seq)
+			return fmt.Errorf("%w: decode granted no credit for %v with chunk %d ready", ErrStalled, s.creditWait, seq)
 		case <-beatC:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// writer is a Sender's one caller of the stream's Send, on a goroutine of
+// its own so that Run can stop waiting for a Send that makes no progress:
+// gRPC's Send cannot be interrupted but by the end of its stream.
+type writer struct {
+	stream SendStream
+	codec  *Codec
+	wait   time.Duration // the send deadline; 0: none
+	timer  *time.Timer   // the send deadline's, reused
+	msgs   chan *batonv1.TransferKVResponse
+	// errs carries each Send's result back; its one slot takes the result
+	// of a Send that Run stopped waiting for, so the goroutine never blocks
+	// on it.
+	errs chan error
+}
+
+func (s *Sender) startWriter() *writer {
+	w := &writer{stream: s.stream, codec: s.codec, wait: s.sendWait,
+		msgs: make(chan *batonv1.TransferKVResponse, 1), errs: make(chan error, 1)}
+	go w.loop()
+	return w
+}
+
+// loop sends each message it is handed until stop. It outlives Run only
+// while a Send that Run gave up on is still blocked: until the stream ends.
+func (w *writer) loop() {
+	for m := range w.msgs {
+		err := w.stream.Send(m)
+		if c := m.GetKvChunk(); c != nil && w.codec != nil {
+			// From here the buffers are gRPC's to release (or, if the
+			// codec did not marshal them, the collector's).
+			w.codec.unlend(c)
+		}
+		w.errs <- err
+	}
+}
+
+// send hands m to the writer and waits until it has gone out, at most the
+// send deadline (ErrSendStalled), or until ctx ends. Any error ends Run:
+// the writer is idle whenever send is called, so handing m over never
+// blocks.
+func (w *writer) send(ctx context.Context, m *batonv1.TransferKVResponse, what string) error {
+	w.msgs <- m
+	var deadline <-chan time.Time
+	if w.wait > 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(w.wait)
+		} else {
+			w.timer.Reset(w.wait)
+		}
+		deadline = w.timer.C
+	}
+	select {
+	case err := <-w.errs:
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		if err != nil {
+			return fmt.Errorf("sending %s: %w", what, err)
+		}
+		return nil
+	case <-deadline:
+		return fmt.Errorf("%w: %s did not go out within %v", ErrSendStalled, what, w.wait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop lets the writer's goroutine end once its Send, if any, returns.
+func (w *writer) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	close(w.msgs)
 }
 
 // tokensIn is the number of prompt tokens in page p.

@@ -39,7 +39,7 @@ func (s *Service) GRPCServerOptions() []grpc.ServerOption {
 func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.Worker.AddFlags(fs, enginehost.TransferHelp{
 		Handshake: "how long prefill waits for a new TransferKV stream's first message, the handshake (decode's own --handshake-timeout bounds its wait for prefill to accept)",
-		Idle:      "how long prefill waits for decode to grant a credit while KV chunks are waiting; then prefill ends the transfer and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
+		Idle:      "how long prefill waits for decode to grant a credit while KV chunks are waiting, or for one message to go out while decode's flow-control windows are exhausted; then prefill ends the transfer and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
 	})
 }
 

@@ -87,6 +87,9 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	snd := kvtransfer.NewSender(kvtransfer.SenderConfig{
 		Layout: s.Host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
 		CreditTimeout: s.IdleTimeout, Codec: s.Codec,
+		// A send stuck on gRPC flow control (decode stopped reading,
+		// the network black-holed) gets the same deadline.
+		SendTimeout: s.IdleTimeout,
 		// Decode's idle deadline must not fire while this request waits
 		// in the queue or its prompt computes: heartbeats as often as
 		// decode asks, else every quarter of our own idle deadline.
