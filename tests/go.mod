@@ -14,6 +14,7 @@ replace (
 require (
 	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.73.1
 	google.golang.org/grpc v1.85.0

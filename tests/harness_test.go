@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/engine/refdata"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -27,6 +28,47 @@ import (
 
 // binDir holds the binaries built once by TestMain.
 var binDir string
+
+// certDir holds a development CA and router, prefill and decode
+// certificates written by TestMain with `batonctl certs`.
+var certDir string
+
+// e2eTLS is BATON_E2E_TLS=1: every router-svc, prefill-svc and decode-svc
+// the suite starts gets its role's certificate (BATON_TLS_CERT, _KEY,
+// _CA), batonctl up gets --tls, and dial reaches the workers it knows with
+// the router's certificate. The router's own ports stay plaintext.
+var e2eTLS = os.Getenv("BATON_E2E_TLS") == "1"
+
+// workerRoles maps the gRPC address of each worker the suite started to its
+// role, so that dial can use TLS for workers when e2eTLS.
+var workerRoles sync.Map // string -> tlsconf.Role
+
+// serviceRoles are the services' certificate roles.
+var serviceRoles = map[string]tlsconf.Role{"router-svc": tlsconf.Router, "prefill-svc": tlsconf.Prefill, "decode-svc": tlsconf.Decode}
+
+// tlsEnv is the environment that gives a service role's certificate.
+func tlsEnv(role tlsconf.Role) []string {
+	f := tlsconf.FilesIn(certDir, role)
+	return []string{"BATON_TLS_CERT=" + f.Cert, "BATON_TLS_KEY=" + f.Key, "BATON_TLS_CA=" + f.CA}
+}
+
+// grpcAddrOf is the --grpc-addr in args, else BATON_GRPC_ADDR in env.
+func grpcAddrOf(args, env []string) string {
+	for i, a := range args {
+		if (a == "--grpc-addr" || a == "-grpc-addr") && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, "--grpc-addr="); ok {
+			return v
+		}
+	}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "BATON_GRPC_ADDR="); ok {
+			return v
+		}
+	}
+	return ""
+}
 
 func TestMain(m *testing.M) {
 	code, err := buildAndRun(m)
@@ -54,6 +96,10 @@ func buildAndRun(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("building binaries: %v\n%s", err, out)
 	}
 	binDir = dir
+	certDir = filepath.Join(dir, "certs")
+	if out, err := exec.Command(filepath.Join(dir, "batonctl"), "certs", "--out", certDir).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("batonctl certs: %v\n%s", err, out)
+	}
 	return m.Run(), nil
 }
 
@@ -126,7 +172,18 @@ func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc
 	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
 	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
 	p.cmd.Stdout = lockedWriter{&p.mu, &p.stdout}
-	p.cmd.Env = append(append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "BATON_MODEL="), env...)
+	base := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "BATON_MODEL=")
+	if role, ok := serviceRoles[name]; ok {
+		if e2eTLS {
+			base = append(base, tlsEnv(role)...) // before env: a test's own BATON_TLS_* wins
+		}
+		if role != tlsconf.Router {
+			if a := grpcAddrOf(args, env); a != "" {
+				workerRoles.Store(a, role)
+			}
+		}
+	}
+	p.cmd.Env = append(base, env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -152,6 +209,9 @@ func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc
 func startUp(t testing.TB, within time.Duration, env []string, args ...string) (*proc, string) {
 	t.Helper()
 	logDir := t.TempDir()
+	if e2eTLS {
+		args = append([]string{"--tls"}, args...)
+	}
 	p := startProcEnv(t, "batonctl", env, append([]string{"up", "--bin-dir", binDir, "--log-dir", logDir}, args...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -253,15 +313,30 @@ func waitHTTP(t testing.TB, p *proc, url string, within time.Duration) {
 	t.Fatalf("%s: %s not ready within %v", p.name, url, within)
 }
 
-// dial opens a plain-text gRPC connection.
+// dial opens a plain-text gRPC connection; with BATON_E2E_TLS=1, a worker
+// the suite started is dialed with mutual TLS as the router.
 func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if role, ok := workerRoles.Load(addr); ok && e2eTLS {
+		creds = tlsDialOption(t, tlsconf.Router, role.(tlsconf.Role))
+	}
+	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// tlsDialOption is mutual TLS with as's certificate to a server of role want.
+func tlsDialOption(t testing.TB, as, want tlsconf.Role) grpc.DialOption {
+	t.Helper()
+	id, err := tlsconf.Load(tlsconf.FilesIn(certDir, as), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.DialOption(want)
 }
 
 // healthStatus asks the standard gRPC health service about service ("" = the server).
