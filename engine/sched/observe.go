@@ -145,6 +145,11 @@ type RequestInfo struct {
 	Queued             time.Time
 	FirstToken         time.Time // zero before the first token
 	LastProgress       time.Time // zero before any progress
+	// Starved is true when the last step left the request out for want of
+	// capacity that others hold: a running request that sat the step out
+	// waiting for a page, or a waiting one that was not admitted (no pages
+	// or no MaxSeqs slot). Its wait is theirs, not a stall of the engine.
+	Starved bool
 }
 
 // Snapshot is the scheduler's state at one moment.
@@ -152,9 +157,12 @@ type Snapshot struct {
 	At    time.Time
 	Steps uint64
 	// LastStep is when the last batch finished; StepRunning how long the
-	// batch in progress has been running (0 when none is).
+	// batch in progress has been running (0 when none is) and StepTokens
+	// how many tokens it computes (decode tokens plus prompt chunks), from
+	// which the watchdog bounds how long it may take.
 	LastStep    time.Time
 	StepRunning time.Duration
+	StepTokens  int
 	Pages       kvcache.Stats
 	Gauges      Gauges
 	// Requests lists the live requests, oldest first.
@@ -168,7 +176,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 	now := time.Now()
 	snap := Snapshot{At: now, Steps: s.steps, LastStep: s.lastStep, Pages: s.cfg.Pool.Stats(), Gauges: s.gauges(now)}
 	if !s.stepStart.IsZero() {
-		snap.StepRunning = now.Sub(s.stepStart)
+		snap.StepRunning, snap.StepTokens = now.Sub(s.stepStart), s.stepTokens
 	}
 	for _, r := range s.live {
 		last := r.lastProgress
@@ -181,6 +189,7 @@ func (s *Scheduler) Snapshot() Snapshot {
 			Pages: r.table.Len(), PromptTokens: r.nPrompt, Computed: r.computed,
 			Generated: r.generated(), Preemptions: r.preemptions,
 			Queued: r.queued, FirstToken: r.firstToken, LastProgress: r.lastProgress,
+			Starved: r.starved && (r.state == StateWaiting || r.state == StateRunning),
 		})
 	}
 	return snap

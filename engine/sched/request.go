@@ -274,7 +274,14 @@ type request struct {
 	activated   bool // ModeDecodeImported: Activate applied
 	readyPages  int  // ModePrefillOnly: pages announced complete
 	preemptions int
-	logits      []float32
+
+	// starved is set when the last plan left the request out for want of
+	// capacity others hold: a running sequence that sat the step out for
+	// a page, or a waiting one not admitted (pages or the MaxSeqs slots
+	// are taken). The progress watchdog does not count it as stuck.
+	starved bool
+
+	logits []float32
 
 	sampler *sample.Sampler
 	stopper *sample.Stopper

@@ -94,6 +94,7 @@ type Scheduler struct {
 	steps       uint64
 	lastStep    time.Time
 	stepStart   time.Time // of the forward pass in progress; zero when none
+	stepTokens  int       // tokens of the forward pass in progress
 	window      []throughputSample
 	audits      uint64
 	violations  uint64

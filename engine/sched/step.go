@@ -34,7 +34,7 @@ func (s *Scheduler) step() (StepStats, bool) {
 	p := &s.plan
 	s.makePlan(p)
 	if len(p.chunks) > 0 {
-		s.stepStart = start
+		s.stepStart, s.stepTokens = start, p.decode+p.prefill
 	}
 	s.mu.Unlock()
 
@@ -56,7 +56,7 @@ func (s *Scheduler) step() (StepStats, bool) {
 		s.apply(p, err, end)
 		s.steps++
 		s.lastStep = end
-		s.stepStart = time.Time{}
+		s.stepStart, s.stepTokens = time.Time{}, 0
 		if p.generated > 0 {
 			s.window = append(s.window, throughputSample{at: end, tokens: p.generated})
 		}
@@ -185,6 +185,7 @@ func (s *Scheduler) makePlan(p *plan) {
 			s.preempt(v)
 			p.preempted++
 		}
+		r.starved = stalled
 		if stalled {
 			p.stalled++
 			continue
@@ -197,16 +198,16 @@ func (s *Scheduler) makePlan(p *plan) {
 	// 2. Admission, first come first served: a request waits for the pages
 	// of its whole prompt (decode's prealloc queue for imported ones).
 	active := s.counts[StatePrefilling] + s.counts[StateRunning] + s.counts[StateTransferring]
+	full := false // once one waits, every later one does
 	for _, r := range s.live {
 		if r.state != StateWaiting {
 			continue
 		}
-		if active >= s.cfg.MaxSeqs {
-			break
+		if full = full || active >= s.cfg.MaxSeqs || r.table.Grow(r.prefillTarget()) != nil; full {
+			r.starved = true
+			continue
 		}
-		if err := r.table.Grow(r.prefillTarget()); err != nil {
-			break
-		}
+		r.starved = false
 		active++
 		p.admitted++
 		if r.mode == ModeDecodeImported && !r.activated {

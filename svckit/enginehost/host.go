@@ -19,6 +19,7 @@ import (
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/tracing"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Host is a loaded model with its page pool and scheduler.
@@ -40,6 +41,8 @@ type Host struct {
 	logger *slog.Logger
 	ready  func(context.Context) map[string]string
 	freeze *freezer // the freeze hook; nil unless --debug-hooks
+	// watchdog is the progress watchdog's state (watchdog.go).
+	watchdog watchdog
 
 	// closeTimeout bounds how long Close waits for the forward step in
 	// progress (--shutdown-timeout; defaultCloseTimeout when unset).
@@ -94,10 +97,13 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 		h.freeze = newFreezer(logger)
 		stepModel = freezableModel{h.Model, h.freeze}
 	}
+	if err := h.watchdog.speed.calibrate(h.Model, h.Pool); err != nil {
+		return nil, err
+	}
 	if h.Sched, err = sched.New(sched.Config{
 		Model: stepModel, Pool: h.Pool, Tokenizer: h.Tokenizer,
 		MaxBatchTokens: f.MaxBatchTokens, MaxSeqs: f.MaxSeqs, MaxRequests: f.MaxRequests,
-		Observer: stepObserver{h.Metrics, &h.trace.steps},
+		Observer: stepObserver{h.Metrics, &h.trace.steps, &h.watchdog.speed},
 	}); err != nil {
 		return nil, err
 	}
@@ -181,6 +187,12 @@ func (h *Host) Load(ctx context.Context) *batonv1.LoadReport {
 		PagesTotal:           uint32(g.PagesTotal),
 		TokensPerSecond:      g.GenThroughput,
 		Steps:                snap.Steps,
+	}
+	if snap.StepRunning > 0 {
+		lr.StepRunningSince = timestamppb.New(snap.At.Add(-snap.StepRunning))
+		lr.StepTokens = uint32(snap.StepTokens)
+		lr.StepRunningSeconds = snap.StepRunning.Seconds()
+		lr.StepExpectedSeconds = h.stepExpected(snap).Seconds()
 	}
 	for _, r := range snap.Requests {
 		lr.OldestRequestAgeSeconds = max(lr.OldestRequestAgeSeconds, r.Age.Seconds())

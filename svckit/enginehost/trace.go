@@ -39,17 +39,21 @@ func (h *Host) traceID(id string) string {
 // Steps is the log of the scheduler's recent forward steps.
 func (h *Host) Steps() *StepLog { return &h.trace.steps }
 
-// stepObserver hands the scheduler's observations to the metrics and
-// records each step in the step log.
+// stepObserver hands the scheduler's observations to the metrics, records
+// each step in the step log and measures the step speed for the watchdog.
 type stepObserver struct {
 	*Metrics
 	steps *StepLog
+	speed *stepSpeed
 }
 
 // Step implements sched.Observer.
 func (o stepObserver) Step(s sched.StepStats) {
 	o.steps.add(s)
 	o.Metrics.Step(s)
+	if s.Seqs > 0 && s.Err == nil {
+		o.speed.observe(s.DecodeTokens+s.PrefillTokens, s.Duration)
+	}
 }
 
 // Step is one forward step of the scheduler: a batched forward pass.

@@ -9,6 +9,7 @@ package batonv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -287,9 +288,23 @@ type LoadReport struct {
 	OldestRequestAgeSeconds float64 `protobuf:"fixed64,8,opt,name=oldest_request_age_seconds,json=oldestRequestAgeSeconds,proto3" json:"oldest_request_age_seconds,omitempty"`
 	// Forward steps completed since the worker started: a worker whose count
 	// moves is computing, however slow its requests are.
-	Steps         uint64 `protobuf:"varint,9,opt,name=steps,proto3" json:"steps,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Steps uint64 `protobuf:"varint,9,opt,name=steps,proto3" json:"steps,omitempty"`
+	// When the forward step in progress started, by the worker's clock
+	// (unset between steps). One long step is progress too: a big prompt's
+	// step may run for seconds without the count moving.
+	StepRunningSince *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=step_running_since,json=stepRunningSince,proto3" json:"step_running_since,omitempty"`
+	// Tokens the step in progress computes (decode tokens plus prompt
+	// chunks; 0 between steps).
+	StepTokens uint32 `protobuf:"varint,11,opt,name=step_tokens,json=stepTokens,proto3" json:"step_tokens,omitempty"`
+	// How long the step in progress had been running when this report was
+	// made (0 between steps): step_running_since without the clock skew.
+	StepRunningSeconds float64 `protobuf:"fixed64,12,opt,name=step_running_seconds,json=stepRunningSeconds,proto3" json:"step_running_seconds,omitempty"`
+	// How long the step in progress should take at the worker's measured
+	// speed (0 between steps, or before any measurement). A step far past it
+	// is stuck rather than long.
+	StepExpectedSeconds float64 `protobuf:"fixed64,13,opt,name=step_expected_seconds,json=stepExpectedSeconds,proto3" json:"step_expected_seconds,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *LoadReport) Reset() {
@@ -381,6 +396,34 @@ func (x *LoadReport) GetOldestRequestAgeSeconds() float64 {
 func (x *LoadReport) GetSteps() uint64 {
 	if x != nil {
 		return x.Steps
+	}
+	return 0
+}
+
+func (x *LoadReport) GetStepRunningSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StepRunningSince
+	}
+	return nil
+}
+
+func (x *LoadReport) GetStepTokens() uint32 {
+	if x != nil {
+		return x.StepTokens
+	}
+	return 0
+}
+
+func (x *LoadReport) GetStepRunningSeconds() float64 {
+	if x != nil {
+		return x.StepRunningSeconds
+	}
+	return 0
+}
+
+func (x *LoadReport) GetStepExpectedSeconds() float64 {
+	if x != nil {
+		return x.StepExpectedSeconds
 	}
 	return 0
 }
@@ -647,7 +690,7 @@ var File_baton_v1_worker_proto protoreflect.FileDescriptor
 
 const file_baton_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x15baton/v1/worker.proto\x12\bbaton.v1\x1a\x15baton/v1/common.proto\"\r\n" +
+	"\x15baton/v1/worker.proto\x12\bbaton.v1\x1a\x15baton/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\r\n" +
 	"\vInfoRequest\"\xb7\x01\n" +
 	"\bCapacity\x12\x1f\n" +
 	"\vtotal_pages\x18\x01 \x01(\rR\n" +
@@ -660,7 +703,7 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"\x05model\x18\x02 \x01(\v2\x13.baton.v1.ModelInfoR\x05model\x12/\n" +
 	"\tkv_layout\x18\x03 \x01(\v2\x12.baton.v1.KVLayoutR\bkvLayout\x12.\n" +
 	"\bcapacity\x18\x04 \x01(\v2\x12.baton.v1.CapacityR\bcapacity\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\tR\aversion\"\xea\x02\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\"\xbb\x04\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12'\n" +
@@ -673,7 +716,13 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"pagesTotal\x12*\n" +
 	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\x12;\n" +
 	"\x1aoldest_request_age_seconds\x18\b \x01(\x01R\x17oldestRequestAgeSeconds\x12\x14\n" +
-	"\x05steps\x18\t \x01(\x04R\x05steps\"\x10\n" +
+	"\x05steps\x18\t \x01(\x04R\x05steps\x12H\n" +
+	"\x12step_running_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x10stepRunningSince\x12\x1f\n" +
+	"\vstep_tokens\x18\v \x01(\rR\n" +
+	"stepTokens\x120\n" +
+	"\x14step_running_seconds\x18\f \x01(\x01R\x12stepRunningSeconds\x122\n" +
+	"\x15step_expected_seconds\x18\r \x01(\x01R\x13stepExpectedSeconds\"\x10\n" +
 	"\x0eGetLoadRequest\";\n" +
 	"\x0fGetLoadResponse\x12(\n" +
 	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\"3\n" +
@@ -724,29 +773,31 @@ var file_baton_v1_worker_proto_goTypes = []any{
 	(*WorkerServiceListRequestsResponse)(nil), // 10: baton.v1.WorkerServiceListRequestsResponse
 	(*ModelInfo)(nil),                         // 11: baton.v1.ModelInfo
 	(*KVLayout)(nil),                          // 12: baton.v1.KVLayout
-	(*RequestInfo)(nil),                       // 13: baton.v1.RequestInfo
+	(*timestamppb.Timestamp)(nil),             // 13: google.protobuf.Timestamp
+	(*RequestInfo)(nil),                       // 14: baton.v1.RequestInfo
 }
 var file_baton_v1_worker_proto_depIdxs = []int32{
 	0,  // 0: baton.v1.InfoResponse.role:type_name -> baton.v1.WorkerRole
 	11, // 1: baton.v1.InfoResponse.model:type_name -> baton.v1.ModelInfo
 	12, // 2: baton.v1.InfoResponse.kv_layout:type_name -> baton.v1.KVLayout
 	2,  // 3: baton.v1.InfoResponse.capacity:type_name -> baton.v1.Capacity
-	4,  // 4: baton.v1.GetLoadResponse.load:type_name -> baton.v1.LoadReport
-	4,  // 5: baton.v1.WatchLoadResponse.load:type_name -> baton.v1.LoadReport
-	13, // 6: baton.v1.WorkerServiceListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
-	1,  // 7: baton.v1.WorkerService.Info:input_type -> baton.v1.InfoRequest
-	5,  // 8: baton.v1.WorkerService.GetLoad:input_type -> baton.v1.GetLoadRequest
-	7,  // 9: baton.v1.WorkerService.WatchLoad:input_type -> baton.v1.WatchLoadRequest
-	9,  // 10: baton.v1.WorkerService.ListRequests:input_type -> baton.v1.WorkerServiceListRequestsRequest
-	3,  // 11: baton.v1.WorkerService.Info:output_type -> baton.v1.InfoResponse
-	6,  // 12: baton.v1.WorkerService.GetLoad:output_type -> baton.v1.GetLoadResponse
-	8,  // 13: baton.v1.WorkerService.WatchLoad:output_type -> baton.v1.WatchLoadResponse
-	10, // 14: baton.v1.WorkerService.ListRequests:output_type -> baton.v1.WorkerServiceListRequestsResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 4: baton.v1.LoadReport.step_running_since:type_name -> google.protobuf.Timestamp
+	4,  // 5: baton.v1.GetLoadResponse.load:type_name -> baton.v1.LoadReport
+	4,  // 6: baton.v1.WatchLoadResponse.load:type_name -> baton.v1.LoadReport
+	14, // 7: baton.v1.WorkerServiceListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
+	1,  // 8: baton.v1.WorkerService.Info:input_type -> baton.v1.InfoRequest
+	5,  // 9: baton.v1.WorkerService.GetLoad:input_type -> baton.v1.GetLoadRequest
+	7,  // 10: baton.v1.WorkerService.WatchLoad:input_type -> baton.v1.WatchLoadRequest
+	9,  // 11: baton.v1.WorkerService.ListRequests:input_type -> baton.v1.WorkerServiceListRequestsRequest
+	3,  // 12: baton.v1.WorkerService.Info:output_type -> baton.v1.InfoResponse
+	6,  // 13: baton.v1.WorkerService.GetLoad:output_type -> baton.v1.GetLoadResponse
+	8,  // 14: baton.v1.WorkerService.WatchLoad:output_type -> baton.v1.WatchLoadResponse
+	10, // 15: baton.v1.WorkerService.ListRequests:output_type -> baton.v1.WorkerServiceListRequestsResponse
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_worker_proto_init() }
