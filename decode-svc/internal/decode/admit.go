@@ -50,6 +50,10 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		mode = sched.ModeGenerate
 	case svckit.ValidateAddr(ep) != nil:
 		return sched.Request{}, bad(fmt.Errorf("prefill_endpoint: %q, want host:port or %q", ep, localPrefill))
+	default:
+		if err := s.peerLimits.allowed(ep); err != nil {
+			return sched.Request{}, bad(err)
+		}
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
 		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil

@@ -28,7 +28,8 @@ type Service struct {
 	firstTokenTimeout time.Duration
 	creditWindow      int
 
-	peers *peerPool
+	peerLimits peerLimits // --prefill-allow, --prefill-idle-timeout, --max-prefill-conns
+	peers      *peerPool
 	// dialOpts are added to the options prefill workers are dialed with:
 	// tests reach in-process prefill workers over memory this way.
 	dialOpts []grpc.DialOption
@@ -49,6 +50,7 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may run when its caller set no deadline")
 	fs.DurationVar(&s.firstTokenTimeout, "first-token-timeout", 2*time.Minute, "abort a request that has no first token this long after it arrived (prealloc wait, transfer and prefill included)")
 	fs.IntVar(&s.creditWindow, "credit-window", 32, "KV chunks prefill may send ahead of decode's consumption")
+	s.peerLimits.addFlags(fs)
 }
 
 // Validate checks the flags.
@@ -58,6 +60,9 @@ func (s *Service) Validate() error {
 	}
 	if s.creditWindow < 1 {
 		return errors.New("--credit-window: want ≥ 1")
+	}
+	if err := s.peerLimits.validate(); err != nil {
+		return err
 	}
 	return s.Engine.Validate()
 }
@@ -70,7 +75,8 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 	if d.TLS != nil {
 		creds = d.TLS.DialOption(tlsconf.Prefill)
 	}
-	s.peers = newPeerPool(append([]grpc.DialOption{creds,
+	s.peerLimits.warn(d.Logger)
+	s.peers = newPeerPool(s.peerLimits, append([]grpc.DialOption{creds,
 		d.Tracing.DialOption(), s.Codec.DialOption()}, s.dialOpts...)...)
 	return s.Worker.Open(ctx, d)
 }

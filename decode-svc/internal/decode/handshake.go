@@ -32,6 +32,7 @@ type transfer struct {
 	errNoAccept error
 	hsTimer     *time.Timer
 	stops       []func()
+	release     func() // the connection's use (peerPool.get)
 	stream      batonv1.PrefillService_TransferKVClient
 	rcv         *kvtransfer.Receiver // nil until the stream is open
 	msgs        chan transferMsg     // the stream's messages (receive)
@@ -44,6 +45,7 @@ func (t *transfer) close() {
 		stop()
 	}
 	t.cancel(nil)
+	t.release()
 }
 
 // notAccepted reports whether the transfer ended because prefill did not
@@ -62,11 +64,11 @@ func (t *transfer) notAccepted() error {
 // returned transfer, also on an error, must be closed.
 func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, pages []kvcache.PageID) (*transfer, error) {
 	endpoint := in.GetPrefillEndpoint()
-	conn, err := s.peers.get(endpoint)
+	conn, release, err := s.peers.get(endpoint)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
 	}
-	t := &transfer{endpoint: endpoint, log: log,
+	t := &transfer{endpoint: endpoint, log: log, release: release,
 		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.HandshakeTimeout)}
 	t.ctx, t.cancel = enginehost.Detach(ctx)
 	t.hsTimer = time.AfterFunc(s.HandshakeTimeout, func() { t.cancel(t.errNoAccept) })
