@@ -5,6 +5,12 @@ import (
 	"errors"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model"
+	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/sched"
+	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -12,9 +18,31 @@ import (
 // ErrDraining is returned for new work while a service shuts down.
 var ErrDraining = errors.New("service is shutting down")
 
+// Sentinels of the services' own request paths: handlers wrap them (with
+// %w and the specifics) and Status gives the code.
+var (
+	// ErrPeerUnavailable: a peer worker (a prefill worker, for decode)
+	// cannot be reached, broke its stream or ended it early. Retryable on
+	// another peer.
+	ErrPeerUnavailable = errors.New("peer unavailable")
+	// ErrPeerTimeout: a peer worker did not answer within a deadline of
+	// this service (not the caller's own deadline). Retryable on another
+	// peer before anything reached the client.
+	ErrPeerTimeout = errors.New("peer timed out")
+	// ErrMismatch: a peer serves another model or KV layout.
+	ErrMismatch = errors.New("peer mismatch")
+	// ErrCorrupt: data from a peer cannot be used (a bad KV chunk).
+	ErrCorrupt = errors.New("corrupt data from peer")
+	// ErrSuperseded: a newer attempt of the same request replaced this one
+	// (a prefill worker's stale transfer when the router's retry arrives).
+	ErrSuperseded = errors.New("superseded by a newer attempt of the request")
+)
+
 // codeTable maps sentinel errors to gRPC codes. It is the one place this
-// mapping lives; handlers return wrapped sentinels and call Status at the
-// boundary.
+// mapping lives: handlers return wrapped sentinels and call Status at the
+// boundary. TestEverySentinelMapped walks the source tree and fails on a
+// sentinel of the engine, kvtransfer, svckit, decode or prefill that maps
+// to Internal or Unknown, so a new one must get a line here.
 var codeTable = []struct {
 	err  error
 	code codes.Code
@@ -22,10 +50,53 @@ var codeTable = []struct {
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{ErrDraining, codes.Unavailable},
+	{ErrPeerUnavailable, codes.Unavailable},
+	{ErrPeerTimeout, codes.DeadlineExceeded},
+	{ErrMismatch, codes.FailedPrecondition},
+	{ErrCorrupt, codes.DataLoss},
+	{ErrSuperseded, codes.Aborted},
+	{ErrBodyTimeout, codes.DeadlineExceeded}, // HTTP only: a client too slow to send its body
+
 	{engine.ErrInvalidInput, codes.InvalidArgument},
 	{engine.ErrContextOverflow, codes.InvalidArgument},
 	{engine.ErrUnsupported, codes.FailedPrecondition},
 	{engine.ErrKVCacheFull, codes.ResourceExhausted},
+
+	// The scheduler's refusals and ends. A closing scheduler is a worker
+	// going away on every service (UNAVAILABLE, so the router fails over;
+	// prefill once said RESOURCE_EXHAUSTED, which reached clients as 429).
+	{sched.ErrClosed, codes.Unavailable},
+	{sched.ErrQueueFull, codes.ResourceExhausted},
+	{sched.ErrDuplicateID, codes.AlreadyExists},
+	{sched.ErrSlowConsumer, codes.Aborted},
+	{sched.ErrStepHung, codes.Unavailable},
+	{model.ErrClosed, codes.Unavailable},
+
+	{kvtransfer.ErrAborted, codes.Aborted},
+	{kvtransfer.ErrStalled, codes.DeadlineExceeded},
+
+	{tlsconf.ErrNoCertificate, codes.Unauthenticated},
+	{tlsconf.ErrNoRole, codes.PermissionDenied},
+	{tlsconf.ErrWrongRole, codes.PermissionDenied},
+
+	// Model files: reached only at start-up, named here so that every
+	// sentinel has a code.
+	{modelfile.ErrUnreachable, codes.Unavailable},
+	{modelfile.ErrStalled, codes.Unavailable},
+	{modelfile.ErrHashMismatch, codes.DataLoss},
+	{modelfile.ErrInvalidRef, codes.InvalidArgument},
+	{gguf.ErrBadMagic, codes.FailedPrecondition},
+	{gguf.ErrUnsupportedVersion, codes.FailedPrecondition},
+	{gguf.ErrTruncated, codes.FailedPrecondition},
+	{gguf.ErrBadValueType, codes.FailedPrecondition},
+	{gguf.ErrBadTensorType, codes.FailedPrecondition},
+	{gguf.ErrBadShape, codes.FailedPrecondition},
+	{gguf.ErrBadAlignment, codes.FailedPrecondition},
+	{gguf.ErrMisaligned, codes.FailedPrecondition},
+	{gguf.ErrOutOfBounds, codes.FailedPrecondition},
+	{gguf.ErrOverlap, codes.FailedPrecondition},
+	{gguf.ErrDuplicate, codes.FailedPrecondition},
+	{gguf.ErrInvalid, codes.FailedPrecondition},
 }
 
 // Code returns the gRPC code for err: the code of a gRPC status error, else
@@ -47,7 +118,7 @@ func Code(err error) codes.Code {
 }
 
 // Status converts err into a gRPC status error with the code from Code and
-// err's message. A nil err gives nil.
+// err's message. A nil err gives nil; a status error is returned as it is.
 func Status(err error) error {
 	if err == nil {
 		return nil

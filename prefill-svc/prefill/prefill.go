@@ -22,6 +22,7 @@ import (
 type Service struct {
 	batonv1.UnimplementedPrefillServiceServer
 	enginehost.Worker
+	live liveTransfers // by request id, so that a retry replaces a stale attempt
 }
 
 // New returns an unconfigured prefill worker; svckit.Main configures and runs it.

@@ -15,7 +15,6 @@ import (
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -72,10 +71,12 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	// pages, so that pages are never freed under a send.
 	schedCtx, schedCancel := enginehost.Detach(ctx)
 	defer schedCancel(nil)
+	prev, drop := s.live.claim(req.ID, cancel)
+	defer drop()
 	submitted := time.Now()
-	st, err := s.Host.Sched.Submit(schedCtx, req)
+	st, err := s.submit(ctx, schedCtx, req, prev)
 	if err != nil {
-		return submitErr(err)
+		return svckit.Status(err)
 	}
 	start := time.Now()
 	pt := &prefillTrace{ctx: ctx, steps: s.Host.Steps(), submitted: submitted,
@@ -140,9 +141,12 @@ func (s *Service) result(ctx context.Context, log *slog.Logger, id string, snd *
 		return nil
 	case errors.Is(runErr, kvtransfer.ErrAborted):
 		return nil
+	case errors.Is(context.Cause(ctx), svckit.ErrSuperseded):
+		log.InfoContext(ctx, "transfer replaced by a newer attempt; releasing", "chunks", chunks)
+		return svckit.Status(context.Cause(ctx))
 	case errors.Is(runErr, kvtransfer.ErrStalled):
 		log.WarnContext(ctx, "transfer stalled; releasing", "err", runErr, "chunks", chunks)
-		return status.Errorf(codes.DeadlineExceeded, "%v", runErr)
+		return svckit.Status(runErr)
 	default:
 		log.InfoContext(ctx, "transfer ended early", "err", runErr, "cause", context.Cause(ctx), "chunks", chunks)
 		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
@@ -160,8 +164,3 @@ func heartbeat(hs *batonv1.Handshake, idle time.Duration) time.Duration {
 	}
 	return idle / 4
 }
-
-// submitErr maps the scheduler's refusals to status codes; a stopping
-// scheduler is RESOURCE_EXHAUSTED here (see enginehost.SubmitStatus for why
-// decode differs).
-func submitErr(err error) error { return enginehost.SubmitStatus(err, codes.ResourceExhausted) }

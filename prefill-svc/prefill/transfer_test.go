@@ -196,3 +196,38 @@ func TestHandover(t *testing.T) {
 		w.WaitIdle(t, idleBound)
 	}
 }
+
+// TestRetryReplacesStaleTransfer: the router's retry of a request can reach
+// this prefill worker again (through another decode worker) while the failed
+// attempt's transfer still holds the id here, its decode silent (gone
+// without a close, or partitioned). The newer handshake replaces the stale
+// transfer, which is released, instead of being refused ALREADY_EXISTS
+// (which reached the client as 409).
+func TestRetryReplacesStaleTransfer(t *testing.T) {
+	s, w := startPrefill(t)
+	old, _ := transfer(t, w)
+	if err := old.Send(handshake(s, "retried", 80, 1)); err != nil {
+		t.Fatal(err)
+	}
+	recvUntil(t, old, "the first chunk", isChunk)
+	// The old attempt's decode says nothing more; the retry arrives.
+	retry, _ := transfer(t, w)
+	if err := retry.Send(handshake(s, "retried", 80, 32)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := retry.Recv()
+		if err != nil {
+			t.Fatalf("the retry's transfer: %v, want PrefillDone", err)
+		}
+		if m.GetPrefillDone() != nil {
+			break
+		}
+	}
+	if _, err := recvEnd(old); status.Code(err) != codes.Aborted {
+		t.Errorf("the stale transfer ended with %v, want ABORTED (replaced by a newer attempt)", err)
+	}
+	_ = retry.CloseSend()
+	w.WaitCounter(t, idleBound, 1, "baton_requests_finished_total", "finish", "handed_over")
+	w.WaitIdle(t, idleBound)
+}

@@ -8,7 +8,6 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
-	"github.com/baton-serving/baton/svckit/enginehost"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -59,7 +58,6 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil
 }
 
-// submitErr maps the scheduler's refusals to status codes; a stopping
-// scheduler is UNAVAILABLE here (see enginehost.SubmitStatus for why prefill
-// differs).
-func submitErr(err error) error { return enginehost.SubmitStatus(err, codes.Unavailable) }
+// submitErr is the status of the scheduler's refusal (svckit's one table:
+// a stopping scheduler is UNAVAILABLE, as on prefill).
+func submitErr(err error) error { return svckit.Status(err) }
