@@ -277,6 +277,22 @@ func chaosKillPrefillRetry(t *testing.T, row *chaosRow) {
 			t.Errorf("request %s failed: %v (should have been retried on prefill-1)", r.id, r.err)
 		}
 	}
+	// Every request caught on the victim before its first token was
+	// retried: each one ended, after the kill, with its whole output.
+	retried := 0
+	for _, id := range onVictim {
+		i := slices.IndexFunc(reqs, func(r *loadReq) bool { return r.id == id })
+		switch {
+		case i < 0:
+			t.Errorf("request %s, on prefill-0 at the kill, is not among the load's requests", id)
+		case reqs[i].err != nil || !reqs[i].end.After(killAt):
+			t.Errorf("request %s, on prefill-0 before its first token, was not retried: ended %v after the kill with %v",
+				id, reqs[i].end.Sub(killAt), reqs[i].err)
+		default:
+			retried++
+		}
+	}
+	t.Logf("%d of the %d requests caught before their first token were retried", retried, len(onVictim))
 	d := f.diagnose(t)
 	row.diagnose = fmt.Sprintf("%s: prefill-0 down", d.Status)
 	if s := d.service(t, "prefill-0"); d.Status != "degraded" || !s.Down || !d.service(t, "prefill-1").Healthy {
