@@ -29,7 +29,7 @@
 //		Interval: flagCanaryInterval, // --canary-interval, default 15s
 //		Timeout:  flagCanaryTimeout,  // default 5s
 //		Probe:    prober.Probe,
-//		Steps:    func(addr string) (uint64, bool) { ... the worker's last reported forward steps ... },
+//		Progress: func(addr string) (canary.Progress, bool) { ... the worker's last reported steps and step in progress ... },
 //		Logger:   srv.Logger,
 //		Registry: srv.Registry,
 //	})
@@ -46,9 +46,16 @@
 // A pair returned by the pairs function is pending until its first probe
 // ends, then passing or quarantined after each probe: a probe that returns
 // an error or outlives Options.Timeout quarantines the pair at once, a
-// passing probe lifts the quarantine. A late probe while both workers keep
-// completing forward steps (Options.Steps) is busy — overloaded, not stuck —
-// and leaves the pair's state as it was. Allowed is true only for passing
+// passing probe lifts the quarantine. A late probe while the worker it
+// waits on keeps computing (Options.Progress) is busy — overloaded, not
+// stuck — and leaves the pair's state as it was. Which worker that is
+// depends on the probe's Stage (SetStage): decode at admission and for the
+// last token (decode's own step), prefill or decode for the first token
+// (prefill's compute, the KV transfer, decode's page reservation). A worker
+// computes when its step count moves, or when its step in progress is long
+// but within 4× its expected time at its measured speed (one step of a big
+// prompt moves no count for seconds; a tiny step far past it is a frozen
+// loop). Allowed is true only for passing
 // pairs: a pair nobody has seen serve is not routed to. Run probes a new
 // pair as soon as it sees it, so this costs a new pair one probe's latency
 // (and the router's readiness at start-up waits for the first probes, not a

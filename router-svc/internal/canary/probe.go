@@ -165,6 +165,7 @@ func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 	greedy, seed := float32(0), uint64(0)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream however the probe returns
+	SetStage(ctx, StageAdmission)
 	stream, err := batonv1.NewDecodeServiceClient(conn).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
 		Request: &batonv1.GenerateRequest{
 			RequestId: id, PromptTokenIds: pr.o.Prompt,
@@ -195,6 +196,7 @@ func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 				return fmt.Errorf("canary %s: decode %s did not echo the prompt first (got %d prompt tokens)", id, p.Decode, len(ev.GetPromptTokenIds()))
 			}
 			stage = "the first token (page reservation, KV transfer, prefill)"
+			SetStage(ctx, StageFirstToken)
 		case ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED:
 			tokens += len(ev.GetTokenIds())
 			if fr := ev.GetFinishReason(); fr != batonv1.FinishReason_FINISH_REASON_LENGTH || tokens != probeTokens {
@@ -205,6 +207,7 @@ func (pr *Prober) Probe(ctx context.Context, p Pair) (err error) {
 			tokens += len(ev.GetTokenIds())
 			if tokens > 0 {
 				stage = "the end of the request"
+				SetStage(ctx, StageDecode)
 			}
 		}
 	}

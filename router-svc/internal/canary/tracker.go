@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,12 +48,36 @@ const (
 	ResultPass    = "pass"
 	ResultFail    = "fail"
 	ResultTimeout = "timeout"
-	// ResultBusy is a probe that missed its deadline while both of the
-	// pair's workers kept completing forward steps: they are overloaded,
-	// not stuck, and the pair keeps its state. Quarantining the only pair
-	// of a busy fleet would turn overload into an outage.
+	// ResultBusy is a probe that missed its deadline while the worker it
+	// waited on kept computing (see Options.Progress): overloaded, not
+	// stuck, and the pair keeps its state. Quarantining the only pair of a
+	// busy fleet would turn overload into an outage.
 	ResultBusy = "busy"
 )
+
+// busyFactor is how far past its expected time a step in progress still
+// counts as computing, as the workers' own watchdogs allow.
+const busyFactor = 4
+
+// Progress is what a worker's last load report says of its forward steps.
+type Progress struct {
+	// Steps is the count of completed forward steps.
+	Steps uint64
+	// StepRunning is how long the step in progress has been running (0
+	// between steps), StepExpected how long it should take at the
+	// worker's measured speed (0: unknown).
+	StepRunning, StepExpected time.Duration
+}
+
+// computing reports whether a worker made progress between two readings:
+// a step completed, or the step in progress is long but within busyFactor
+// of its expected time (one big prompt's step moves no count for seconds).
+func computing(before, after Progress) bool {
+	if after.Steps > before.Steps {
+		return true
+	}
+	return after.StepRunning > 0 && after.StepExpected > 0 && after.StepRunning <= busyFactor*after.StepExpected
+}
 
 // Options configure a Tracker.
 type Options struct {
@@ -65,13 +90,15 @@ type Options struct {
 	// (default Interval/3), so that a pair that recovers is back soon.
 	QuarantineInterval time.Duration
 	// Timeout is each probe's deadline (default 5 s). A probe that misses
-	// it quarantines the pair, unless Steps shows both workers completing
-	// forward steps meanwhile (ResultBusy: overloaded, not stuck).
+	// it quarantines the pair, unless Progress shows the worker it waits
+	// on computing meanwhile (ResultBusy: overloaded, not stuck): the one
+	// its Stage names — decode at admission and for the last token,
+	// prefill or decode for the first (prefill's compute, the transfer,
+	// decode's page reservation), either when the probe names no stage.
 	Timeout time.Duration
-	// Steps returns the forward steps a worker has completed (from its
-	// load reports), ok false when unknown. Nil: every late probe
-	// quarantines.
-	Steps func(addr string) (steps uint64, ok bool)
+	// Progress returns a worker's forward-step progress (from its load
+	// reports), ok false when unknown. Nil: every late probe quarantines.
+	Progress func(addr string) (Progress, bool)
 	// Concurrency bounds the probes in flight at once (default 4).
 	Concurrency int
 	// Logger gets one line per change of a pair's state (default: none).
@@ -248,7 +275,9 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	pctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 	defer cancel()
 	start := time.Now()
-	steps, counted := t.steps(p)
+	before := t.progress(p)
+	var stage atomic.Int32
+	pctx = context.WithValue(pctx, stageKey{}, &stage)
 	done := make(chan error, 1)
 	go func() { done <- t.o.Probe(pctx, p) }()
 	var err error
@@ -281,9 +310,9 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	case err != nil:
 		result = ResultFail
 	}
-	if result == ResultTimeout && counted {
-		if now, ok := t.steps(p); ok && progressed(steps, now) {
-			result, err = ResultBusy, fmt.Errorf("%w (the workers are computing: overloaded, not stuck)", err)
+	if result == ResultTimeout {
+		if who := t.busy(p, Stage(stage.Load()), before, t.progress(p)); who != "" {
+			result, err = ResultBusy, fmt.Errorf("%w (%s computing: overloaded, not stuck)", err, who)
 		}
 	}
 	t.probes.WithLabelValues(result).Inc()
@@ -299,37 +328,47 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	t.finish(p, nil)
 }
 
-// steps reads the forward steps the pair's workers have completed, one
-// count per worker (prefill first; colocated pairs have only decode).
-func (t *Tracker) steps(p Pair) ([]uint64, bool) {
-	if t.o.Steps == nil {
-		return nil, false
+// progress reads the pair's workers' progress, by address (a worker whose
+// progress is unknown is left out).
+func (t *Tracker) progress(p Pair) map[string]Progress {
+	out := map[string]Progress{}
+	if t.o.Progress == nil {
+		return out
 	}
-	var out []uint64
 	for _, addr := range []string{p.Prefill, p.Decode} {
 		if addr == "" {
 			continue
 		}
-		n, ok := t.o.Steps(addr)
-		if !ok {
-			return nil, false
+		if pr, ok := t.o.Progress(addr); ok {
+			out[addr] = pr
 		}
-		out = append(out, n)
 	}
-	return out, true
+	return out
 }
 
-// progressed reports whether every worker's count moved.
-func progressed(before, after []uint64) bool {
-	if len(before) == 0 || len(before) != len(after) {
-		return false
+// busy judges a late probe by the stage it waited in: it names the worker
+// that kept computing meanwhile among those the stage waits on ("" when
+// none did, and the probe is a timeout).
+func (t *Tracker) busy(p Pair, stage Stage, before, after map[string]Progress) string {
+	var waitsOn []string
+	switch {
+	case p.Prefill == "" || stage == StageAdmission || stage == StageDecode:
+		waitsOn = []string{p.Decode}
+	default: // the first token, or no stage named
+		waitsOn = []string{p.Prefill, p.Decode}
 	}
-	for i := range before {
-		if after[i] <= before[i] {
-			return false
+	for _, addr := range waitsOn {
+		b, okB := before[addr]
+		a, okA := after[addr]
+		if okB && okA && computing(b, a) {
+			role := "decode"
+			if addr == p.Prefill {
+				role = "prefill"
+			}
+			return fmt.Sprintf("%s %s, which the probe waited on at %s, kept", role, addr, stage)
 		}
 	}
-	return true
+	return ""
 }
 
 // record applies a probe's result to p's state and logs a change of state.

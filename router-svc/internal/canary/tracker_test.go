@@ -438,14 +438,14 @@ func TestTrackerBusyIsNotStuck(t *testing.T) {
 	p := Pair{Prefill: "p:1", Decode: "d:1"}
 	var stepping atomic.Bool
 	var steps atomic.Uint64
-	stepsOf := func(addr string) (uint64, bool) {
+	progressOf := func(addr string) (Progress, bool) {
 		if stepping.Load() {
-			return steps.Add(1), true
+			return Progress{Steps: steps.Add(1)}, true
 		}
-		return steps.Load(), true
+		return Progress{Steps: steps.Load()}, true
 	}
 	tr, _, _ := newTracker(t, Options{Probe: s.probe, Interval: 30 * time.Millisecond,
-		QuarantineInterval: 10 * time.Millisecond, Timeout: 60 * time.Millisecond, Steps: stepsOf})
+		QuarantineInterval: 10 * time.Millisecond, Timeout: 60 * time.Millisecond, Progress: progressOf})
 	start(t, tr, p)
 	eventually(t, "the first probe to pass", func() bool { return tr.Allowed(p) })
 
@@ -464,3 +464,90 @@ func TestTrackerBusyIsNotStuck(t *testing.T) {
 	s.set(p, modePass)
 	eventually(t, "the quarantine to lift", func() bool { return tr.Allowed(p) })
 }
+
+// TestTrackerBusyRule: a late probe is judged by the worker the stage it
+// waits in depends on. One long step (no count moves, but the step in
+// progress is within its expected time) is busy; a max_tokens-1-like probe
+// waiting for its first token at a busy prefill is busy though decode runs
+// no step; a probe waiting for decode's own step is a timeout while only
+// prefill computes, as is a tiny step far past its expected time (a
+// frozen forward loop).
+func TestTrackerBusyRule(t *testing.T) {
+	longStep := func(started time.Time) Progress {
+		return Progress{Steps: 3, StepRunning: time.Since(started) + 2*time.Second, StepExpected: 3 * time.Second}
+	}
+	cases := []struct {
+		name     string
+		stage    Stage
+		prefill  func(probes int, started time.Time) Progress // while the probe hangs
+		decode   func(probes int, started time.Time) Progress
+		colocate bool
+		want     string
+	}{
+		{"one long step on prefill", StageFirstToken,
+			func(_ int, s time.Time) Progress { return longStep(s) }, idle, false, ResultBusy},
+		{"one long step on colocated decode", StageFirstToken,
+			nil, func(_ int, s time.Time) Progress { return longStep(s) }, true, ResultBusy},
+		{"first token waits at a busy prefill, decode runs no step", StageFirstToken,
+			stepping, idle, false, ResultBusy},
+		{"the probe names no stage, prefill busy", StageUnknown,
+			stepping, idle, false, ResultBusy},
+		{"decode's step awaited, only prefill computes", StageDecode,
+			stepping, idle, false, ResultTimeout},
+		{"decode's 1-token step frozen far past its expected time", StageDecode,
+			stepping, func(_ int, s time.Time) Progress {
+				return Progress{Steps: 9, StepRunning: time.Since(s) + 2*time.Second, StepExpected: 5 * time.Millisecond}
+			}, false, ResultTimeout},
+		{"admission awaited, only prefill computes", StageAdmission,
+			stepping, idle, false, ResultTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := Pair{Prefill: "p:1", Decode: "d:1"}
+			if c.colocate {
+				p.Prefill = ""
+			}
+			var hanging atomic.Bool
+			var calls atomic.Int64
+			started := time.Now()
+			progressOf := func(addr string) (Progress, bool) {
+				f := c.decode
+				if addr == "p:1" {
+					f = c.prefill
+				}
+				if !hanging.Load() {
+					return Progress{Steps: 1}, true
+				}
+				return f(int(calls.Add(1)), started), true
+			}
+			probe := func(ctx context.Context, _ Pair) error {
+				if !hanging.Load() {
+					return nil
+				}
+				SetStage(ctx, c.stage)
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			tr, _, _ := newTracker(t, Options{Probe: probe, Interval: 20 * time.Millisecond,
+				QuarantineInterval: 10 * time.Millisecond, Timeout: 60 * time.Millisecond, Progress: progressOf})
+			start(t, tr, p)
+			eventually(t, "the first probe to pass", func() bool { return tr.Allowed(p) })
+			started = time.Now()
+			hanging.Store(true)
+			eventually(t, "a late probe", func() bool {
+				r := statusOf(tr, p).LastResult
+				return r == ResultBusy || r == ResultTimeout
+			})
+			st := statusOf(tr, p)
+			if st.LastResult != c.want || tr.Allowed(p) != (c.want == ResultBusy) {
+				t.Errorf("%s %s (%s); want %s", st.State, st.LastResult, st.LastError, c.want)
+			}
+		})
+	}
+}
+
+// idle is a worker that completes no step and runs none.
+func idle(int, time.Time) Progress { return Progress{Steps: 1} }
+
+// stepping is a worker whose count moves at every reading.
+func stepping(n int, _ time.Time) Progress { return Progress{Steps: uint64(1 + n)} }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -60,7 +61,7 @@ func (s *Service) startFleet(srv *svckit.Server) error {
 			return err
 		}
 		if s.canary, err = canary.New(canary.Options{Probe: s.prober.Probe, Interval: s.fleet.canaryInterval,
-			Timeout: s.fleet.canaryTimeout, Steps: s.workerSteps, Logger: s.logger, Registry: srv.Registry}); err != nil {
+			Timeout: s.fleet.canaryTimeout, Progress: s.workerProgress, Logger: s.logger, Registry: srv.Registry}); err != nil {
 			return err
 		}
 		s.pairer.Gate = canaryGate{s.canary}
@@ -166,19 +167,30 @@ func (g canaryGate) Allowed(prefill, decode string) bool {
 	return g.t.Allowed(canary.Pair{Prefill: prefill, Decode: decode})
 }
 
-// workerSteps is the forward steps the worker at addr last reported, for
-// the canary to tell an overloaded pair from a stuck one.
-func (s *Service) workerSteps(addr string) (uint64, bool) {
+// workerProgress is the forward-step progress the worker at addr last
+// reported, for the canary to tell an overloaded pair from a stuck one. A
+// step in progress has run on since the report by the report's age.
+func (s *Service) workerProgress(addr string) (canary.Progress, bool) {
 	for _, set := range []*workers.Set{s.prefills, s.decodes} {
 		if set == nil {
 			continue
 		}
 		for _, w := range set.Workers() {
-			if w.Addr == addr {
-				l := w.Load()
-				return l.GetSteps(), l != nil
+			if w.Addr != addr {
+				continue
 			}
+			l := w.Load()
+			if l == nil {
+				return canary.Progress{}, false
+			}
+			p := canary.Progress{Steps: l.GetSteps(), StepExpected: seconds(l.GetStepExpectedSeconds())}
+			if run := l.GetStepRunningSeconds(); run > 0 {
+				p.StepRunning = seconds(run) + w.LoadAge(time.Now())
+			}
+			return p, true
 		}
 	}
-	return 0, false
+	return canary.Progress{}, false
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
