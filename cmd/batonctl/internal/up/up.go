@@ -26,6 +26,7 @@ import (
 	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
 	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 )
 
 // Options configure `batonctl up`.
@@ -44,6 +45,10 @@ type Options struct {
 	// new directory under the OS temp directory.
 	LogDir string
 	Demo   string
+	// TLS starts the services with mutual TLS between them: certificates
+	// from a new development CA (tlsconf.WriteDevCerts) in the log
+	// directory's certs/ (or a new temporary directory).
+	TLS bool
 }
 
 // LogToStderr as --log-dir sends the services' logs to batonctl's stderr.
@@ -101,6 +106,7 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.DurationVar(&o.StopTimeout, "stop-timeout", 15*time.Second, "how long the services get to stop after SIGTERM before they are killed")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "services' log level: debug, info, warn or error")
 	fs.StringVar(&o.LogDir, "log-dir", "", "directory for the services' logs, one file per service (router-svc.log, prefill-svc.log, decode-svc.log, decode-svc-2.log, ...), kept after exit (default: a new baton-up-* directory in the OS temp directory); - writes them to stderr, each line prefixed with [service]")
+	fs.BoolVar(&o.TLS, "tls", false, "mutual TLS between router, prefill and decode: write a development CA and per-role certificates (batonctl certs) into the log directory's certs/ and start each service with --tls-cert, --tls-key and --tls-ca; workers' gRPC ports then refuse clients without a certificate (the router's ports stay plaintext)")
 	fs.StringVar(&o.Demo, "demo", "", "once up, send this prompt through the router (greedy, 64 tokens) and print the completion")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: batonctl up [flags]\n\nStarts router-svc and prefill-svc and decode-svc workers on loopback and stops them on Ctrl-C.\nWorkers take other flags from the environment (BATON_THREADS=1, BATON_KV_CACHE_BYTES=256MiB, ...).\n\nFlags:")
@@ -205,6 +211,11 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "batonctl up: service logs in %s\n", logDir)
 	}
 
+	certArgs, err := writeCerts(o.TLS, logDir, stderr)
+	if err != nil {
+		return err
+	}
+
 	bins := map[string]string{}
 	for _, s := range specs {
 		if _, ok := bins[s.bin]; ok {
@@ -219,6 +230,7 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	for _, s := range specs {
 		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http}, common...)
 		args = append(args, s.extra...)
+		args = append(args, certArgs[s.bin]...)
 		sink, err := newLogSink(logDir, s.name, stderr)
 		if err != nil {
 			return err
@@ -408,4 +420,30 @@ func stopAll(children []*child, timeout time.Duration, stderr io.Writer) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeCerts writes, when on, a development CA and per-role certificates
+// into logDir/certs (a new temporary directory when logs go to stderr) and
+// returns each binary's --tls-* arguments.
+func writeCerts(on bool, logDir string, stderr io.Writer) (map[string][]string, error) {
+	if !on {
+		return nil, nil
+	}
+	dir := filepath.Join(logDir, "certs")
+	if logDir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "baton-up-certs-*"); err != nil {
+			return nil, fmt.Errorf("--tls: %w", err)
+		}
+	}
+	if err := tlsconf.WriteDevCerts(dir, tlsconf.DevOptions{}); err != nil {
+		return nil, fmt.Errorf("--tls: writing certificates: %w", err)
+	}
+	fmt.Fprintf(stderr, "batonctl up: mutual TLS on; certificates in %s\n", dir)
+	args := map[string][]string{}
+	for bin, role := range map[string]tlsconf.Role{"router-svc": tlsconf.Router, "prefill-svc": tlsconf.Prefill, "decode-svc": tlsconf.Decode} {
+		f := tlsconf.FilesIn(dir, role)
+		args[bin] = []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}
+	}
+	return args, nil
 }
