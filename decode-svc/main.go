@@ -15,6 +15,6 @@ func run() int {
 	return svckit.Main(os.Args[1:], os.Stderr, svckit.Spec{
 		Name:     "decode-svc",
 		Summary:  "Baton decode worker",
-		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8084", HTTPAddr: "127.0.0.1:8085"},
+		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8084", HTTPAddr: "127.0.0.1:8085", AdminAddr: "127.0.0.1:8088"},
 	}, decode.New())
 }

@@ -15,6 +15,6 @@ func run() int {
 	return svckit.Main(os.Args[1:], os.Stderr, svckit.Spec{
 		Name:     "prefill-svc",
 		Summary:  "Baton prefill worker",
-		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8082", HTTPAddr: "127.0.0.1:8083"},
+		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8082", HTTPAddr: "127.0.0.1:8083", AdminAddr: "127.0.0.1:8087"},
 	}, prefill.New())
 }

@@ -15,6 +15,6 @@ func run() int {
 	return svckit.Main(os.Args[1:], os.Stderr, svckit.Spec{
 		Name:     "router-svc",
 		Summary:  "Baton router",
-		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8081", HTTPAddr: "127.0.0.1:8080"},
+		Defaults: svckit.Config{GRPCAddr: "127.0.0.1:8081", HTTPAddr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:8086"},
 	}, router.New())
 }

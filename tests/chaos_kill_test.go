@@ -128,7 +128,7 @@ func logFailures(t *testing.T, reqs []*loadReq, at time.Time) {
 // listed returns the requests a service lists now.
 func listed(t *testing.T, n *node) []*batonv1.RequestInfo {
 	t.Helper()
-	resp, err := chaosHTTP().Get("http://" + n.http + "/debug/requests")
+	resp, err := chaosHTTP().Get("http://" + adminOf(n.http) + "/debug/requests")
 	if err != nil {
 		t.Fatalf("%s /debug/requests: %v", n.name, err)
 	}
@@ -357,7 +357,7 @@ func maxDur(d []time.Duration) time.Duration {
 // routerWorkers reads the router's /debug/workers, if it serves one.
 func routerWorkers(t *testing.T, f *chaosFleet) (any, bool) {
 	t.Helper()
-	resp, err := chaosHTTP().Get("http://" + f.router.http + "/debug/workers")
+	resp, err := chaosHTTP().Get("http://" + adminOf(f.router.http) + "/debug/workers")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ type fleetView struct {
 // view reads the router's /debug/workers.
 func (f *fleet) view(t testing.TB) fleetView {
 	t.Helper()
-	resp, err := http.Get("http://" + f.router.http + "/debug/workers")
+	resp, err := http.Get("http://" + adminOf(f.router.http) + "/debug/workers")
 	if err != nil {
 		t.Fatal(err)
 	}

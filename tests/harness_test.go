@@ -183,6 +183,9 @@ func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc
 			}
 		}
 	}
+	if _, ok := serviceRoles[name]; ok {
+		env = withAdminAddr(t, args, env)
+	}
 	p.cmd.Env = append(base, env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

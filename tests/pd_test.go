@@ -254,7 +254,7 @@ func TestRequestErrors(t *testing.T) {
 	}
 	// /debug/requests on the router and the decode worker show it too.
 	for _, n := range []node{c.router, c.decode} {
-		body := httpGet(t, "http://"+n.http+"/debug/requests")
+		body := httpGet(t, "http://"+adminOf(n.http)+"/debug/requests")
 		if !strings.Contains(body, `"request_id":"dup-1"`) {
 			t.Errorf("%s /debug/requests lacks dup-1: %s", n.name, body)
 		}

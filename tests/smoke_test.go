@@ -44,7 +44,7 @@ func TestServiceLifecycle(t *testing.T) {
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	procs := map[string]*proc{}
 	for i, svc := range services {
-		args := []string{"--grpc-addr", addr(2 * i), "--http-addr", addr(2*i + 1), "--model", model, "--shutdown-timeout", "5s"}
+		args := []string{"--grpc-addr", addr(2 * i), "--http-addr", addr(2*i + 1), "--model", model, "--shutdown-timeout", "5s", "--grpc-reflection"}
 		if svc.bin == "router-svc" {
 			args = append(args, "--prefill", addr(0), "--decode", addr(2), "--load-interval", "100ms")
 		}
@@ -240,7 +240,7 @@ func TestEnvOverrides(t *testing.T) {
 // with exit 0 on SIGTERM.
 func TestBatonctlUp(t *testing.T) {
 	model := refdata.Model(t)
-	base := consecutiveFreePorts(t, 6)
+	base := consecutiveFreePorts(t, 9) // 6 gRPC and HTTP, 3 admin
 	p, logDir := startUp(t, 30*time.Second, nil, "--port-base", strconv.Itoa(base), "--model", model)
 	for i, want := range map[int]string{1: "baton.v1.RouterService", 2: "baton.v1.PrefillService", 4: "baton.v1.DecodeService"} {
 		waitServing(t, dial(t, fmt.Sprintf("127.0.0.1:%d", base+i)), want)
@@ -269,7 +269,7 @@ func TestBatonctlUp(t *testing.T) {
 // launcher with its reason, and that the services already started are stopped.
 func TestBatonctlUpPortTaken(t *testing.T) {
 	model := refdata.Model(t)
-	base := consecutiveFreePorts(t, 6)
+	base := consecutiveFreePorts(t, 9)                                  // 6 gRPC and HTTP, 3 admin
 	busy, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+4)) // decode gRPC
 	if err != nil {
 		t.Fatal(err)

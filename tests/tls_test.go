@@ -166,7 +166,7 @@ func TestTLSWrongRoleAtStartup(t *testing.T) {
 // cannot reach a worker's gRPC port, while requests through the router
 // work.
 func TestBatonctlUpTLS(t *testing.T) {
-	base := consecutiveFreePorts(t, 6)
+	base := consecutiveFreePorts(t, 9) // 6 gRPC and HTTP, 3 admin
 	args := []string{"--port-base", strconv.Itoa(base), "--model", refdata.Model(t)}
 	if !e2eTLS { // startUp adds it then
 		args = append(args, "--tls")

@@ -23,7 +23,7 @@ import (
 func TestBatonctlUpMultiWorker(t *testing.T) {
 	model := refdata.Model(t)
 	g := loadGolden(t)
-	const ports = 10 // router 2 + 2 prefill × 2 + 2 decode × 2
+	const ports = 15 // router 2 + 2 prefill × 2 + 2 decode × 2, then 5 admin
 	base := consecutiveFreePorts(t, ports)
 	// Worker flags travel in the environment (the router ignores theirs);
 	// round-robin spreads sequential requests over the workers quickly.

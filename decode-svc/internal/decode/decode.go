@@ -77,7 +77,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 	}
 	s.peerLimits.warn(d.Logger)
 	s.peers = newPeerPool(s.peerLimits, append([]grpc.DialOption{creds,
-		d.Tracing.DialOption(), s.Codec.DialOption()}, s.dialOpts...)...)
+		d.Tracing.DialOption(), s.Codec.DialOption(), d.Config.KeepaliveDialOption()}, s.dialOpts...)...)
 	return s.Worker.Open(ctx, d)
 }
 

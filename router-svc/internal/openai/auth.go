@@ -72,6 +72,19 @@ func NewKeys(keys ...string) (*Keys, error) {
 	return k, nil
 }
 
+// With returns a copy of k that also accepts key. The router adds its
+// self-probe's key, which exists only in its memory, so that the probe
+// passes authentication as a client would. k must not be nil: a nil *Keys
+// (authentication off) needs no key.
+func (k *Keys) With(key string) (*Keys, error) {
+	if key == "" || strings.ContainsAny(key, " \t\r\n") {
+		return nil, errors.New("key empty or contains spaces")
+	}
+	out := &Keys{digests: append([][sha256.Size]byte(nil), k.digests...)}
+	out.digests = append(out.digests, sha256.Sum256([]byte(key)))
+	return out, nil
+}
+
 // String says how many keys there are, never what they are.
 func (k *Keys) String() string {
 	if k == nil {
@@ -114,8 +127,30 @@ func (k *Keys) Authorized(authorization string) bool {
 
 const errUnauthenticated = "missing or invalid API key: send \"Authorization: Bearer <key>\""
 
+// KeyID identifies the API key that made a call: its SHA-256 digest. The
+// router records it with each request so that only the same key can abort
+// it.
+type KeyID [sha256.Size]byte
+
+type keyIDCtx struct{}
+
+// CallerKey returns the key that authorized the call of ctx; ok is false
+// when authentication is off (or ctx did not pass Keys).
+func CallerKey(ctx context.Context) (id KeyID, ok bool) {
+	id, ok = ctx.Value(keyIDCtx{}).(KeyID)
+	return id, ok
+}
+
+// withCaller records the key in authorization ("Bearer KEY") as ctx's
+// caller.
+func withCaller(ctx context.Context, authorization string) context.Context {
+	_, key, _ := strings.Cut(strings.TrimSpace(authorization), " ")
+	return context.WithValue(ctx, keyIDCtx{}, KeyID(sha256.Sum256([]byte(strings.TrimSpace(key)))))
+}
+
 // Middleware answers 401 in OpenAI's shape for requests without a valid key
-// and passes the others to next.
+// and passes the others to next, their context naming the key
+// (CallerKey).
 func (k *Keys) Middleware(next http.Handler) http.Handler {
 	if k == nil {
 		return next
@@ -123,7 +158,7 @@ func (k *Keys) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, v := range r.Header.Values("Authorization") {
 			if k.Authorized(v) {
-				next.ServeHTTP(w, r)
+				next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), v)))
 				return
 			}
 		}
@@ -131,24 +166,26 @@ func (k *Keys) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// check authorizes a gRPC call by its "authorization" metadata.
-func (k *Keys) check(ctx context.Context) error {
+// check authorizes a gRPC call by its "authorization" metadata and returns
+// its context naming the key (CallerKey).
+func (k *Keys) check(ctx context.Context) (context.Context, error) {
 	if k == nil {
-		return nil
+		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		if k.Authorized(v) {
-			return nil
+			return withCaller(ctx, v), nil
 		}
 	}
-	return status.Error(codes.Unauthenticated, errUnauthenticated)
+	return ctx, status.Error(codes.Unauthenticated, errUnauthenticated)
 }
 
 // UnaryInterceptor refuses unary calls without a valid key (UNAUTHENTICATED).
 func (k *Keys) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := k.check(ctx); err != nil {
+		ctx, err := k.check(ctx)
+		if err != nil {
 			return nil, err
 		}
 		return h(ctx, req)
@@ -159,12 +196,21 @@ func (k *Keys) UnaryInterceptor() grpc.UnaryServerInterceptor {
 // (UNAUTHENTICATED).
 func (k *Keys) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := k.check(ss.Context()); err != nil {
+		ctx, err := k.check(ss.Context())
+		if err != nil {
 			return err
 		}
-		return h(srv, ss)
+		return h(srv, callerStream{ss, ctx})
 	}
 }
+
+// callerStream is a server stream whose context names its caller's key.
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s callerStream) Context() context.Context { return s.ctx }
 
 // Guard returns a copy of desc whose every method first runs k's
 // interceptors, for registering one service behind authentication with

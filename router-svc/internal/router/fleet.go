@@ -40,7 +40,9 @@ func (s *Service) startFleet(srv *svckit.Server) error {
 			creds = srv.TLS.DialOption(map[batonv1.WorkerRole]tlsconf.Role{
 				batonv1.WorkerRole_WORKER_ROLE_PREFILL: tlsconf.Prefill, batonv1.WorkerRole_WORKER_ROLE_DECODE: tlsconf.Decode}[role])
 		}
-		dial := []grpc.DialOption{creds, srv.Tracing.DialOption()}
+		// Keepalive: a worker gone half-open fails its streams (and the
+		// router's retry or error path runs) instead of hanging them.
+		dial := []grpc.DialOption{creds, srv.Tracing.DialOption(), srv.Config.KeepaliveDialOption()}
 		return workers.NewSet(workers.Config{Role: role, Source: src, Expect: expect, LoadInterval: s.loadInterval,
 			ResolveInterval: s.fleet.resolveInterval, Logger: s.logger, DialOptions: dial})
 	}

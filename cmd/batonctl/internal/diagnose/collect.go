@@ -32,6 +32,7 @@ type reader interface {
 // /debug/requests.
 type httpReader struct {
 	base   string
+	admin  string // the admin listener's base URL, for /debug/*; "": base
 	client *http.Client
 }
 
@@ -121,7 +122,11 @@ func readyReasons(code int, body []byte) string {
 }
 
 func (h *httpReader) requests(ctx context.Context) ([]Request, error) {
-	code, b, err := h.get(ctx, "/debug/requests")
+	r := h
+	if h.admin != "" {
+		r = &httpReader{base: h.admin, client: h.client}
+	}
+	code, b, err := r.get(ctx, "/debug/requests")
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +204,7 @@ type target struct {
 
 func newTarget(svc Service, client *http.Client) (target, error) {
 	if svc.HTTP != "" {
-		return target{svc, &httpReader{base: strings.TrimRight(svc.HTTP, "/"), client: client}}, nil
+		return target{svc, &httpReader{base: strings.TrimRight(svc.HTTP, "/"), admin: strings.TrimRight(svc.Admin, "/"), client: client}}, nil
 	}
 	g, err := newGRPCReader(svc.GRPC)
 	if err != nil {

@@ -14,7 +14,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +29,9 @@ const Summary = "find where requests are stuck: sample every service, probe, nam
 
 // ExitUsage is the exit code for bad flags; 0, 1 and 2 are the verdicts.
 const ExitUsage = 3
+
+// defaultRouterAdminPort is router-svc's default --admin-addr port.
+const defaultRouterAdminPort = "8086"
 
 const help = `Usage: batonctl diagnose [--router URL] [flags]
 
@@ -47,6 +52,7 @@ Flags:`
 
 type options struct {
 	router, prefill, decode string
+	routerAdmin             string
 	samples                 int
 	interval, timeout       time.Duration
 	stuckAfter              time.Duration
@@ -60,6 +66,7 @@ type options struct {
 
 func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.router, "router", "", "router HTTP base URL (default http://"+loopback.RouterHTTP+", batonctl up's router, unless --prefill or --decode is given)")
+	fs.StringVar(&o.routerAdmin, "router-admin", "", "router admin base URL, where /debug/workers and /debug/requests are served (default: --router's host, port 8086, router-svc's default --admin-addr)")
 	fs.StringVar(&o.prefill, "prefill", "", "prefill workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
 	fs.StringVar(&o.decode, "decode", "", "decode workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
 	fs.IntVar(&o.samples, "samples", 5, "readings of every service")
@@ -90,6 +97,17 @@ func (o *options) validate() error {
 		o.router = "http://" + o.router
 	}
 	o.router = strings.TrimRight(o.router, "/")
+	if o.routerAdmin == "" && o.router != "" {
+		host := "127.0.0.1"
+		if u, err := url.Parse(o.router); err == nil && u.Hostname() != "" {
+			host = u.Hostname()
+		}
+		o.routerAdmin = "http://" + net.JoinHostPort(host, defaultRouterAdminPort)
+	}
+	if o.routerAdmin != "" && !strings.Contains(o.routerAdmin, "://") {
+		o.routerAdmin = "http://" + o.routerAdmin
+	}
+	o.routerAdmin = strings.TrimRight(o.routerAdmin, "/")
 	return nil
 }
 
@@ -152,7 +170,7 @@ func collect(ctx context.Context, o options) (Observation, error) {
 	}
 	if len(workers) == 0 && o.router != "" {
 		dctx, cancel := context.WithTimeout(ctx, o.timeout)
-		ws, err := discover(dctx, client, o.router)
+		ws, err := discover(dctx, client, o.routerAdmin)
 		cancel()
 		if err != nil {
 			obs.Discovery = fmt.Sprintf("workers not examined: %v (pass --prefill/--decode)", err)
@@ -161,7 +179,7 @@ func collect(ctx context.Context, o options) (Observation, error) {
 	}
 	var services []Service
 	if o.router != "" {
-		services = append(services, Service{Name: "router", Role: RoleRouter, HTTP: o.router})
+		services = append(services, Service{Name: "router", Role: RoleRouter, HTTP: o.router, Admin: o.routerAdmin})
 	}
 	n := map[Role]int{}
 	for _, role := range []Role{RolePrefill, RoleDecode} {

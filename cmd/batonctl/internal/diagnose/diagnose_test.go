@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,10 @@ func traceOf(r *http.Request) string {
 func run(t *testing.T, args ...string) (int, Verdict, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
+	// The fake router serves /debug/* on its one port: it is its admin too.
+	if i := slices.Index(args, "--router"); i >= 0 && i+1 < len(args) && !slices.Contains(args, "--router-admin") {
+		args = append(args, "--router-admin", args[i+1])
+	}
 	code := Run(context.Background(), &out, &errb, append([]string{"--json", "--samples", "2", "--interval", "50ms", "--stuck-after", "1s"}, args...))
 	var v Verdict
 	if code != ExitUsage {

@@ -20,6 +20,9 @@ type Service struct {
 	Role Role   `json:"role"`
 	HTTP string `json:"http,omitempty"`
 	GRPC string `json:"grpc,omitempty"`
+	// Admin is its admin listener's base URL (/debug/requests); "" reads
+	// them at HTTP.
+	Admin string `json:"admin,omitempty"`
 	// Quarantine is why the router's canary routes around the worker, as
 	// its /debug/workers said ("" when it does not, or when unknown).
 	Quarantine string `json:"quarantine,omitempty"`

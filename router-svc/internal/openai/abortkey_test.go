@@ -1,0 +1,115 @@
+package openai_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// otherKey is a second client's valid key.
+const otherKey = "sk-baton-other-9876543210"
+
+// TestAbortOnlyByOwnKey (issue 18, defect 9): with API keys on, a request
+// may be aborted only with the key that made it. Another client's valid
+// key gets NOT_FOUND — the same answer as an unknown id, so ids of other
+// clients' requests cannot be probed — and the request runs on; its own
+// key aborts it, over gRPC and REST alike.
+func TestAbortOnlyByOwnKey(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(testKey+"\n"+otherKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := startRouter(t, "--api-keys-file", keys, "--request-timeout", "1m")
+	client := batonv1.NewRouterServiceClient(tr.grpc)
+	// A small window and a large answer (20 logprobs a token) that the test
+	// reads only a little of keep each request in flight until aborted.
+	conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	other := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+otherKey)
+
+	for _, via := range []string{"grpc", "rest"} {
+		t.Run(via, func(t *testing.T) {
+			id := "owned-" + via
+			ctx, cancel := context.WithCancel(tr.authed())
+			defer cancel()
+			stream, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: id, Prompt: "Once upon a time",
+				Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: 120, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			abort := func(key string) (int, error) {
+				if via == "grpc" {
+					md := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+					_, err := client.Abort(md, &batonv1.AbortRequest{RequestId: id, Reason: "test"})
+					return 0, err
+				}
+				req, _ := http.NewRequest("POST", tr.http+"/v1/requests/"+id+":abort", strings.NewReader(`{"reason":"test"}`))
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return 0, err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode, nil
+			}
+			code, err := abort(otherKey)
+			switch {
+			case via == "grpc" && status.Code(err) != codes.NotFound:
+				t.Errorf("Abort with another client's key: %v, want NOT_FOUND", err)
+			case via == "rest" && (err != nil || code != http.StatusNotFound):
+				t.Errorf("REST abort with another client's key: %d %v, want 404", code, err)
+			}
+			// The request runs on: it is still listed and still streams.
+			lr, err := client.ListRequests(other, &batonv1.ListRequestsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(lr.GetRequests()); n != 1 {
+				t.Errorf("after the foreign abort: %d requests in flight, want 1", n)
+			}
+			for range 3 {
+				if _, err := stream.Recv(); err != nil {
+					t.Fatalf("stream after the foreign abort: %v", err)
+				}
+			}
+			code, err = abort(testKey)
+			switch {
+			case via == "grpc" && err != nil:
+				t.Errorf("Abort with the request's own key: %v", err)
+			case via == "rest" && (err != nil || code != http.StatusOK):
+				t.Errorf("REST abort with the request's own key: %d %v, want 200", code, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if _, err = stream.Recv(); err != nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if status.Code(err) != codes.Aborted {
+				t.Errorf("stream after its own key's abort: %v, want ABORTED", err)
+			}
+			tr.idle(t)
+		})
+	}
+}
