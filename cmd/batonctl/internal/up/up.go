@@ -88,15 +88,36 @@ func Layout(p, prefill, decode int) Ports {
 	return l
 }
 
-// Len is the number of consecutive ports the layout takes from its base.
-func (l Ports) Len() int { return 2 + 2*len(l.Prefill) + 2*len(l.Decode) }
+// mainLen is the number of gRPC and HTTP ports.
+func (l Ports) mainLen() int { return 2 + 2*len(l.Prefill) + 2*len(l.Decode) }
+
+// Len is the number of consecutive ports the layout takes from its base:
+// the gRPC and HTTP ports, then one admin port per service (Admin).
+func (l Ports) Len() int { return l.mainLen() + 1 + len(l.Prefill) + len(l.Decode) }
+
+// Admin returns the admin listeners' ports (--admin-addr, /debug/*): after
+// the gRPC and HTTP ports, the router's, then each prefill worker's, then
+// each decode worker's.
+func (l Ports) Admin() (router int, prefill, decode []int) {
+	next := l.RouterHTTP + l.mainLen()
+	router = next
+	for range l.Prefill {
+		next++
+		prefill = append(prefill, next)
+	}
+	for range l.Decode {
+		next++
+		decode = append(decode, next)
+	}
+	return router, prefill, decode
+}
 
 // Run is the `batonctl up` command.
 func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	var o Options
 	fs := flag.NewFlagSet("batonctl up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.PortBase, "port-base", loopback.PortBase, "first of the consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5, then gRPC and HTTP of each further prefill worker from P+6, then of each further decode worker")
+	fs.IntVar(&o.PortBase, "port-base", loopback.PortBase, "first of the consecutive ports: router HTTP P, router gRPC P+1, prefill gRPC P+2, prefill HTTP P+3, decode gRPC P+4, decode HTTP P+5, then gRPC and HTTP of each further prefill worker from P+6, then of each further decode worker, then the admin port (/debug/*) of the router, of each prefill and of each decode worker")
 	fs.IntVar(&o.PrefillWorkers, "prefill-workers", 1, "prefill worker processes to start")
 	fs.IntVar(&o.DecodeWorkers, "decode-workers", 1, "decode worker processes to start")
 	fs.StringVar(&o.Host, "host", loopback.Host, "address the services listen on")
@@ -170,20 +191,22 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		common = append(common, "--model", o.Model)
 	}
 	type spec struct {
-		bin, name, label string // binary; name in logs and errors; label in the banner
-		grpc, http       string
-		extra            []string
+		bin, name, label  string // binary; name in logs and errors; label in the banner
+		grpc, http, admin string
+		extra             []string
 	}
 	var specs []spec
 	var prefills, decodes []string
+	routerAdmin, prefillAdmin, decodeAdmin := p.Admin()
 	for _, role := range []struct {
 		bin   string
 		ports []WorkerPorts
+		admin []int
 		addrs *[]string
-	}{{"prefill-svc", p.Prefill, &prefills}, {"decode-svc", p.Decode, &decodes}} {
+	}{{"prefill-svc", p.Prefill, prefillAdmin, &prefills}, {"decode-svc", p.Decode, decodeAdmin, &decodes}} {
 		for i, wp := range role.ports {
 			s := spec{bin: role.bin, name: role.bin, label: strings.TrimSuffix(role.bin, "-svc"),
-				grpc: addr(wp.GRPC), http: addr(wp.HTTP)}
+				grpc: addr(wp.GRPC), http: addr(wp.HTTP), admin: addr(role.admin[i])}
 			if len(role.ports) > 1 {
 				// Numbered from 1 as the operator counts them.
 				s.name = fmt.Sprintf("%s#%d", role.bin, i+1)
@@ -195,7 +218,7 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	// The router last: it is ready only once it sees ready workers.
 	specs = append(specs, spec{bin: "router-svc", name: "router-svc", label: "router",
-		grpc: addr(p.RouterGRPC), http: addr(p.RouterHTTP),
+		grpc: addr(p.RouterGRPC), http: addr(p.RouterHTTP), admin: addr(routerAdmin),
 		extra: []string{"--prefill", strings.Join(prefills, ","), "--decode", strings.Join(decodes, ",")}})
 	var children []*child
 	var logs sync.WaitGroup
@@ -228,7 +251,7 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		bins[s.bin] = bin
 	}
 	for _, s := range specs {
-		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http}, common...)
+		args := append([]string{"--grpc-addr", s.grpc, "--http-addr", s.http, "--admin-addr", s.admin}, common...)
 		args = append(args, s.extra...)
 		args = append(args, certArgs[s.bin]...)
 		sink, err := newLogSink(logDir, s.name, stderr)
@@ -254,6 +277,7 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "Baton is up (Ctrl-C stops it):\n")
 	fmt.Fprintf(stdout, "  %-*s HTTP  http://%s  (REST /v1/..., /metrics, /health/ready)\n", width, "router", addr(p.RouterHTTP))
 	fmt.Fprintf(stdout, "  %-*s gRPC  %s\n", width, "router", addr(p.RouterGRPC))
+	fmt.Fprintf(stdout, "  %-*s admin http://%s  (/debug/requests, /debug/workers; batonctl diagnose --router-admin)\n", width, "router", addr(routerAdmin))
 	for _, c := range children {
 		if c.name != "router-svc" {
 			fmt.Fprintf(stdout, "  %-*s gRPC  %s   HTTP http://%s\n", width, c.label, c.grpcAddr, c.httpAddr)

@@ -41,6 +41,7 @@ func fakeService(dir, name string, args []string) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	grpcAddr := fs.String("grpc-addr", "", "")
 	httpAddr := fs.String("http-addr", "", "")
+	fs.String("admin-addr", "", "")
 	fs.String("log-level", "", "")
 	fs.String("model", "", "")
 	fs.String("prefill", "", "")
@@ -168,6 +169,8 @@ func TestLayout(t *testing.T) {
 		for _, w := range slices.Concat(l.Prefill, l.Decode) {
 			all = append(all, w.GRPC, w.HTTP)
 		}
+		ra, pa, da := l.Admin()
+		all = append(append(append(all, ra), pa...), da...)
 		slices.Sort(all)
 		if len(all) != l.Len() || all[0] != 1000 || all[len(all)-1] != 1000+l.Len()-1 || len(slices.Compact(all)) != l.Len() {
 			t.Errorf("Layout(1000, %d, %d): ports %v are not %d consecutive distinct ports", n[0], n[1], all, l.Len())
@@ -187,8 +190,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"--prefill-workers", "0"}, "--prefill-workers 0: must be in 1-64"},
 		{[]string{"--decode-workers", "65"}, "--decode-workers 65: must be in 1-64"},
-		{[]string{"--port-base", "65531"}, "--port-base 65531: must be in 1-65530 for 6 ports"},
-		{[]string{"--port-base", "65527", "--decode-workers", "3"}, "must be in 1-65526 for 10 ports"},
+		{[]string{"--port-base", "65531"}, "--port-base 65531: must be in 1-65527 for 9 ports"},
+		{[]string{"--port-base", "65527", "--decode-workers", "3"}, "must be in 1-65521 for 15 ports"},
 		{[]string{"--host", "example"}, "not an IP address"},
 	}
 	for _, tc := range tests {
