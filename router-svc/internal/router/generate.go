@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -99,6 +100,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	if p, ok := peer.FromContext(ctx); ok {
 		r.peer = p.Addr.String()
 	}
+	r.owner, r.keyed = openai.CallerKey(ctx)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.traceID = sc.TraceID().String()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/reconcile"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +24,10 @@ type request struct {
 	traceID      string
 	promptTokens int
 	cancel       context.CancelCauseFunc
+	// owner is the API key that made the request (keyed false with
+	// authentication off): only it may abort the request.
+	owner openai.KeyID
+	keyed bool
 
 	state     atomic.Int32 // batonv1.RequestState
 	generated atomic.Int64

@@ -168,7 +168,7 @@ func (s *Service) Register(srv *svckit.Server) error {
 	// reflection stay open.
 	srv.GRPC.RegisterService(s.keys.Guard(&batonv1.RouterService_ServiceDesc), s)
 	srv.HandleDebugRequests(s.inflight.list)
-	srv.Mux.HandleFunc("GET /debug/workers", s.serveDebugWorkers)
+	srv.Admin.HandleFunc("GET /debug/workers", s.serveDebugWorkers)
 	if err := s.registerGateway(srv); err != nil {
 		return err
 	}
@@ -202,9 +202,14 @@ func (s *Service) ListRequests(context.Context, *batonv1.ListRequestsRequest) (*
 }
 
 // Abort cancels an in-flight request; cancelling its decode call aborts it on
-// every worker.
+// every worker. With API keys on, only the key that made the request may
+// abort it: to any other the request does not exist (NOT_FOUND), so other
+// clients' ids can be neither aborted nor probed.
 func (s *Service) Abort(ctx context.Context, req *batonv1.AbortRequest) (*batonv1.AbortResponse, error) {
 	r := s.inflight.get(req.GetRequestId())
+	if caller, ok := openai.CallerKey(ctx); r != nil && r.keyed && (!ok || caller != r.owner) {
+		r = nil
+	}
 	if r == nil {
 		return nil, status.Errorf(codes.NotFound, "request_id %q: no such in-flight request", req.GetRequestId())
 	}
