@@ -423,7 +423,7 @@ func (r *releaseTracker) run() {
 }
 
 func debugRequestIDs(client *http.Client, httpAddr string) ([]string, error) {
-	resp, err := client.Get("http://" + httpAddr + "/debug/requests")
+	resp, err := client.Get("http://" + adminOf(httpAddr) + "/debug/requests")
 	if err != nil {
 		return nil, err
 	}
@@ -617,7 +617,7 @@ func (f *chaosFleet) diagnose(t *testing.T, args ...string) diagnoseResult {
 	for _, n := range f.decodes {
 		ds = append(ds, "http://"+n.http)
 	}
-	full := slices.Concat([]string{"diagnose", "--json", "--router", "http://" + f.router.http,
+	full := slices.Concat([]string{"diagnose", "--json", "--router", "http://" + f.router.http, "--router-admin", "http://" + adminOf(f.router.http),
 		"--prefill", strings.Join(ps, ","), "--decode", strings.Join(ds, ","),
 		"--samples", "3", "--interval", "300ms", "--timeout", "1s", "--stuck-after", "1s", "--probe-timeout", "3s"}, args)
 	return runDiagnose(t, full...)
