@@ -49,7 +49,7 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		tokenUsage:      g("baton:token_usage", "Fraction of KV cache pages in use."),
 		genThroughput:   g("baton:gen_throughput", "Generated tokens per second, recent average."),
 		leaked:          g("baton_kv_pages_leaked", "KV cache pages in use but owned by no live request, as the last audit found (must be 0)."),
-		stalled:         g("baton_scheduler_stalled", "1 while work waits or runs and no forward step has completed for --stall-timeout (readiness is NOT_SERVING then)."),
+		stalled:         g("baton_scheduler_stalled", "1 while the progress watchdog finds the engine stuck: a forward step past its bound, or computable requests without a step for --stall-timeout (readiness is NOT_SERVING then)."),
 		ttft:            h("baton:time_to_first_token_seconds", "Time from a request's arrival at this worker to its first token.", latencyBuckets),
 		e2e:             h("baton:e2e_request_latency_seconds", "Time from a request's arrival at this worker to its release.", latencyBuckets),
 		itl:             h("baton:inter_token_latency_seconds", "Time between consecutive generated tokens of a request.", interTokenBuckets),
