@@ -10,6 +10,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
@@ -76,7 +77,14 @@ func (s *Service) Complete(ctx context.Context, in *batonv1.CompleteRequest) (*b
 // workers' counts) are released when run returns, whatever happens.
 func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) (err error) {
 	start := time.Now()
-	defer func() { s.metrics.observeEnd(err, time.Since(start)) }()
+	probe := s.selfProbe.lookup(ctx, in) // nil unless this is the router's own self-probe (selfprobe.go)
+	probe.setStage(stageAdmission)
+	defer probe.end()
+	defer func() {
+		if probe == nil { // a self-probe is no user traffic
+			s.metrics.observeEnd(err, time.Since(start))
+		}
+	}()
 	if s.Draining() {
 		return status.Error(codes.Unavailable, "router is shutting down")
 	}
@@ -84,13 +92,17 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer func() { release(); s.path.done() }()
 	if t := s.limits.requestTimeout; t > 0 {
 		var stop context.CancelFunc
 		ctx, stop = context.WithTimeout(ctx, t)
 		defer stop()
 	}
-	req, err := s.prepare(in)
+	if err := s.wedge.hold(ctx, stageAdmission); err != nil { // the --debug-hooks wedge (wedge.go)
+		return err
+	}
+	probe.setStage(stagePrepare)
+	req, err := s.prepareRun(in, probe)
 	if err != nil {
 		return err
 	}
@@ -110,6 +122,11 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		return err
 	}
 	defer remove()
+	probe.attach(r)
+	ctx, _ = canarylabel.Label(ctx, r.id) // only a self-probe has a canary id
+	if err := s.wedge.hold(ctx, stageRouting); err != nil {
+		return err
+	}
 	log := s.logger.With("request_id", r.id)
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(r.id))
 

@@ -147,3 +147,15 @@ func (t *inflight) list() []*batonv1.RequestInfo {
 	}
 	return out
 }
+
+// snapshot returns the requests in flight, in no order, for the router's
+// request-path readiness check (routerhealth.go).
+func (t *inflight) snapshot() []*request {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*request, 0, len(t.reqs))
+	for _, r := range t.reqs {
+		out = append(out, r)
+	}
+	return out
+}

@@ -37,3 +37,12 @@ func (l *limiter) acquire() (release func(), err error) {
 			fmt.Sprintf("too many requests in flight (the limit is %d, --max-concurrent-requests); retry shortly", cap(l.slots)))
 	}
 }
+
+// usage is how many slots are taken and how many there are (0: unbounded),
+// for the router's request-path readiness check (routerhealth.go).
+func (l *limiter) usage() (inUse, capacity int) {
+	if l == nil || l.slots == nil {
+		return 0, 0
+	}
+	return len(l.slots), cap(l.slots)
+}

@@ -20,8 +20,12 @@ func (s *Service) openAPI(log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("--api-keys-file: %w", err)
 		}
-		s.keys = keys
 		log.Info("authentication on", "keys", keys.Len())
+		// The self-probe authenticates as a client would, with a key
+		// only this process knows.
+		if s.keys, err = keys.With(s.selfProbeToken); err != nil {
+			return fmt.Errorf("self-probe key: %w", err)
+		}
 	}
 	var src string
 	if p := s.limits.chatTemplateFile; p != "" {

@@ -12,6 +12,7 @@ import (
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
+	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/tracing"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -103,7 +104,9 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 			if first.IsZero() {
 				first = now
 				span.AddEvent(tracing.EventFirstToken)
-				s.metrics.ttft.Observe(now.Sub(start).Seconds())
+				if !canarylabel.Is(r.id) { // a self-probe is no user traffic
+					s.metrics.ttft.Observe(now.Sub(start).Seconds())
+				}
 				r.setState(batonv1.RequestState_REQUEST_STATE_RUNNING)
 				stopPrefill()
 				pair.ReleasePrefill()

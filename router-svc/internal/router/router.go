@@ -48,6 +48,8 @@ type Service struct {
 	loadInterval                 time.Duration
 	limits                       limitFlags
 	fleet                        fleetFlags
+	probeFlags                   selfProbeFlags
+	debugHooks                   bool
 
 	// Set by Validate and Open.
 	prefillSrc, decodeSrc       workers.Source // prefillSrc nil in colocated mode
@@ -74,10 +76,21 @@ type Service struct {
 	gwConn     *grpc.ClientConn
 	stopWatch  context.CancelFunc
 	watching   sync.WaitGroup
+
+	// The router watching itself (selfprobe.go, routerhealth.go, wedge.go).
+	selfProbeToken string      // the self-probe's secret, made by New
+	path           *pathHealth // completions, for the request-path check
+	selfProbe      *selfProber // nil: self-probe off
+	wedge          *wedge      // nil unless --debug-hooks
+	stopProbe      context.CancelFunc
+	probing        sync.WaitGroup
 }
 
 // New returns an unconfigured router; svckit.Main configures and runs it.
-func New() *Service { return &Service{inflight: newInflight(), Draining: func() bool { return false }} }
+func New() *Service {
+	return &Service{inflight: newInflight(), Draining: func() bool { return false },
+		selfProbeToken: newSelfProbeToken(), path: newPathHealth()}
+}
 
 // AddFlags registers the router's flags.
 func (s *Service) AddFlags(fs *flag.FlagSet) {
@@ -92,12 +105,17 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.loadInterval, "load-interval", time.Second, "how often workers report their load")
 	s.limits.addFlags(fs)
 	s.fleet.addFlags(fs)
+	s.probeFlags.addFlags(fs)
+	fs.BoolVar(&s.debugHooks, "debug-hooks", false, "serve test hooks on the HTTP port (POST /debug/wedge holds requests in the router's request path): for chaos tests only, never in production")
 }
 
 // Validate checks the router's flags.
 func (s *Service) Validate() error {
 	var err error
 	if err := s.fleet.validate(); err != nil {
+		return err
+	}
+	if err := s.probeFlags.validate(); err != nil {
 		return err
 	}
 	if strings.TrimSpace(s.prefill) != localPrefill {
@@ -172,12 +190,14 @@ func (s *Service) Register(srv *svckit.Server) error {
 	if err := s.registerGateway(srv); err != nil {
 		return err
 	}
+	s.watchSelf(srv) // through the gateway's connection to the router's own port
 	return s.registerOpenAI(srv)
 }
 
 // Close stops the canary and the workers' watches and closes every
 // connection.
 func (s *Service) Close() error {
+	s.stopSelf()
 	if s.stopWatch != nil {
 		s.stopWatch()
 		s.watching.Wait() // the sets' Run close their connections

@@ -151,6 +151,12 @@ func analyzeService(s ServiceObs, opt Options) ServiceVerdict {
 	}
 	last := ok[len(ok)-1]
 	sv.Ready = last.Ready
+	if s.Role == RoleRouter && !last.Ready {
+		if stage := routerPathStage(last.NotReady); stage != "" {
+			sv.Stalled, sv.Stage = true, stage
+			sv.Problems = append(sv.Problems, "request path stuck at "+stage)
+		}
+	}
 	if !last.Ready {
 		sv.Problems = append(sv.Problems, "not ready ("+shorten(last.NotReady, 160)+")")
 	}
@@ -190,6 +196,32 @@ func analyzeService(s ServiceObs, opt Options) ServiceVerdict {
 	}
 	sv.Problems = append(sv.Problems, stuckCounters(s.Role, ok)...)
 	return sv
+}
+
+// routerPathCheck is the router's readiness check of its own request path
+// (router-svc's routerhealth.go); each of its reasons reads
+// "stuck at STAGE: why".
+const routerPathCheck = "request-path: "
+
+// routerPathStage is the stage the router's request-path check names in
+// its readiness reasons (readyReasons' "name: reason; ..."), "" when that
+// check passes. The router then cannot serve whatever its workers do: it is
+// wedged in admission, prepare, routing, sending to client, sender or
+// transport (the self-probe never reached its handler).
+func routerPathStage(notReady string) string {
+	_, rest, ok := strings.Cut(notReady, routerPathCheck)
+	if !ok {
+		return ""
+	}
+	rest, ok = strings.CutPrefix(rest, "stuck at ")
+	if !ok {
+		return ""
+	}
+	stage, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ""
+	}
+	return stage
 }
 
 // counterStates pairs each queue gauge with the listed state it counts.

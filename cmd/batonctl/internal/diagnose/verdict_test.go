@@ -166,6 +166,22 @@ func TestAnalyze(t *testing.T) {
 			stalled: true,
 		},
 		{
+			name: "router wedged in its own request path: its readiness names the stage",
+			obs: Observation{Services: []ServiceObs{
+				svc("router", RoleRouter, 3, with(idle(), func(s *Sample) {
+					s.Ready, s.NotReady = false, "request-path: stuck at admission: self-probe canary-self-req-1 got no answer within 5s (--self-probe-timeout) (1.2s ago); "+
+						"stuck at admission: the limiter is full (4 of 4 slots, --max-concurrent-requests) and no request finished or progressed for 12s"
+				})),
+				svc("prefill-0", RolePrefill, 3, idle()), svc("decode-0", RoleDecode, 3, idle())},
+				Probe: &ProbeResult{RequestID: "diagnose-1", TraceID: trace, TimedOut: true, Code: "DEADLINE_EXCEEDED", Took: 10 * time.Second}},
+			status:      Wedged,
+			summary:     []string{"router: request path stuck at admission", "prefill-0, decode-0 healthy", "probe got no answer"},
+			service:     "router",
+			stage:       "admission",
+			stalled:     true,
+			problemWord: "request path stuck at admission",
+		},
+		{
 			name: "router requests cannot be judged while a worker is unreadable",
 			obs: Observation{Services: []ServiceObs{
 				svc("router", RoleRouter, 2, with(idle(), func(s *Sample) { s.Requests = stuck(1, "PREALLOC", 30) })),
