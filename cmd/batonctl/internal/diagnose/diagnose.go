@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,10 @@ Workers are discovered from the router (GET /debug/workers) unless given
 with --prefill/--decode: comma-separated HTTP base URLs of the workers
 (http://host:port), or grpc://host:port for a worker whose HTTP port is not
 reachable (then read through WorkerService and gRPC health, without metrics).
+A worker serves /debug/requests on its admin listener (--admin-addr), not
+its HTTP port: give those with --prefill-admin/--decode-admin (one per
+worker, in the same order), or let diagnose find them in the router's
+/debug/workers, which reports each worker's admin address.
 
 Exit code: 0 healthy, 1 degraded (requests are served but something is
 wrong), 2 wedged (a request sent now would not be served), 3 bad usage.
@@ -52,16 +57,19 @@ Flags:`
 
 type options struct {
 	router, prefill, decode string
-	routerAdmin             string
-	samples                 int
-	interval, timeout       time.Duration
-	stuckAfter              time.Duration
-	probe                   bool
-	probeTimeout            time.Duration
-	probePrompt             string
-	probeTokens             int
-	apiKey                  string
-	asJSON                  bool
+	// prefillAdmin and decodeAdmin are the workers' admin base URLs, one
+	// per --prefill/--decode entry.
+	prefillAdmin, decodeAdmin string
+	routerAdmin               string
+	samples                   int
+	interval, timeout         time.Duration
+	stuckAfter                time.Duration
+	probe                     bool
+	probeTimeout              time.Duration
+	probePrompt               string
+	probeTokens               int
+	apiKey                    string
+	asJSON                    bool
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -69,6 +77,8 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.routerAdmin, "router-admin", "", "router admin base URL, where /debug/workers and /debug/requests are served (default: --router's host, port 8086, router-svc's default --admin-addr)")
 	fs.StringVar(&o.prefill, "prefill", "", "prefill workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
 	fs.StringVar(&o.decode, "decode", "", "decode workers: comma-separated http://host:port (or grpc://host:port); default: ask the router")
+	fs.StringVar(&o.prefillAdmin, "prefill-admin", "", "the --prefill workers' admin base URLs (their --admin-addr, where /debug/requests is served), comma-separated in --prefill's order; default: as the router's /debug/workers reports them")
+	fs.StringVar(&o.decodeAdmin, "decode-admin", "", "the --decode workers' admin base URLs (their --admin-addr, where /debug/requests is served), comma-separated in --decode's order; default: as the router's /debug/workers reports them")
 	fs.IntVar(&o.samples, "samples", 5, "readings of every service")
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between readings")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "limit on one reading of one service")
@@ -159,23 +169,34 @@ func collect(ctx context.Context, o options) (Observation, error) {
 	var obs Observation
 	var workers []discovered
 	for _, f := range []struct {
-		v    string
-		role Role
-	}{{o.prefill, RolePrefill}, {o.decode, RoleDecode}} {
-		ws, err := parseEndpoints(f.v, f.role)
+		v, admin string
+		role     Role
+	}{{o.prefill, o.prefillAdmin, RolePrefill}, {o.decode, o.decodeAdmin, RoleDecode}} {
+		ws, err := parseEndpoints(f.v, f.admin, f.role)
 		if err != nil {
 			return obs, err
 		}
 		workers = append(workers, ws...)
 	}
-	if len(workers) == 0 && o.router != "" {
+	var notes []string
+	switch {
+	case len(workers) == 0 && o.router != "":
 		dctx, cancel := context.WithTimeout(ctx, o.timeout)
 		ws, err := discover(dctx, client, o.routerAdmin)
 		cancel()
 		if err != nil {
-			obs.Discovery = fmt.Sprintf("workers not examined: %v (pass --prefill/--decode)", err)
+			notes = append(notes, fmt.Sprintf("workers not examined: %v (pass --prefill/--decode)", err))
 		}
 		workers = ws
+	case o.routerAdmin != "" && slices.ContainsFunc(workers, func(w discovered) bool { return w.http != "" && w.admin == "" }):
+		// Workers named by HTTP URL alone: their admin addresses are
+		// what the router reports for them.
+		dctx, cancel := context.WithTimeout(ctx, o.timeout)
+		known, err := discover(dctx, client, o.routerAdmin)
+		cancel()
+		if err == nil {
+			adoptAdmins(workers, known)
+		}
 	}
 	var services []Service
 	if o.router != "" {
@@ -186,7 +207,7 @@ func collect(ctx context.Context, o options) (Observation, error) {
 		for _, w := range workers {
 			if w.role == role {
 				services = append(services, Service{Name: fmt.Sprintf("%s-%d", role, n[role]), Role: role, HTTP: w.http, GRPC: w.grpc,
-					Quarantine: w.quarantine})
+					Admin: w.admin, Quarantine: w.quarantine})
 				n[role]++
 			}
 		}
@@ -218,6 +239,7 @@ func collect(ctx context.Context, o options) (Observation, error) {
 	if p, ok := <-probed; ok {
 		obs.Probe = &p
 	}
+	obs.Discovery = strings.Join(append(notes, unreadLists(obs.Services)...), "; ")
 	return obs, nil
 }
 

@@ -35,6 +35,9 @@ type fakeService struct {
 	// complete answers /v1/complete (router only); nil: 404.
 	complete func(w http.ResponseWriter, r *http.Request)
 	workers  string // /debug/workers body; "": 404
+	// adminElsewhere: /debug/requests is not on this port (404), as on a
+	// real service, whose admin listener serves it.
+	adminElsewhere bool
 }
 
 func (f *fakeService) set(fn func(f *fakeService)) {
@@ -46,6 +49,7 @@ func (f *fakeService) set(fn func(f *fakeService)) {
 func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	metrics, ready, reqs, complete, workers := f.metrics, f.ready, f.requests, f.complete, f.workers
+	adminElsewhere := f.adminElsewhere
 	f.mu.Unlock()
 	switch r.URL.Path {
 	case "/metrics":
@@ -58,6 +62,10 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_, _ = w.Write([]byte(`{"status":"SERVING"}`))
 	case "/debug/requests":
+		if adminElsewhere {
+			http.NotFound(w, r)
+			return
+		}
 		b, _ := protojson.MarshalOptions{UseProtoNames: true}.Marshal(&batonv1.WorkerServiceListRequestsResponse{Requests: reqs})
 		_, _ = w.Write(b)
 	case "/debug/workers":
@@ -258,5 +266,73 @@ func TestRunRouterDown(t *testing.T) {
 	code, v, _ := run(t, "--router", addr, "--probe-timeout", "1s", "--timeout", "500ms")
 	if code != 2 || len(v.Services) != 1 || !v.Services[0].Down || len(v.Notes) == 0 || v.Probe == nil || v.Probe.OK {
 		t.Errorf("exit %d, verdict %+v; want wedged, router down, a note, a failed probe", code, v)
+	}
+}
+
+// adminWorker is a decode worker as services are now: /metrics and
+// /health/ready on its HTTP port, /debug/requests (one request stuck in
+// transfer) only on its admin listener. It returns both base URLs.
+func adminWorker(t *testing.T) (httpURL, adminURL string) {
+	t.Helper()
+	stuck := []*batonv1.RequestInfo{{RequestId: "stuck-on-admin", State: batonv1.RequestState_REQUEST_STATE_TRANSFERRING,
+		AgeSeconds: 50, SinceProgressSeconds: 42, TraceId: "5f2c0a9e8d7c6b5a49382716a5b4c3d2"}}
+	main := &fakeService{ready: true, metrics: "baton:num_decode_transfer_queue_reqs 1\n", adminElsewhere: true}
+	admin := &fakeService{requests: stuck}
+	return serve(t, main), serve(t, admin)
+}
+
+// stuckOn reports whether diagnose's verdict for svc lists the admin
+// worker's stuck request, that is, read its admin listener's list.
+func stuckOn(v Verdict, svc string) bool {
+	for _, s := range v.Services {
+		if s.Name != svc {
+			continue
+		}
+		for _, r := range s.Stuck {
+			if r.ID == "stuck-on-admin" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestWorkerAdminFlag: a worker given by its HTTP URL has /debug/requests
+// on its admin listener; --decode-admin names it, and diagnose reads the
+// list there (it used to ask the HTTP port, which answers 404).
+func TestWorkerAdminFlag(t *testing.T) {
+	httpURL, adminURL := adminWorker(t)
+	_, v, stderr := run(t, "--probe=false", "--decode", httpURL, "--decode-admin", strings.TrimPrefix(adminURL, "http://"))
+	if !stuckOn(v, "decode-0") {
+		t.Fatalf("verdict %+v does not list decode-0's stuck request from its admin listener; stderr %s", v, stderr)
+	}
+	if got := v.Services[0].Admin; got != adminURL {
+		t.Errorf("decode-0 admin %q, want %q", got, adminURL)
+	}
+	var out, errb bytes.Buffer
+	if code := Run(context.Background(), &out, &errb, []string{"--decode", httpURL, "--decode-admin", "a,b"}); code != ExitUsage {
+		t.Errorf("two --decode-admin for one --decode: exit %d, want %d (%s)", code, ExitUsage, errb.String())
+	}
+}
+
+// TestWorkerAdminFromRouter: workers named by HTTP URL without
+// --decode-admin, or discovered, are read at the admin address the router's
+// /debug/workers reports for them (the worker's Info.admin_addr).
+func TestWorkerAdminFromRouter(t *testing.T) {
+	httpURL, adminURL := adminWorker(t)
+	router := &fakeService{ready: true, metrics: "baton_router_inflight_requests 0\n",
+		workers: `{"decode":{"workers":[{"role":"WORKER_ROLE_DECODE","address":"127.0.0.1:1","http_addr":"` +
+			strings.TrimPrefix(httpURL, "http://") + `","admin_addr":"` + strings.TrimPrefix(adminURL, "http://") + `"}]}}`}
+	routerURL := serve(t, router)
+	for name, args := range map[string][]string{
+		"given":      {"--decode", httpURL},
+		"discovered": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, v, stderr := run(t, append([]string{"--probe=false", "--router", routerURL}, args...)...)
+			if !stuckOn(v, "decode-0") {
+				t.Fatalf("verdict %+v does not list decode-0's stuck request from its admin listener; stderr %s", v, stderr)
+			}
+		})
 	}
 }

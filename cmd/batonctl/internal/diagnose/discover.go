@@ -16,6 +16,9 @@ type discovered struct {
 	// quarantine is why the router's canary routes around the worker ("" if
 	// it does not).
 	quarantine string
+	// admin is its admin listener's base URL, where /debug/requests is
+	// served ("" when unknown).
+	admin string
 }
 
 // discover asks the router for its workers (GET /debug/workers).
@@ -68,9 +71,8 @@ func parseWorkers(b []byte) ([]discovered, error) {
 			}
 			d.grpc = str(obj, "address", "addr", "grpc_addr", "grpc_address", "endpoint", "grpc")
 			d.http = str(obj, "http_addr", "http_address", "http_url", "http")
-			if d.http != "" && !strings.Contains(d.http, "://") {
-				d.http = "http://" + d.http
-			}
+			d.http = baseURL(d.http)
+			d.admin = baseURL(str(obj, "admin_addr", "admin_address", "admin_url", "admin"))
 			if q, _ := obj["quarantined"].(bool); q {
 				d.quarantine = str(obj, "quarantine_reason")
 				if d.quarantine == "" {
@@ -106,10 +108,98 @@ func str(obj map[string]any, keys ...string) string {
 	return ""
 }
 
+// baseURL is addr as an HTTP base URL: a bare host:port gets http://, a
+// trailing slash goes ("" stays "").
+func baseURL(addr string) string {
+	addr = strings.TrimRight(strings.TrimSpace(addr), "/")
+	if addr != "" && !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return addr
+}
+
+// splitList is a comma-separated flag's non-empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // parseEndpoints reads --prefill/--decode: comma-separated HTTP base URLs
 // (a bare host:port is taken as HTTP), or grpc://host:port for a worker to
-// read over gRPC.
-func parseEndpoints(v string, role Role) ([]discovered, error) {
+// read over gRPC; admins (--prefill-admin/--decode-admin), when given, are
+// their admin base URLs in the same order.
+func parseEndpoints(v, admins string, role Role) ([]discovered, error) {
+	out, err := parseWorkerURLs(v, role)
+	if err != nil || admins == "" {
+		return out, err
+	}
+	as := splitList(admins)
+	if len(as) != len(out) {
+		return nil, fmt.Errorf("--%s-admin: %d addresses for %d --%s workers", role, len(as), len(out), role)
+	}
+	for i, a := range as {
+		if strings.Contains(a, "://") && !strings.HasPrefix(a, "http://") && !strings.HasPrefix(a, "https://") {
+			return nil, fmt.Errorf("--%s-admin %q: want http://host:port", role, a)
+		}
+		out[i].admin = baseURL(a)
+	}
+	return out, nil
+}
+
+// adoptAdmins gives each worker without an admin URL the one the router
+// reports for the worker with the same HTTP (or gRPC) address.
+func adoptAdmins(workers, known []discovered) {
+	for i, w := range workers {
+		if w.admin != "" {
+			continue
+		}
+		for _, k := range known {
+			if k.admin != "" && k.role == w.role && ((w.http != "" && k.http == w.http) || (w.grpc != "" && k.grpc == w.grpc)) {
+				workers[i].admin = k.admin
+				break
+			}
+		}
+	}
+}
+
+// unreadLists notes the services read over HTTP whose in-flight requests
+// could not be read in any sample though the service answered: their
+// admin listener was not found.
+func unreadLists(services []ServiceObs) []string {
+	var notes []string
+	for _, s := range services {
+		if s.Service.HTTP == "" {
+			continue
+		}
+		answered, read := false, false
+		for _, smp := range s.Samples {
+			answered = answered || smp.Err == ""
+			read = read || smp.RequestsRead
+		}
+		if !answered || read {
+			continue
+		}
+		where := "its HTTP port"
+		if s.Service.Admin != "" {
+			where = s.Service.Admin
+		}
+		flagName := "--" + string(s.Service.Role) + "-admin"
+		if s.Service.Role == RoleRouter {
+			flagName = "--router-admin"
+		}
+		notes = append(notes, fmt.Sprintf("%s: in-flight requests not read at %s (/debug/requests is on the admin listener, --admin-addr: pass %s)",
+			s.Service.Name, where, flagName))
+	}
+	return notes
+}
+
+// parseWorkerURLs parses one --prefill/--decode list.
+func parseWorkerURLs(v string, role Role) ([]discovered, error) {
 	var out []discovered
 	for _, e := range strings.Split(v, ",") {
 		e = strings.TrimSpace(e)
