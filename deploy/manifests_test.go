@@ -19,7 +19,9 @@ import (
 	"github.com/baton-serving/baton/deploy/internal/manifest"
 	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/engine/refdata"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 )
 
@@ -234,9 +236,10 @@ func TestServicesAcceptTheirConfiguration(t *testing.T) {
 		for _, w := range ws {
 			t.Run(o.dir+"/"+w.Binary, func(t *testing.T) {
 				env := []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+				secrets := secretMounts(t, w)
 				for k, v := range w.Env {
 					if strings.HasPrefix(k, "BATON_") {
-						env = append(env, k+"="+v)
+						env = append(env, k+"="+secrets.Replace(v))
 					}
 				}
 				args := append(slices.Clone(w.Container.Args),
@@ -266,6 +269,64 @@ func TestServicesAcceptTheirConfiguration(t *testing.T) {
 	}
 }
 
+// devSecrets holds `batonctl certs` output arranged as the Secrets
+// baton-tls-<role> hold it (tls.crt, tls.key, ca.crt), one directory per
+// Secret, written once per test binary.
+var devSecrets struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// secretMounts maps each Secret volume mount of w's container to a
+// directory holding what that Secret would: for the baton-tls-<role>
+// Secrets, a development certificate of that role. Paths under other
+// Secrets' mounts are left alone.
+func secretMounts(t *testing.T, w manifest.Workload) *strings.Replacer {
+	t.Helper()
+	devSecrets.once.Do(func() {
+		dir, err := os.MkdirTemp("", "baton-deploy-secrets-")
+		if err != nil {
+			devSecrets.err = err
+			return
+		}
+		devSecrets.dir = dir
+		cmd := exec.Command("go", "run", "./cmd/batonctl", "certs", "--out", filepath.Join(dir, "certs"))
+		cmd.Dir = refdata.RepoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			devSecrets.err = fmt.Errorf("batonctl certs: %v\n%s", err, out)
+			return
+		}
+		for _, role := range []string{"router", "prefill", "decode"} {
+			sd := filepath.Join(dir, "baton-tls-"+role)
+			if devSecrets.err = os.Mkdir(sd, 0o700); devSecrets.err != nil {
+				return
+			}
+			for dst, src := range map[string]string{"tls.crt": role + ".crt", "tls.key": role + ".key", "ca.crt": "ca.crt"} {
+				if devSecrets.err = os.Symlink(filepath.Join(dir, "certs", src), filepath.Join(sd, dst)); devSecrets.err != nil {
+					return
+				}
+			}
+		}
+	})
+	if devSecrets.err != nil {
+		t.Fatal(devSecrets.err)
+	}
+	secrets := map[string]string{}
+	for _, v := range w.Deployment.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	var pairs []string
+	for _, m := range w.Container.VolumeMounts {
+		if name, ok := secrets[m.Name]; ok && strings.HasPrefix(name, "baton-tls-") {
+			pairs = append(pairs, strings.TrimSuffix(m.MountPath, "/")+"/", filepath.Join(devSecrets.dir, name)+"/")
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
 // TestCheckCatchesMistakes breaks the small overlay one way at a time and
 // expects Check to say so: the checks above can fail.
 func TestCheckCatchesMistakes(t *testing.T) {
@@ -281,8 +342,35 @@ func TestCheckCatchesMistakes(t *testing.T) {
 		want   string
 	}{
 		{"readiness probe on the wrong port", func(t *testing.T, b bundle) {
-			container(t, b, "decode").ReadinessProbe.GRPC.Port = 8085
-		}, "readiness probe checks gRPC port 8085 but the service listens on 8084"},
+			container(t, b, "router").ReadinessProbe.GRPC.Port = 8085
+		}, "readiness probe checks gRPC port 8085 but the service listens on 8081"},
+		{"worker readiness probed over gRPC, which takes only mutual TLS", func(t *testing.T, b bundle) {
+			c := container(t, b, "decode")
+			c.ReadinessProbe.HTTPGet = nil
+			c.ReadinessProbe.GRPC = &corev1.GRPCAction{Port: 8084}
+		}, "readiness probe must be an HTTP GET of /health/ready"},
+		{"worker readiness on the gRPC port", func(t *testing.T, b bundle) {
+			container(t, b, "prefill").ReadinessProbe.HTTPGet.Port = intstr.FromString("grpc")
+		}, "readiness probe port grpc is not the HTTP listen port 8083"},
+		{"mutual TLS off", func(t *testing.T, b bundle) {
+			c := container(t, b, "decode")
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "BATON_TLS_KEY" })
+		}, "--tls-key is not set: mutual TLS between router, prefill and decode is off"},
+		{"another role's certificate", func(t *testing.T, b bundle) {
+			for i, v := range deployment(t, b, "decode").Spec.Template.Spec.Volumes {
+				if v.Secret != nil {
+					deployment(t, b, "decode").Spec.Template.Spec.Volumes[i].Secret.SecretName = "baton-tls-prefill"
+				}
+			}
+		}, "comes from Secret baton-tls-prefill, want baton-tls-decode"},
+		{"key on a writable mount", func(t *testing.T, b bundle) {
+			c := container(t, b, "router")
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].Name == "tls" {
+					c.VolumeMounts[i].ReadOnly = false
+				}
+			}
+		}, "on mount \"tls\", which must be read-only"},
 		{"liveness probe on a path that is not /health", func(t *testing.T, b bundle) {
 			container(t, b, "prefill").LivenessProbe.HTTPGet.Path = "/healthz"
 		}, "liveness probe must be an HTTP GET of /health"},

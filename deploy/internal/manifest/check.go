@@ -188,7 +188,16 @@ func checkWorkload(w *Workload, flags FlagSet, cfg Config) (listenPorts, []error
 			add("%s probe port %s is not the HTTP listen port %d", kind, pr.HTTPGet.Port.String(), lp.http)
 		}
 	}
+	worker := w.Binary != "router-svc"
 	switch rp := c.ReadinessProbe; {
+	case worker && (rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/health/ready"):
+		// A worker's gRPC port takes only mutual TLS; the kubelet's gRPC
+		// probe has no client certificate.
+		add("readiness probe must be an HTTP GET of /health/ready (the gRPC port takes only mutual TLS, which the kubelet's gRPC probe cannot do)")
+	case worker:
+		if got, ok := probePort(pod, rp.HTTPGet.Port); !ok || got != lp.http {
+			add("readiness probe port %s is not the HTTP listen port %d", rp.HTTPGet.Port.String(), lp.http)
+		}
 	case rp == nil || rp.GRPC == nil:
 		add("readiness probe must be a gRPC health check (earned readiness is reported there)")
 	case rp.GRPC.Port != lp.grpc:
@@ -234,6 +243,7 @@ func checkWorkload(w *Workload, flags FlagSet, cfg Config) (listenPorts, []error
 	}
 
 	errs = append(errs, checkResources(w, flags)...)
+	errs = append(errs, checkTLS(w, flags)...)
 
 	// Test hooks let anyone who reaches the HTTP port stall the scheduler.
 	if _, ok := flags["debug-hooks"]; ok {
@@ -304,6 +314,52 @@ func checkWorkload(w *Workload, flags FlagSet, cfg Config) (listenPorts, []error
 		add("annotation prometheus.io/path %q: metrics are at /metrics", p)
 	}
 	return lp, errs
+}
+
+// checkTLS: every service has mutual TLS on, with its own role's
+// certificate, key and CA read from a read-only mount of the Secret
+// baton-tls-<role> (the Secret's certificate names the role; a pod mounting
+// another role's Secret would be refused by its peers or fail to start).
+func checkTLS(w *Workload, flags FlagSet) []error {
+	var errs []error
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", w, fmt.Sprintf(format, args...)))
+	}
+	role := strings.TrimSuffix(w.Binary, "-svc")
+	want := "baton-tls-" + role
+	secrets := map[string]string{} // volume name -> Secret name
+	for _, v := range w.Deployment.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	for _, f := range []string{"tls-cert", "tls-key", "tls-ca"} {
+		if _, ok := flags[f]; !ok {
+			add("%s has no --%s flag", w.Binary, f)
+			continue
+		}
+		s, err := w.Effective(flags, f)
+		if err != nil {
+			add("%v", err)
+			continue
+		}
+		if s.Value == "" {
+			add("--%s is not set: mutual TLS between router, prefill and decode is off (set BATON_TLS_CERT, BATON_TLS_KEY and BATON_TLS_CA to files of the Secret %s)", f, want)
+			continue
+		}
+		m, ok := mountFor(w.Container, s.Value)
+		switch {
+		case !ok:
+			add("--%s %s (%s) is on no volume mount", f, s.Value, s.From)
+		case !m.ReadOnly:
+			add("--%s %s is on mount %q, which must be read-only", f, s.Value, m.Name)
+		case secrets[m.Name] == "":
+			add("--%s %s is on volume %q, which is not a Secret", f, s.Value, m.Name)
+		case secrets[m.Name] != want:
+			add("--%s %s comes from Secret %s, want %s (its certificate must name the role %s)", f, s.Value, secrets[m.Name], want, role)
+		}
+	}
+	return errs
 }
 
 func checkResources(w *Workload, flags FlagSet) []error {
