@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/clientwrite"
 	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -60,10 +61,15 @@ type Limits struct {
 	DefaultMaxTokens int
 	// MaxNewTokens bounds max_tokens; 0 leaves only the context window.
 	MaxNewTokens int
-	// WriteTimeout bounds each write of a stream to the client: a client
-	// that takes nothing for that long is gone, and its request is
-	// aborted. 0: no bound.
+	// WriteTimeout is a stream's minimum progress (package clientwrite):
+	// an event the client has not taken within it of being queued aborts
+	// the request — a client that takes nothing, or drips and falls
+	// behind. 0: no bound but RequestTimeout.
 	WriteTimeout time.Duration
+	// RequestTimeout bounds a stream as the Generator bounds the request,
+	// so that a client that stops reading cannot hold the stream's
+	// goroutine and connection past it. 0: no bound.
+	RequestTimeout time.Duration
 }
 
 // Options configure a Handler.
@@ -297,7 +303,17 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 
 	// Headers wait for the first event, so that a request refused before
 	// any output (busy, duplicate id, no worker) still gets its real status.
-	s := newSSE(w, h.limits.WriteTimeout)
+	// The stream ends at the request's deadline whatever its client does
+	// (the Generator sets the same one), and the Generator can end it
+	// sooner through the interrupt (an Abort).
+	if t := h.limits.RequestTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	s := newSSE(ctx, w, r, h.limits.WriteTimeout)
+	defer s.close()
+	ctx = clientwrite.WithInterrupt(ctx, s.interrupt)
 	err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
 		if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
 			return errAborted
@@ -326,7 +342,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 		h.fail(w, r, j, fromStatus(err, j.promptParam))
 	case err != nil:
 		if ctx.Err() != nil || s.err != nil {
-			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId())
+			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId(), "err", err)
 			return
 		}
 		herr := fromStatus(err, j.promptParam)

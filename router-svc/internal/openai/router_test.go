@@ -76,7 +76,12 @@ type testRouter struct {
 // test defaults; authentication is on with testKey.
 func startRouter(t *testing.T, flags ...string) *testRouter {
 	t.Helper()
-	eg := newEngineGen(t)
+	return startRouterOn(t, newEngineGen(t), flags...)
+}
+
+// startRouterOn is startRouter with the decode worker generating on eg.
+func startRouterOn(t *testing.T, eg *engineGen, flags ...string) *testRouter {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

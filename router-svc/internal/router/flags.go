@@ -19,6 +19,7 @@ type limitFlags struct {
 	maxPromptTokens    int
 	maxNewTokens       int
 	maxConcurrent      int
+	maxPerClient       int
 	requestTimeout     time.Duration
 	clientWriteTimeout time.Duration
 	maxBodyBytes       int64
@@ -28,7 +29,10 @@ type limitFlags struct {
 
 // Defaults of the limit flags.
 const (
-	defaultMaxConcurrent  = 256
+	defaultMaxConcurrent = 256
+	// defaultMaxPerClient is half of defaultMaxConcurrent: one client
+	// address can never take every slot.
+	defaultMaxPerClient   = 128
 	defaultRequestTimeout = 10 * time.Minute
 	defaultMaxBodyBytes   = 4 << 20
 )
@@ -37,8 +41,9 @@ func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.maxPromptTokens, "max-prompt-tokens", 0, "longest prompt accepted, in tokens (0: up to the context window less one)")
 	fs.IntVar(&l.maxNewTokens, "max-new-tokens-limit", 0, "most tokens one request may ask to generate (0: up to the context window)")
 	fs.IntVar(&l.maxConcurrent, "max-concurrent-requests", defaultMaxConcurrent, "requests run at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no limit)")
+	fs.IntVar(&l.maxPerClient, "max-inflight-per-client", defaultMaxPerClient, "requests one client address (host, any port; a REST client's own, not the gateway's) may have in flight at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no cap; set 0 or raise it behind a proxy that hides client addresses)")
 	fs.DurationVar(&l.requestTimeout, "request-timeout", defaultRequestTimeout, "longest a request may run, arrival to last token; it travels to the workers as the gRPC deadline (0: no limit)")
-	fs.DurationVar(&l.clientWriteTimeout, "client-write-timeout", 30*time.Second, "longest a streaming client (gRPC, REST, SSE) may leave its stream unread; then its request is aborted with DEADLINE_EXCEEDED and releases its workers (0: only --request-timeout bounds it)")
+	fs.DurationVar(&l.clientWriteTimeout, "client-write-timeout", 30*time.Second, "minimum progress of a streaming client (gRPC, REST, SSE): every event must be taken by the client within this long of the router having it, or the request is aborted with DEADLINE_EXCEEDED and releases everything it holds — a client that takes nothing, or drips and falls behind (0: only --request-timeout bounds it)")
 	fs.Int64Var(&l.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest HTTP request body (REST and OpenAI APIs); larger ones get 413")
 	fs.StringVar(&l.apiKeysFile, "api-keys-file", "", `file of API keys, one per line ('#' comments); when set, every API call needs "Authorization: Bearer KEY" (gRPC: the authorization metadata)`)
 	fs.StringVar(&l.chatTemplateFile, "chat-template-file", "", "Jinja chat template to use instead of the model's tokenizer.chat_template")
@@ -54,6 +59,8 @@ func (l *limitFlags) validate(maxNewDefault int) error {
 		return fmt.Errorf("--max-new-tokens %d exceeds --max-new-tokens-limit %d", maxNewDefault, l.maxNewTokens)
 	case l.maxConcurrent < 0:
 		return fmt.Errorf("--max-concurrent-requests: %d, want ≥ 0", l.maxConcurrent)
+	case l.maxPerClient < 0:
+		return fmt.Errorf("--max-inflight-per-client: %d, want ≥ 0", l.maxPerClient)
 	case l.requestTimeout < 0:
 		return fmt.Errorf("--request-timeout: %v, want ≥ 0", l.requestTimeout)
 	case l.clientWriteTimeout < 0:

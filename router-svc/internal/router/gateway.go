@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -36,11 +37,15 @@ func (s *Service) registerGateway(srv *svckit.Server) error {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjson{&runtime.JSONPb{
 			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true},
 		}}),
-		runtime.WithErrorHandler(gatewayError))
+		runtime.WithErrorHandler(gatewayError),
+		// The HTTP client's address, for --max-inflight-per-client.
+		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+			return s.clientCap.gatewayMetadata(r.RemoteAddr)
+		}))
 	if err := batonv1.RegisterRouterServiceHandlerClient(context.Background(), gw, batonv1.NewRouterServiceClient(conn)); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	srv.Mux.Handle("/v1/", openai.BodyLimit(s.limits.maxBodyBytes, gw))
+	srv.Mux.Handle("/v1/", openai.BodyLimit(s.limits.maxBodyBytes, s.gatewayWrites(gw)))
 	srv.Mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.Document)

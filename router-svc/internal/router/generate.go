@@ -42,6 +42,7 @@ func (s *Service) Generate(in *batonv1.GenerateRequest, stream batonv1.RouterSer
 		defer cancel()
 	}
 	out := newStreamSender(stream, s.limits.clientWriteTimeout)
+	ctx = out.bind(ctx) // the request's end (an Abort) frees a send blocked on the client
 	err := s.run(ctx, in, func(ev *batonv1.GenerateEvent) error { return out.send(ctx, ev) })
 	return out.finish(ctx, err)
 }
@@ -88,7 +89,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	if s.Draining() {
 		return status.Error(codes.Unavailable, "router is shutting down")
 	}
-	release, err := s.limit.acquire()
+	release, err := s.admit(ctx) // --max-concurrent-requests and --max-inflight-per-client (clientcap.go)
 	if err != nil {
 		return err
 	}

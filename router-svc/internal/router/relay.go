@@ -11,6 +11,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/clientwrite"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/tracing"
@@ -25,6 +26,9 @@ import (
 // client seeing anything twice. started reports whether any event reached
 // the client.
 func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRequest, pair *workers.Pair, start time.Time, sendClient func(*batonv1.GenerateEvent) error) (started bool, err error) {
+	// The request's end (an Abort, its deadline) must free a send blocked
+	// on a client that does not read, which the context cannot reach.
+	defer clientwrite.InterruptOnDone(ctx)()
 	ctx, span := tracing.Start(ctx, tracing.SpanStream)
 	defer func() {
 		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))

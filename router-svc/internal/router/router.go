@@ -59,6 +59,7 @@ type Service struct {
 	fingerprint                 string
 	modelID                     string
 	limit                       *limiter
+	clientCap                   *clientCap   // --max-inflight-per-client (clientcap.go)
 	keys                        *openai.Keys // nil: authentication off
 	chatTemplate                *openai.ChatTemplate
 
@@ -143,7 +144,7 @@ func (s *Service) Validate() error {
 	if err := s.limits.validate(s.maxNewTokens); err != nil {
 		return err
 	}
-	s.limit = newLimiter(s.limits.maxConcurrent)
+	s.limit, s.clientCap = newLimiter(s.limits.maxConcurrent), newClientCap(s.limits.maxPerClient)
 	return nil
 }
 

@@ -119,3 +119,63 @@ func TestStreamSenderSendError(t *testing.T) {
 		t.Fatalf("finish after a failed Send: %v", err)
 	}
 }
+
+// A client that takes an event every 20 ms — each Send completes well
+// within the write timeout — but falls ever further behind a producer that
+// is faster is aborted once the oldest event it has not taken has waited
+// the write timeout (minimum progress), not after the last event.
+func TestStreamSenderTricklingClient(t *testing.T) {
+	cs, hangUp := newClientStream(t)
+	defer hangUp()
+	go func() {
+		for {
+			select {
+			case cs.read <- struct{}{}:
+			case <-cs.ctx.Done():
+				return
+			}
+			<-cs.got
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	out := newStreamSender(cs, 200*time.Millisecond)
+	start := time.Now()
+	var err error
+	sent := 0
+	for ; sent < 100*senderQueue && err == nil; sent++ {
+		err = out.send(cs.ctx, &batonv1.GenerateEvent{Text: "x"})
+	}
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("after %d events in %v: %v, want DEADLINE_EXCEEDED", sent, time.Since(start), err)
+	}
+	t.Logf("aborted after %d events, %v", sent, time.Since(start).Round(time.Millisecond))
+	_ = out.finish(cs.ctx, err)
+}
+
+// interrupt (the request's end, an Abort say) frees a send waiting on a
+// client that reads nothing at once, whatever the write timeout.
+func TestStreamSenderInterrupt(t *testing.T) {
+	cs, hangUp := newClientStream(t)
+	defer hangUp()
+	out := newStreamSender(cs, time.Hour)
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		for err == nil {
+			err = out.send(cs.ctx, &batonv1.GenerateEvent{Text: "x"})
+		}
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cause := errors.New("aborted by the test")
+	out.interrupt(cause)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, cause) {
+			t.Errorf("send after interrupt: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("interrupt did not free the blocked send")
+	}
+	_ = out.finish(cs.ctx, errors.New("ended"))
+}
