@@ -41,7 +41,7 @@ type peerLimits struct {
 }
 
 func (l *peerLimits) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&l.allowSpec, "prefill-allow", "", "comma-separated prefill endpoints decode may connect to: host:port, host (any port), *.domain[:port] (names under domain), an IP prefix such as 10.0.0.0/8 (IP endpoints within it, any port), or * (any); empty allows any endpoint, with a warning at start-up (see docs/reliability.md)")
+	fs.StringVar(&l.allowSpec, "prefill-allow", "", "comma-separated prefill endpoints decode may connect to: host:port, host (any port), *.domain[:port] (names under domain), an IP prefix such as 10.0.0.0/8 or 10.0.0.0/8:8082 (IP endpoints within it), or * (any); empty allows any endpoint, with a warning at start-up (see docs/reliability.md)")
 	fs.DurationVar(&l.idle, "prefill-idle-timeout", 5*time.Minute, "close a connection to a prefill worker once no transfer has used it for this long")
 	fs.IntVar(&l.max, "max-prefill-conns", 64, "most connections to prefill workers kept at once; a request naming a new prefill worker when all are in use is refused (UNAVAILABLE)")
 }
@@ -88,7 +88,7 @@ type allowRule struct {
 	any    bool
 	host   string       // exact host (lower case), or the domain of a *.domain pattern
 	suffix bool         // host is a domain: names under it match
-	prefix netip.Prefix // valid: IP endpoints within it match
+	prefix netip.Prefix // valid: IP endpoints within it match (names never do)
 	port   string       // "" any
 }
 
@@ -115,6 +115,14 @@ func parseRule(p string) (allowRule, error) {
 	}
 	if pre, err := netip.ParsePrefix(p); err == nil {
 		return allowRule{prefix: pre.Masked()}, nil
+	}
+	if i := strings.LastIndex(p, ":"); i > 0 {
+		if pre, err := netip.ParsePrefix(strings.Trim(p[:i], "[]")); err == nil {
+			if !validPort(p[i+1:]) {
+				return allowRule{}, fmt.Errorf("%q: bad port", p)
+			}
+			return allowRule{prefix: pre.Masked(), port: p[i+1:]}, nil
+		}
 	}
 	host, port := p, ""
 	if h, pt, err := net.SplitHostPort(p); err == nil {
@@ -157,11 +165,11 @@ func (r allowRule) match(host, port string) bool {
 	switch {
 	case r.any:
 		return true
+	case r.port != "" && r.port != port:
+		return false
 	case r.prefix.IsValid():
 		ip, err := netip.ParseAddr(host)
 		return err == nil && r.prefix.Contains(ip.Unmap())
-	case r.port != "" && r.port != port:
-		return false
 	case r.suffix:
 		return strings.HasSuffix(strings.ToLower(host), "."+r.host)
 	default:

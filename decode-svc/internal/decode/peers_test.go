@@ -19,7 +19,7 @@ import (
 )
 
 func TestPrefillAllow(t *testing.T) {
-	spec := "prefill-0:50051, 10.1.0.0/16 ,*.prefill.baton.svc:9000,[::1]:7000,PreFill-Host"
+	spec := "prefill-0:50051, 10.1.0.0/16 ,*.prefill.baton.svc:9000,[::1]:7000,PreFill-Host,192.168.0.0/16:8082,[fd00::/8]:8082"
 	rules, err := parseAllow(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +43,11 @@ func TestPrefillAllow(t *testing.T) {
 		"prefill-host:1":                    true,
 		"metadata.google.internal:80":       false,
 		"169.254.169.254:80":                false,
+		"192.168.3.4:8082":                  true,
+		"192.168.3.4:8083":                  false,
+		"[fd00::1]:8082":                    true,
+		"[fd00::1]:22":                      false,
+		"pod.192.168.0.0:8082":              false,
 	} {
 		err := l.allowed(ep)
 		if got := err == nil; got != want {
@@ -58,7 +63,7 @@ func TestPrefillAllow(t *testing.T) {
 	if r, _ := parseAllow("*"); (&peerLimits{allow: r}).allowed("anywhere:1") != nil {
 		t.Error("* refused an endpoint")
 	}
-	for _, bad := range []string{"host:", "host:0", "host:99999", "a*b:1", "*.:1", "host:port"} {
+	for _, bad := range []string{"host:", "host:0", "host:99999", "a*b:1", "*.:1", "host:port", "10.0.0.0/8:x"} {
 		if _, err := parseAllow(bad); err == nil {
 			t.Errorf("parseAllow(%q) accepted it", bad)
 		}

@@ -216,6 +216,13 @@ func up(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			*role.addrs = append(*role.addrs, s.grpc)
 		}
 	}
+	// Decode may dial only the prefill workers started here
+	// (--prefill-allow; docs/reliability.md).
+	for i := range specs {
+		if specs[i].bin == "decode-svc" {
+			specs[i].extra = []string{"--prefill-allow", strings.Join(prefills, ",")}
+		}
+	}
 	// The router last: it is ready only once it sees ready workers.
 	specs = append(specs, spec{bin: "router-svc", name: "router-svc", label: "router",
 		grpc: addr(p.RouterGRPC), http: addr(p.RouterHTTP), admin: addr(routerAdmin),

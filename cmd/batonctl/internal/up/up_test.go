@@ -46,6 +46,7 @@ func fakeService(dir, name string, args []string) int {
 	fs.String("model", "", "")
 	fs.String("prefill", "", "")
 	fs.String("decode", "", "")
+	fs.String("prefill-allow", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -255,7 +256,8 @@ func TestUpManyWorkers(t *testing.T) {
 		}
 	}
 	for i, w := range l.Decode {
-		wants = append(wants, want{"decode-svc", w, nil})
+		// Decode may dial only the prefill workers up started.
+		wants = append(wants, want{"decode-svc", w, []string{"--prefill-allow", strings.Join(prefills, ",")}})
 		if !bannerLists(stdout.String(), fmt.Sprintf("decode#%d", i+1), addr(w.GRPC), addr(w.HTTP)) {
 			t.Errorf("the banner does not list decode worker %d:\n%s", i+1, stdout.String())
 		}
