@@ -45,6 +45,7 @@ func TestChaos(t *testing.T) {
 		{"stalled scheduler", chaosStalledScheduler},
 		{"long steps under load (110M, long prompts)", chaosLongSteps},
 		{"router restart mid-flight", chaosRouterRestart},
+		{"wedged router request path", chaosRouterWedge},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
