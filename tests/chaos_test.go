@@ -43,6 +43,7 @@ func TestChaos(t *testing.T) {
 		{"black-holed decode-prefill network", chaosBlackhole},
 		{"slow clients (SSE, gRPC)", chaosSlowClient},
 		{"stalled scheduler", chaosStalledScheduler},
+		{"SIGTERM during a hung step", chaosHungShutdown},
 		{"long steps under load (110M, long prompts)", chaosLongSteps},
 		{"router restart mid-flight", chaosRouterRestart},
 		{"wedged router request path", chaosRouterWedge},
