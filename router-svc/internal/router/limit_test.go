@@ -45,6 +45,8 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"--max-new-tokens-limit", "100"}, "--max-new-tokens 256 exceeds --max-new-tokens-limit 100"},
 		{[]string{"--max-new-tokens-limit", "100", "--max-new-tokens", "50"}, ""},
 		{[]string{"--max-concurrent-requests", "-2"}, "--max-concurrent-requests"},
+		{[]string{"--max-inflight-per-client", "-1"}, "--max-inflight-per-client"},
+		{[]string{"--max-inflight-per-client", "0"}, ""},
 		{[]string{"--request-timeout", "-1s"}, "--request-timeout"},
 		{[]string{"--max-body-bytes", "10"}, "--max-body-bytes"},
 	}
@@ -64,7 +66,8 @@ func TestLimitFlags(t *testing.T) {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	s.AddFlags(fs)
 	_ = fs.Parse(nil)
-	if s.limits.maxConcurrent != defaultMaxConcurrent || s.limits.requestTimeout != defaultRequestTimeout || s.limits.maxBodyBytes != defaultMaxBodyBytes {
+	if s.limits.maxConcurrent != defaultMaxConcurrent || s.limits.requestTimeout != defaultRequestTimeout || s.limits.maxBodyBytes != defaultMaxBodyBytes ||
+		s.limits.maxPerClient != defaultMaxPerClient {
 		t.Errorf("defaults = %+v", s.limits)
 	}
 }
