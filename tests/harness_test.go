@@ -215,6 +215,7 @@ func startUp(t testing.TB, within time.Duration, env []string, args ...string) (
 	if e2eTLS {
 		args = append([]string{"--tls"}, args...)
 	}
+	registerUpWorkers(args)
 	p := startProcEnv(t, "batonctl", env, append([]string{"up", "--bin-dir", binDir, "--log-dir", logDir}, args...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -233,6 +234,39 @@ func startUp(t testing.TB, within time.Duration, env []string, args ...string) (
 		}
 	}
 	return p, logDir
+}
+
+// registerUpWorkers records the worker gRPC addresses of batonctl up's
+// port layout (up.Layout: prefill P+2, decode P+4, further prefill workers
+// from P+6, then further decode workers) for dial.
+func registerUpWorkers(args []string) {
+	val := func(flag string, def int) int {
+		for i, a := range args {
+			if a == flag && i+1 < len(args) {
+				if n, err := strconv.Atoi(args[i+1]); err == nil {
+					return n
+				}
+			}
+		}
+		return def
+	}
+	base := val("--port-base", 0)
+	if base == 0 {
+		return
+	}
+	prefills, decodes := val("--prefill-workers", 1), val("--decode-workers", 1)
+	at := func(port int, role tlsconf.Role) { workerRoles.Store("127.0.0.1:"+strconv.Itoa(port), role) }
+	at(base+2, tlsconf.Prefill)
+	at(base+4, tlsconf.Decode)
+	next := base + 6
+	for range prefills - 1 {
+		at(next, tlsconf.Prefill)
+		next += 2
+	}
+	for range decodes - 1 {
+		at(next, tlsconf.Decode)
+		next += 2
+	}
 }
 
 // upLogs is every service log batonctl up wrote into dir, each file's lines
