@@ -69,7 +69,7 @@ func (w *Worker) Open(ctx context.Context, d *svckit.Deps) error {
 // registers its own service beside them.
 func (w *Worker) Register(srv *svckit.Server) {
 	w.Host.Attach(srv)
-	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(w.Host))
+	batonv1.RegisterWorkerServiceServer(srv.GRPC, workerapi.New(w.Host).WithListeners(srv.HTTPAddr(), srv.AdminAddr()))
 	srv.OnDrain(w.Host.Drain)
 }
 

@@ -9,6 +9,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Source is what a worker exposes to the WorkerService.
@@ -25,14 +26,37 @@ type Source interface {
 type Service struct {
 	batonv1.UnimplementedWorkerServiceServer
 	src Source
+	// httpAddr and adminAddr are the worker's bound listeners, reported in
+	// Info so that the router's /debug/workers (and batonctl diagnose) can
+	// find /metrics and the admin listener's /debug/requests.
+	httpAddr, adminAddr string
 }
 
 // New returns the WorkerService for src.
 func New(src Source) *Service { return &Service{src: src} }
 
+// WithListeners makes Info report the worker's bound HTTP and admin
+// addresses (svckit.Server.HTTPAddr and AdminAddr; "" for none) unless the
+// Source reports its own.
+func (s *Service) WithListeners(httpAddr, adminAddr string) *Service {
+	s.httpAddr, s.adminAddr = httpAddr, adminAddr
+	return s
+}
+
 // Info describes the worker.
 func (s *Service) Info(context.Context, *batonv1.InfoRequest) (*batonv1.InfoResponse, error) {
-	return s.src.Info(), nil
+	info := s.src.Info()
+	if s.httpAddr == "" && s.adminAddr == "" {
+		return info, nil
+	}
+	info = proto.Clone(info).(*batonv1.InfoResponse) // the Source may hand out a shared message
+	if info.HttpAddr == "" {
+		info.HttpAddr = s.httpAddr
+	}
+	if info.AdminAddr == "" {
+		info.AdminAddr = s.adminAddr
+	}
+	return info, nil
 }
 
 // GetLoad reports the current load.

@@ -197,7 +197,15 @@ type InfoResponse struct {
 	// What it can hold.
 	Capacity *Capacity `protobuf:"bytes,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Baton's version.
-	Version       string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	// The address its HTTP listener (--http-addr: /metrics, /health) is bound
+	// to, host:port as bound: an unspecified host (0.0.0.0, ::) means the
+	// worker's own address.
+	HttpAddr string `protobuf:"bytes,6,opt,name=http_addr,json=httpAddr,proto3" json:"http_addr,omitempty"`
+	// The address its admin listener (--admin-addr: /debug/requests, pprof)
+	// is bound to, like http_addr; empty when it is off. Loopback by
+	// default, so reachable only from the worker's host.
+	AdminAddr     string `protobuf:"bytes,7,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,6 +271,20 @@ func (x *InfoResponse) GetCapacity() *Capacity {
 func (x *InfoResponse) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetHttpAddr() string {
+	if x != nil {
+		return x.HttpAddr
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetAdminAddr() string {
+	if x != nil {
+		return x.AdminAddr
 	}
 	return ""
 }
@@ -697,13 +719,16 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"totalPages\x12(\n" +
 	"\x10max_batch_tokens\x18\x02 \x01(\rR\x0emaxBatchTokens\x120\n" +
 	"\x14max_running_requests\x18\x03 \x01(\rR\x12maxRunningRequests\x12.\n" +
-	"\x13max_sequence_tokens\x18\x04 \x01(\rR\x11maxSequenceTokens\"\xde\x01\n" +
+	"\x13max_sequence_tokens\x18\x04 \x01(\rR\x11maxSequenceTokens\"\x9a\x02\n" +
 	"\fInfoResponse\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.baton.v1.WorkerRoleR\x04role\x12)\n" +
 	"\x05model\x18\x02 \x01(\v2\x13.baton.v1.ModelInfoR\x05model\x12/\n" +
 	"\tkv_layout\x18\x03 \x01(\v2\x12.baton.v1.KVLayoutR\bkvLayout\x12.\n" +
 	"\bcapacity\x18\x04 \x01(\v2\x12.baton.v1.CapacityR\bcapacity\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\tR\aversion\"\xbb\x04\n" +
+	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1b\n" +
+	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x1d\n" +
+	"\n" +
+	"admin_addr\x18\a \x01(\tR\tadminAddr\"\xbb\x04\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12'\n" +

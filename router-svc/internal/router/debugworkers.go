@@ -6,6 +6,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -62,6 +63,12 @@ type debugWorker struct {
 	KVLayout       string              `json:"kv_layout,omitempty"`
 	Version        string              `json:"version,omitempty"`
 	Canary         []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
+
+	// HTTPAddr and AdminAddr are the worker's HTTP listener (/metrics) and
+	// admin listener (/debug/requests), as its Info reports them, so that
+	// batonctl diagnose can read them.
+	HTTPAddr  string `json:"http_addr,omitempty"`
+	AdminAddr string `json:"admin_addr,omitempty"`
 }
 
 type debugLoad struct {
@@ -103,6 +110,24 @@ func (s *Service) debugWorkers(now time.Time) debugWorkers {
 	return out
 }
 
+// reachable is a listener address a worker reported with an unspecified
+// host (bound to all interfaces: "", 0.0.0.0, ::) given the host the router
+// dials the worker at; other addresses are returned as they are.
+func reachable(listener, workerAddr string) string {
+	host, port, err := net.SplitHostPort(listener)
+	if err != nil {
+		return listener
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listener
+	}
+	whost, _, err := net.SplitHostPort(workerAddr)
+	if err != nil || whost == "" {
+		return listener
+	}
+	return net.JoinHostPort(whost, port)
+}
+
 func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time.Time) *debugSet {
 	ds := &debugSet{Source: set.Source().String(), Workers: []debugWorker{}}
 	add := func(w *workers.Worker, draining bool) {
@@ -116,6 +141,7 @@ func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time
 		}
 		if info := w.Info(); info != nil {
 			dw.Fingerprint, dw.Version = info.GetModel().GetFingerprint(), info.GetVersion()
+			dw.HTTPAddr, dw.AdminAddr = reachable(info.GetHttpAddr(), w.Addr), reachable(info.GetAdminAddr(), w.Addr)
 			if l := info.GetKvLayout(); l != nil {
 				dw.KVLayout = fmt.Sprintf("%v page=%d layers=%d kv_heads=%d head_dim=%d",
 					l.GetDtype(), l.GetPageSizeTokens(), l.GetNumLayers(), l.GetNumKvHeads(), l.GetHeadDim())

@@ -51,6 +51,9 @@ type fakeDecode struct {
 	calls    atomic.Int32
 	inflight atomic.Int32
 	ended    chan error
+
+	// listeners, when set, are the HTTP and admin addresses Info reports.
+	listeners atomic.Pointer[[2]string]
 }
 
 func startFakeDecode(t *testing.T, behave int) *fakeDecode {
@@ -112,7 +115,11 @@ func (f *fakeDecode) Generate(in *batonv1.DecodeServiceGenerateRequest, stream b
 }
 
 func (f *fakeDecode) Info(context.Context, *batonv1.InfoRequest) (*batonv1.InfoResponse, error) {
-	return &batonv1.InfoResponse{Role: batonv1.WorkerRole_WORKER_ROLE_DECODE}, nil
+	info := &batonv1.InfoResponse{Role: batonv1.WorkerRole_WORKER_ROLE_DECODE}
+	if l := f.listeners.Load(); l != nil {
+		info.HttpAddr, info.AdminAddr = l[0], l[1]
+	}
+	return info, nil
 }
 
 func (f *fakeDecode) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.WorkerService_WatchLoadServer) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -73,6 +75,9 @@ func parseWorkers(b []byte) ([]discovered, error) {
 			d.http = str(obj, "http_addr", "http_address", "http_url", "http")
 			d.http = baseURL(d.http)
 			d.admin = baseURL(str(obj, "admin_addr", "admin_address", "admin_url", "admin"))
+			if isLoopback(d.admin) && !isLoopback(d.http) && !isLoopback("//"+d.grpc) {
+				d.admin = "" // a remote worker's loopback admin: only its own host reaches it
+			}
 			if q, _ := obj["quarantined"].(bool); q {
 				d.quarantine = str(obj, "quarantine_reason")
 				if d.quarantine == "" {
@@ -96,6 +101,20 @@ func parseWorkers(b []byte) ([]discovered, error) {
 		return nil, fmt.Errorf("no worker with a role and an address in %s", shorten(string(b), 200))
 	}
 	return out, nil
+}
+
+// isLoopback reports whether the URL's host is a loopback address or
+// localhost.
+func isLoopback(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Hostname() == "" {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
 }
 
 // str returns the first of keys that obj has as a non-empty string.

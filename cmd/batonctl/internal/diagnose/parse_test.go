@@ -57,6 +57,9 @@ func TestParseWorkers(t *testing.T) {
 			[]discovered{{RolePrefill, "p:1", "", "", ""}, {RoleDecode, "d:1", "", "p:1->d:1: deadline", ""}, {RoleDecode, "d:2", "", "no reason given", ""}}, false},
 		{"admin addresses", `{"decode":{"workers":[{"address":"d:1","role":"decode","http_addr":"d:2","admin_addr":"d:3"}]}}`,
 			[]discovered{{RoleDecode, "d:1", "http://d:2", "", "http://d:3"}}, false},
+		{"a remote worker's loopback admin is not ours to read", `{"decode":{"workers":[{"address":"10.1.1.1:1","role":"decode","admin_addr":"127.0.0.1:8088"},
+			{"address":"127.0.0.1:1","role":"decode","admin_addr":"127.0.0.1:8088"}]}}`,
+			[]discovered{{RoleDecode, "10.1.1.1:1", "", "", ""}, {RoleDecode, "127.0.0.1:1", "", "", "http://127.0.0.1:8088"}}, false},
 		{"nothing usable", `{"workers":[{"role":"decode"}]}`, nil, true},
 		{"not JSON", `<html>`, nil, true},
 	}
