@@ -262,7 +262,7 @@ func (p *selfProber) probe(ctx context.Context) {
 		}
 	}
 	p.results.WithLabelValues(result).Inc()
-	p.record(res)
+	p.record(res, result)
 }
 
 // send runs the probe request through the router's RouterService.Generate
@@ -298,8 +298,10 @@ func (p *selfProber) send(ctx context.Context, id string) error {
 	return nil
 }
 
-// record keeps res as the last outcome, logging changes of state once.
-func (p *selfProber) record(res probeResult) {
+// record keeps res as the last outcome, logging changes of state once and
+// probes that failed on their workers (a refusal for load or for want of a
+// pair is the limiter's and the fleet's to report).
+func (p *selfProber) record(res probeResult, result string) {
 	p.mu.Lock()
 	p.last = res
 	was := p.failing
@@ -310,7 +312,7 @@ func (p *selfProber) record(res probeResult) {
 		p.logger.Error("self-probe: the router's request path is stuck", "request_id", res.id, "stage", res.stage, "err", res.err)
 	case !res.router && was:
 		p.logger.Info("self-probe: the router's request path serves again", "request_id", res.id)
-	case res.err != nil && !res.router:
+	case result == "worker":
 		p.logger.Warn("self-probe failed outside the router", "request_id", res.id, "stage", res.stage, "err", res.err)
 	}
 }
