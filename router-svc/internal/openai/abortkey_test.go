@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,6 @@ func TestAbortOnlyByOwnKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	other := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+otherKey)
 
 	for _, via := range []string{"grpc", "rest"} {
 		t.Run(via, func(t *testing.T) {
@@ -80,8 +80,9 @@ func TestAbortOnlyByOwnKey(t *testing.T) {
 			case via == "rest" && (err != nil || code != http.StatusNotFound):
 				t.Errorf("REST abort with another client's key: %d %v, want 404", code, err)
 			}
-			// The request runs on: it is still listed and still streams.
-			lr, err := client.ListRequests(other, &batonv1.ListRequestsRequest{})
+			// The request runs on: it is still listed (to its own key) and
+			// still streams.
+			lr, err := client.ListRequests(tr.authed(), &batonv1.ListRequestsRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,4 +113,64 @@ func TestAbortOnlyByOwnKey(t *testing.T) {
 			tr.idle(t)
 		})
 	}
+}
+
+// TestListRequestsOnlyOwnKey (issue 18, defect 9): with API keys on,
+// ListRequests shows a caller only the requests its own key made — over
+// gRPC and REST — so another client's request ids, peers and trace ids are
+// not listed (the admin listener's /debug/requests still lists all).
+func TestListRequestsOnlyOwnKey(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte(testKey+"\n"+otherKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := startRouter(t, "--api-keys-file", keys, "--request-timeout", "1m")
+	conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(tr.authed())
+	defer cancel()
+	stream, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: "listed-to-owner", Prompt: "Once upon a time",
+		Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: 120, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := batonv1.NewRouterServiceClient(tr.grpc)
+	list := func(key string) []string {
+		md := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+		lr, err := client.ListRequests(md, &batonv1.ListRequestsRequest{})
+		if err != nil {
+			t.Fatalf("ListRequests: %v", err)
+		}
+		var ids []string
+		for _, r := range lr.GetRequests() {
+			ids = append(ids, r.GetRequestId())
+		}
+		req, _ := http.NewRequest("GET", tr.http+"/v1/requests", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET /v1/requests: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(b), "listed-to-owner") != slices.Contains(ids, "listed-to-owner") {
+			t.Errorf("GET /v1/requests: %d %s; gRPC listed %v", resp.StatusCode, b, ids)
+		}
+		return ids
+	}
+	if ids := list(otherKey); len(ids) != 0 {
+		t.Errorf("ListRequests with another client's key: %v, want none", ids)
+	}
+	if ids := list(testKey); !slices.Equal(ids, []string{"listed-to-owner"}) {
+		t.Errorf("ListRequests with the request's own key: %v, want [listed-to-owner]", ids)
+	}
+	cancel()
+	tr.idle(t)
 }

@@ -217,9 +217,10 @@ func (s *Service) ListModels(context.Context, *batonv1.ListModelsRequest) (*bato
 	return &batonv1.ListModelsResponse{Object: "list", Data: []*batonv1.ModelInfo{mi}}, nil
 }
 
-// ListRequests lists the router's in-flight requests, oldest first.
-func (s *Service) ListRequests(context.Context, *batonv1.ListRequestsRequest) (*batonv1.ListRequestsResponse, error) {
-	return &batonv1.ListRequestsResponse{Requests: s.inflight.list()}, nil
+// ListRequests lists the router's in-flight requests, oldest first. With
+// API keys on, a caller sees only the requests its own key made.
+func (s *Service) ListRequests(ctx context.Context, _ *batonv1.ListRequestsRequest) (*batonv1.ListRequestsResponse, error) {
+	return &batonv1.ListRequestsResponse{Requests: s.inflight.listFor(ctx)}, nil
 }
 
 // Abort cancels an in-flight request; cancelling its decode call aborts it on
