@@ -40,8 +40,14 @@ var certDir string
 var e2eTLS = os.Getenv("BATON_E2E_TLS") == "1"
 
 // workerRoles maps the gRPC address of each worker the suite started to its
-// role, so that dial can use TLS for workers when e2eTLS.
-var workerRoles sync.Map // string -> tlsconf.Role
+// role and the directory of the certificates it was given, so that dial can
+// use TLS for workers when e2eTLS.
+var workerRoles sync.Map // string -> workerTLS
+
+type workerTLS struct {
+	role    tlsconf.Role
+	certDir string // certDir, or batonctl up --tls's own
+}
 
 // serviceRoles are the services' certificate roles.
 var serviceRoles = map[string]tlsconf.Role{"router-svc": tlsconf.Router, "prefill-svc": tlsconf.Prefill, "decode-svc": tlsconf.Decode}
@@ -179,7 +185,7 @@ func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc
 		}
 		if role != tlsconf.Router {
 			if a := grpcAddrOf(args, env); a != "" {
-				workerRoles.Store(a, role)
+				workerRoles.Store(a, workerTLS{role, certDir})
 			}
 		}
 	}
@@ -215,7 +221,7 @@ func startUp(t testing.TB, within time.Duration, env []string, args ...string) (
 	if e2eTLS {
 		args = append([]string{"--tls"}, args...)
 	}
-	registerUpWorkers(args)
+	registerUpWorkers(args, filepath.Join(logDir, "certs"))
 	p := startProcEnv(t, "batonctl", env, append([]string{"up", "--bin-dir", binDir, "--log-dir", logDir}, args...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -238,8 +244,9 @@ func startUp(t testing.TB, within time.Duration, env []string, args ...string) (
 
 // registerUpWorkers records the worker gRPC addresses of batonctl up's
 // port layout (up.Layout: prefill P+2, decode P+4, further prefill workers
-// from P+6, then further decode workers) for dial.
-func registerUpWorkers(args []string) {
+// from P+6, then further decode workers) for dial, with the certificates
+// batonctl up --tls writes into dir.
+func registerUpWorkers(args []string, dir string) {
 	val := func(flag string, def int) int {
 		for i, a := range args {
 			if a == flag && i+1 < len(args) {
@@ -255,7 +262,9 @@ func registerUpWorkers(args []string) {
 		return
 	}
 	prefills, decodes := val("--prefill-workers", 1), val("--decode-workers", 1)
-	at := func(port int, role tlsconf.Role) { workerRoles.Store("127.0.0.1:"+strconv.Itoa(port), role) }
+	at := func(port int, role tlsconf.Role) {
+		workerRoles.Store("127.0.0.1:"+strconv.Itoa(port), workerTLS{role, dir})
+	}
 	at(base+2, tlsconf.Prefill)
 	at(base+4, tlsconf.Decode)
 	next := base + 6
@@ -355,8 +364,9 @@ func waitHTTP(t testing.TB, p *proc, url string, within time.Duration) {
 func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
-	if role, ok := workerRoles.Load(addr); ok && e2eTLS {
-		creds = tlsDialOption(t, tlsconf.Router, role.(tlsconf.Role))
+	if w, ok := workerRoles.Load(addr); ok && e2eTLS {
+		w := w.(workerTLS)
+		creds = tlsDialOptionIn(t, w.certDir, tlsconf.Router, w.role)
 	}
 	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
@@ -369,7 +379,13 @@ func dial(t testing.TB, addr string) *grpc.ClientConn {
 // tlsDialOption is mutual TLS with as's certificate to a server of role want.
 func tlsDialOption(t testing.TB, as, want tlsconf.Role) grpc.DialOption {
 	t.Helper()
-	id, err := tlsconf.Load(tlsconf.FilesIn(certDir, as), nil)
+	return tlsDialOptionIn(t, certDir, as, want)
+}
+
+// tlsDialOptionIn is tlsDialOption with the certificates in dir.
+func tlsDialOptionIn(t testing.TB, dir string, as, want tlsconf.Role) grpc.DialOption {
+	t.Helper()
+	id, err := tlsconf.Load(tlsconf.FilesIn(dir, as), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
