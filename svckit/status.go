@@ -3,6 +3,7 @@ package svckit
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
@@ -39,10 +40,12 @@ var (
 )
 
 // codeTable maps sentinel errors to gRPC codes. It is the one place this
-// mapping lives: handlers return wrapped sentinels and call Status at the
-// boundary. TestEverySentinelMapped walks the source tree and fails on a
-// sentinel of the engine, kvtransfer, svckit, decode or prefill that maps
-// to Internal or Unknown, so a new one must get a line here.
+// mapping lives: handlers return wrapped sentinels (Errorf, or fmt.Errorf
+// with %w and Status at the boundary). TestEverySentinelMapped walks the
+// source tree and fails on a sentinel of the engine, kvtransfer, svckit,
+// decode or prefill that maps to Internal or Unknown, so a new one must get
+// a line here; TestNoInlineStatus fails on a status built in a worker's
+// handler.
 var codeTable = []struct {
 	err  error
 	code codes.Code
@@ -116,6 +119,47 @@ func Code(err error) codes.Code {
 	}
 	return codes.Internal
 }
+
+// Errorf returns an error of kind, a codeTable sentinel (or any error: the
+// code is Code(kind)), with the message
+// fmt.Errorf(format, args...) gives: kind's own text is not added, so the
+// message stays what the handler says, and %w in format keeps the cause.
+// errors.Is finds kind and what format wrapped; its gRPC status (for the
+// server, Status, and the traces) has kind's code from codeTable, whatever
+// the cause is. Handlers return it instead of building a status on the spot.
+func Errorf(kind error, format string, args ...any) error {
+	code := Code(kind)
+	if code == codes.OK {
+		code = codes.Internal // no kind: a bug, not a success
+	}
+	return &kindError{kind: kind, code: code, err: fmt.Errorf(format, args...)}
+}
+
+// PeerErrorf relays an error a peer reported with its own gRPC code (its
+// status, or an in-band error message), with the message fmt.Sprintf gives:
+// the one code no sentinel of this service chooses.
+func PeerErrorf(code codes.Code, format string, args ...any) error {
+	return &kindError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// kindError is Errorf's and PeerErrorf's error.
+type kindError struct {
+	kind error // nil for a peer's code
+	code codes.Code
+	err  error
+}
+
+func (e *kindError) Error() string { return e.err.Error() }
+
+func (e *kindError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{e.err}
+	}
+	return []error{e.kind, e.err}
+}
+
+// GRPCStatus makes the error a status error, found before anything it wraps.
+func (e *kindError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
 
 // Status converts err into a gRPC status error with the code from Code and
 // err's message. A nil err gives nil; a status error is returned as it is.

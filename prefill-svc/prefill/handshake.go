@@ -4,11 +4,12 @@ import (
 	"context"
 	"time"
 
+	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -24,11 +25,11 @@ func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.Trans
 		}
 		hs := m.GetHandshake()
 		if hs == nil {
-			return nil, status.Error(codes.InvalidArgument, "the first TransferKV message must be a handshake")
+			return nil, svckit.Errorf(engine.ErrInvalidInput, "the first TransferKV message must be a handshake")
 		}
 		return hs, nil
 	case <-t.C:
-		return nil, status.Errorf(codes.DeadlineExceeded, "no handshake within %v", s.HandshakeTimeout)
+		return nil, svckit.Errorf(svckit.ErrPeerTimeout, "no handshake within %v", s.HandshakeTimeout)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
@@ -40,37 +41,37 @@ func (s *Service) awaitHandshake(ctx context.Context, msgs <-chan *batonv1.Trans
 func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	h := s.Host
 	if fp := hs.GetModelFingerprint(); fp != h.Fingerprint {
-		return sched.Request{}, status.Errorf(codes.FailedPrecondition,
+		return sched.Request{}, svckit.Errorf(svckit.ErrMismatch,
 			"model_fingerprint: this prefill worker serves %s (%s), decode sent %q", h.ModelInfo.GetId(), h.Fingerprint, fp)
 	}
 	peer, err := kvtransfer.LayoutFromProto(hs.GetKvLayout())
 	if err != nil {
-		return sched.Request{}, status.Errorf(codes.FailedPrecondition, "%v", err)
+		return sched.Request{}, svckit.Errorf(svckit.ErrMismatch, "%w", err)
 	}
 	if msg := kvtransfer.Mismatch(h.Layout, peer); msg != "" {
-		return sched.Request{}, status.Error(codes.FailedPrecondition, msg)
+		return sched.Request{}, svckit.Errorf(svckit.ErrMismatch, "%s", msg)
 	}
 	if err := apiconv.ValidRequestID(hs.GetRequestId()); err != nil {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	n := len(hs.GetPromptTokenIds())
 	if n == 0 || n >= h.Config.ContextLength {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "prompt_token_ids: %d tokens, want 1-%d", n, h.Config.ContextLength-1)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "prompt_token_ids: %d tokens, want 1-%d", n, h.Config.ContextLength-1)
 	}
 	prompt, err := apiconv.TokenIDs("prompt_token_ids", hs.GetPromptTokenIds(), h.Config.Vocab)
 	if err != nil {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	if pages := h.Layout.PagesFor(n); int(hs.GetPagesReserved()) < pages {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "pages_reserved: %d, a prompt of %d tokens needs %d", hs.GetPagesReserved(), n, pages)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "pages_reserved: %d, a prompt of %d tokens needs %d", hs.GetPagesReserved(), n, pages)
 	}
 	params, err := apiconv.Sampling(hs.GetSampling())
 	if err != nil {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	stopIDs, err := apiconv.StopTokenIDs(hs.GetSampling(), h.Config.Vocab)
 	if err != nil {
-		return sched.Request{}, status.Errorf(codes.InvalidArgument, "%v", err)
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
 		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs}, nil

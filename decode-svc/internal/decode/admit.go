@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Admission: a routed request is checked and becomes a scheduler request;
@@ -17,7 +16,7 @@ import (
 
 // checkRequest validates a routed request and returns the scheduler request.
 func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.Request, error) {
-	bad := func(err error) error { return status.Errorf(codes.InvalidArgument, "%v", err) }
+	bad := func(err error) error { return svckit.Errorf(engine.ErrInvalidInput, "%w", err) }
 	r := in.GetRequest()
 	if err := apiconv.ValidRequestID(r.GetRequestId()); err != nil {
 		return sched.Request{}, bad(err)

@@ -1,15 +1,13 @@
 package decode
 
 import (
+	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // How a request's end is observed and reported to the caller.
@@ -23,14 +21,14 @@ func finish(ev sched.Event) (batonv1.FinishReason, error) {
 	case sched.FinishLength, sched.FinishContext:
 		return batonv1.FinishReason_FINISH_REASON_LENGTH, nil
 	case sched.FinishCancelled:
-		return 0, status.Errorf(codes.Canceled, "request cancelled: %v", ev.Err)
+		return 0, svckit.Errorf(context.Canceled, "request cancelled: %v", ev.Err)
 	case sched.FinishAborted:
 		if errors.Is(ev.Err, sched.ErrClosed) {
-			return 0, status.Errorf(codes.Unavailable, "decode worker shutting down: %v", ev.Err)
+			return 0, svckit.Errorf(sched.ErrClosed, "decode worker shutting down: %w", ev.Err)
 		}
-		return 0, status.Errorf(codes.Aborted, "%v", ev.Err)
+		return 0, svckit.Errorf(sched.ErrSlowConsumer, "%w", ev.Err) // the scheduler's other abort: ABORTED
 	}
-	return 0, svckit.Status(fmt.Errorf("request failed: %w", ev.Err))
+	return 0, svckit.Errorf(ev.Err, "request failed: %w", ev.Err)
 }
 
 // releaseWait bounds how long a failed request waits for the scheduler to

@@ -2,17 +2,18 @@ package decode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
 	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -20,6 +21,8 @@ const localPrefill = "local"
 
 // Generate runs one request: reserve pages, pull the KV cache, decode.
 func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream batonv1.DecodeService_GenerateServer) (err error) {
+	// The gRPC boundary: what no sentinel gives a code (a bug) is INTERNAL.
+	defer func() { err = svckit.Status(err) }()
 	ctx := stream.Context()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -60,7 +63,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	if req.Mode == sched.ModeDecodeImported {
 		if err := s.pull(ftCtx, log, in, st, timing, start); err != nil {
 			if context.Cause(ftCtx) == errNoFirst {
-				err = status.Error(codes.DeadlineExceeded, errNoFirst.Error())
+				err = svckit.Errorf(context.DeadlineExceeded, "%w", errNoFirst)
 			}
 			schedCancel(err)
 			// The router may retry this request on this worker at once
@@ -103,7 +106,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 		select {
 		case e, ok := <-st.Events():
 			if !ok {
-				return status.Error(codes.Internal, "the scheduler closed the request's events without a final event")
+				return errors.New("the scheduler closed the request's events without a final event")
 			}
 			ev = e
 		case <-wait.Done():
@@ -118,7 +121,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
-			return status.Error(codes.DeadlineExceeded, errNoFirst.Error())
+			return svckit.Errorf(context.DeadlineExceeded, "%w", errNoFirst)
 		}
 		switch ev.Kind {
 		case sched.EventToken:
@@ -146,7 +149,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 				return status.FromContextError(ctx.Err()).Err()
 			}
 			if context.Cause(ftCtx) == errNoFirst && ev.Finish == sched.FinishCancelled {
-				return status.Error(codes.DeadlineExceeded, errNoFirst.Error())
+				return svckit.Errorf(context.DeadlineExceeded, "%w", errNoFirst)
 			}
 			fr, err := finish(ev)
 			if err != nil {

@@ -11,9 +11,8 @@ import (
 	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/enginehost"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -52,7 +51,7 @@ func (t *transfer) close() {
 // accept it within the handshake timeout, as DEADLINE_EXCEEDED.
 func (t *transfer) notAccepted() error {
 	if context.Cause(t.ctx) == t.errNoAccept {
-		return status.Error(codes.DeadlineExceeded, t.errNoAccept.Error())
+		return svckit.Errorf(svckit.ErrPeerTimeout, "%w", t.errNoAccept)
 	}
 	return nil
 }
@@ -66,7 +65,7 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 	endpoint := in.GetPrefillEndpoint()
 	conn, release, err := s.peers.get(endpoint)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
+		return nil, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: %w", endpoint, err)
 	}
 	t := &transfer{endpoint: endpoint, log: log, release: release,
 		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.HandshakeTimeout)}
@@ -82,7 +81,7 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		if err := t.notAccepted(); err != nil {
 			return t, err
 		}
-		return t, status.Errorf(codes.Unavailable, "prefill %s: %v", endpoint, err)
+		return t, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: %w", endpoint, err)
 	}
 	r := in.GetRequest()
 	t.rcv = kvtransfer.NewReceiver(s.Host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &kvtransfer.PoolSink{Pool: s.Host.Pool, Pages: pages})
@@ -98,7 +97,7 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		hs.Deadline = timestamppb.New(dl)
 	}
 	if err := t.stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: hs}}); err != nil && !errors.Is(err, io.EOF) {
-		return t, status.Errorf(codes.Unavailable, "prefill %s: handshake: %v", endpoint, err)
+		return t, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: handshake: %w", endpoint, err)
 	}
 	return t, nil
 }

@@ -3,11 +3,13 @@ package decode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/apiconv"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -52,23 +54,23 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 			return status.FromContextError(ctx.Err()).Err()
 		case <-idle.C:
 			s.abort(t, "transfer idle")
-			return status.Errorf(codes.DeadlineExceeded, "prefill %s did not %s within %v", t.endpoint, waitingFor, s.IdleTimeout)
+			return svckit.Errorf(svckit.ErrPeerTimeout, "prefill %s did not %s within %v", t.endpoint, waitingFor, s.IdleTimeout)
 		case rm, ok := <-t.msgs:
 			if !ok {
 				if err := t.notAccepted(); err != nil {
 					return err
 				}
-				return status.Errorf(codes.Unavailable, "prefill %s: stream ended", t.endpoint)
+				return svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: stream ended", t.endpoint)
 			}
 			if rm.err != nil {
 				if err := t.notAccepted(); err != nil {
 					return err
 				}
 				if rm.err == io.EOF {
-					return status.Errorf(codes.Unavailable, "prefill %s ended the transfer without PrefillDone", t.endpoint)
+					return svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s ended the transfer without PrefillDone", t.endpoint)
 				}
 				st := status.Convert(rm.err)
-				return status.Errorf(st.Code(), "prefill %s: %s", t.endpoint, st.Message())
+				return svckit.PeerErrorf(st.Code(), "prefill %s: %s", t.endpoint, st.Message())
 			}
 			t.hsTimer.Stop()
 			idle.Reset(s.IdleTimeout)
@@ -84,20 +86,20 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 				s.Codec.Release(m.KvChunk) // the bytes are in the pages now
 				if err != nil {
 					s.abort(t, "bad chunk")
-					return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+					return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
 				}
 				if grant > 0 {
 					err := t.stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: uint32(grant)}}})
 					if err != nil && !errors.Is(err, io.EOF) {
-						return status.Errorf(codes.Unavailable, "prefill %s: %v", t.endpoint, err)
+						return svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: %w", t.endpoint, err)
 					}
 				}
 			case *batonv1.TransferKVResponse_PrefillDone:
 				return s.complete(ctx, t, m.PrefillDone, st, timing, transferStart)
 			case *batonv1.TransferKVResponse_Error:
-				return status.Errorf(codes.Code(m.Error.GetCode()), "prefill %s: %s", t.endpoint, m.Error.GetMessage())
+				return svckit.PeerErrorf(codes.Code(m.Error.GetCode()), "prefill %s: %s", t.endpoint, m.Error.GetMessage())
 			default:
-				return status.Errorf(codes.Internal, "prefill %s: unexpected %T", t.endpoint, m)
+				return fmt.Errorf("prefill %s: unexpected %T", t.endpoint, m) // a protocol bug: INTERNAL
 			}
 		}
 	}
@@ -107,7 +109,7 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 // the request with prefill's first token: the pages are decode's now.
 func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.PrefillDone, st *sched.Stream, timing *batonv1.Timing, transferStart time.Time) error {
 	if err := t.rcv.Complete(done); err != nil {
-		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+		return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
 	}
 	_ = t.stream.CloseSend()
 	s.Host.Metrics.KVTransferBytes.Add(float64(t.rcv.Bytes()))
@@ -116,11 +118,11 @@ func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.Prefi
 	first := apiconv.TokenLogprob(done.GetFirstTokenLogprob())
 	first.ID = int32(done.GetFirstTokenId())
 	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.Host.Config.Vocab); err != nil {
-		return status.Errorf(codes.DataLoss, "prefill %s: %v", t.endpoint, err)
+		return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
 	}
 	t.log.DebugContext(ctx, "kv received", "chunks", t.rcv.Chunks(), "bytes", t.rcv.Bytes(), "took", time.Since(transferStart).String())
 	if err := st.Activate(first); err != nil {
-		return status.Errorf(codes.Internal, "activate: %v", err)
+		return fmt.Errorf("activate: %v", err) // this worker's bug: INTERNAL (not the INVALID_ARGUMENT err wraps)
 	}
 	return nil
 }

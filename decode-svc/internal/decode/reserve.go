@@ -2,6 +2,7 @@ package decode
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/baton-serving/baton/engine/kvcache"
@@ -9,7 +10,6 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -34,7 +34,7 @@ func waitReserved(ctx context.Context, st *sched.Stream) ([]kvcache.PageID, erro
 		select {
 		case ev, ok := <-st.Events():
 			if !ok {
-				return nil, status.Error(codes.Internal, "request ended before its pages were reserved")
+				return nil, errors.New("request ended before its pages were reserved") // a scheduler bug: INTERNAL
 			}
 			switch ev.Kind {
 			case sched.EventReserved:
@@ -42,7 +42,7 @@ func waitReserved(ctx context.Context, st *sched.Stream) ([]kvcache.PageID, erro
 			case sched.EventDone:
 				_, err := finish(ev)
 				if err == nil {
-					err = status.Error(codes.Internal, "request finished before its pages were reserved")
+					err = errors.New("request finished before its pages were reserved")
 				}
 				return nil, err
 			}
