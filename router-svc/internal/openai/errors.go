@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/baton-serving/baton/svckit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -41,6 +42,14 @@ func (e *httpError) Error() string { return e.message }
 // invalid is a 400 naming the request field param.
 func invalid(param, format string, a ...any) *httpError {
 	return &httpError{status: http.StatusBadRequest, typ: typeInvalidRequest, param: param, message: fmt.Sprintf(format, a...)}
+}
+
+// bodyTimeout is the 408 for a request body the client did not finish
+// sending within --http-body-timeout (svckit.ErrBodyTimeout): the request
+// was late, not malformed, so it is no 400.
+func bodyTimeout() *httpError {
+	return &httpError{status: http.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+		message: svckit.ErrBodyTimeout.Error() + ": send the whole body promptly"}
 }
 
 // withCode sets the error's machine-readable code.

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/baton-serving/baton/svckit"
 )
 
 // commonRequest holds the fields completions and chat completions share.
@@ -70,7 +72,8 @@ type chatMessage struct {
 	Name    string          `json:"name"`
 }
 
-// readBody reads a request body of at most limit bytes: 413 beyond it.
+// readBody reads a request body of at most limit bytes: 413 beyond it, 408
+// when the client does not deliver it within --http-body-timeout.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
@@ -80,6 +83,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *htt
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(limit)
+		}
+		if errors.Is(err, svckit.ErrBodyTimeout) {
+			return nil, bodyTimeout()
 		}
 		return nil, invalid("", "reading the request body: %v", err)
 	}
