@@ -42,7 +42,6 @@ type slot struct {
 	started  time.Time
 	backoff  time.Duration
 	failures int // exits in a row after short runs
-	pending  bool
 }
 
 // supervise keeps children running until ctx ends, then stops them in
@@ -72,16 +71,21 @@ func supervise(ctx context.Context, children []*child, respawn respawnFunc, stop
 		slots[i] = &slot{c: c, started: now, backoff: restartBackoff}
 		watch(i, c)
 	}
+	// current lists the processes still running: one that died and waits
+	// for its restart has been reported already and is not stopped.
 	current := func() []*child {
-		cs := make([]*child, len(slots))
-		for i, s := range slots {
-			cs[i] = s.c
+		var cs []*child
+		for _, s := range slots {
+			select {
+			case <-s.c.done:
+			default:
+				cs = append(cs, s.c)
+			}
 		}
 		return cs
 	}
 	schedule := func(i int) {
 		s := slots[i]
-		s.pending = true
 		time.AfterFunc(s.backoff, func() {
 			select {
 			case restart <- i:
@@ -112,7 +116,6 @@ func supervise(ctx context.Context, children []*child, respawn respawnFunc, stop
 			schedule(e.i)
 		case i := <-restart:
 			s := slots[i]
-			s.pending = false
 			nc, err := respawn(s.c)
 			if err != nil {
 				fmt.Fprintf(stderr, "batonctl up: restarting %s: %v; trying again in %v\n", s.c.name, err, s.backoff)

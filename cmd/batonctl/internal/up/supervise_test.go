@@ -212,3 +212,35 @@ func TestUpRouterKeepsDying(t *testing.T) {
 		}
 	}
 }
+
+// TestUpCtrlCWhileRestarting: Ctrl-C while a dead worker waits for its
+// restart stops the rest cleanly (exit 0; the death was reported when it
+// happened) and starts nothing more.
+func TestUpCtrlCWhileRestarting(t *testing.T) {
+	l, _, stderr, done, code, cancel := upFakes(t, 1, 1)
+	victim := servicePid(t, l.Decode[0].GRPC)
+	if victim == 0 {
+		t.Fatal("no decode-svc process")
+	}
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(stderr.String(), "decode-svc exited unexpectedly") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel() // within the first restart's backoff
+	select {
+	case <-done:
+		if *code != 0 {
+			t.Errorf("up exited %d after Ctrl-C during a restart's backoff, want 0:\n%s", *code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("up did not stop")
+	}
+	time.Sleep(2 * restartBackoff)
+	for _, p := range []int{l.RouterGRPC, l.Prefill[0].GRPC, l.Decode[0].GRPC} {
+		if pid := servicePid(t, p); pid != 0 {
+			t.Errorf("a service on gRPC port %d (pid %d) runs after up exited", p, pid)
+		}
+	}
+}
