@@ -229,3 +229,63 @@ func TestSelfProbeIDsReserved(t *testing.T) {
 		t.Errorf("client request with a self-probe id: %v, want INVALID_ARGUMENT (reserved)", err)
 	}
 }
+
+// TestRequestPathRules: the limiter and overdue rules of the request-path
+// check, on made-up state. A full limiter is a wedge only when nothing
+// finishes or progresses for stallBound and some slot holder is not
+// waiting on a worker; an in-flight request past --request-timeout plus
+// overdueGrace is one wherever it is.
+func TestRequestPathRules(t *testing.T) {
+	now := time.Now()
+	stale := now.Add(-2 * stallBound)
+	mk := func(id string, state batonv1.RequestState, start, progress time.Time) *request {
+		r := &request{id: id, start: start}
+		r.state.Store(int32(state))
+		r.progress.Store(progress.UnixNano())
+		return r
+	}
+	cases := []struct {
+		name     string
+		slots    int // taken of 2
+		reqs     []*request
+		finished time.Time
+		want     string // "" or a substring of the problem
+	}{
+		{"limiter not full", 1, nil, stale, ""},
+		{"full, a request finished lately", 2, nil, now, ""},
+		{"full, nothing listed, nothing finished: stuck before the table", 2, nil, stale, "stuck at admission: the limiter is full (2 of 2"},
+		{"full, requests streaming with progress", 2, []*request{
+			mk("a", batonv1.RequestState_REQUEST_STATE_RUNNING, stale, now), mk("b", batonv1.RequestState_REQUEST_STATE_RUNNING, stale, stale)}, stale, ""},
+		{"full, both waiting on workers", 2, []*request{
+			mk("a", batonv1.RequestState_REQUEST_STATE_PREALLOC, stale, stale), mk("b", batonv1.RequestState_REQUEST_STATE_RUNNING, stale, stale)}, stale, ""},
+		{"full, both stuck routing", 2, []*request{
+			mk("a", batonv1.RequestState_REQUEST_STATE_ROUTING, stale, stale), mk("b", batonv1.RequestState_REQUEST_STATE_ROUTING, stale, stale)}, stale, "stuck at routing: the limiter is full"},
+		{"overdue request", 1, []*request{
+			mk("old", batonv1.RequestState_REQUEST_STATE_RUNNING, now.Add(-time.Minute-overdueGrace-time.Second), now)}, now, "stuck at streaming: request old in flight for 1m6s, past --request-timeout 1m0s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New()
+			s.limits.requestTimeout = time.Minute
+			s.limit = newLimiter(2)
+			for range tc.slots {
+				if _, err := s.limit.acquire(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, r := range tc.reqs {
+				if _, err := s.inflight.add(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.path.released.Store(tc.finished.UnixNano())
+			err := s.checkRequestPath(context.Background())
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("request-path failing: %v, want passing", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("request-path = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
