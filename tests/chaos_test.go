@@ -47,6 +47,7 @@ func TestChaos(t *testing.T) {
 		{"long steps under load (110M, long prompts)", chaosLongSteps},
 		{"router restart mid-flight", chaosRouterRestart},
 		{"wedged router request path", chaosRouterWedge},
+		{"trickling SSE clients", chaosTrickle},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
