@@ -70,7 +70,7 @@ func NewServer(name string, cfg Config, logger *slog.Logger, tp *tracing.Provide
 		Registry: tracing.NewRegistry(name), Health: health.NewServer(), Mux: http.NewServeMux(), Admin: http.NewServeMux(), TLS: opts.TLS}
 	var tlsOpts []grpc.ServerOption
 	if opts.TLS != nil && opts.Peers != nil {
-		tlsOpts = tlsconf.ServerOptions(opts.TLS, opts.Peers) // credentials and the role check, before the drain guard
+		tlsOpts = tlsconf.ServerOptions(opts.TLS, opts.Peers, Status) // credentials and the role check, before the drain guard
 	}
 	gopts := append(append(tlsOpts,
 		tp.ServerOption(),

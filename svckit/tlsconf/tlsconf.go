@@ -39,10 +39,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 // Role is a Baton service's role, as its certificate names it.
@@ -61,8 +59,8 @@ var Roles = []Role{Router, Prefill, Decode}
 // TrustDomain is the host part of the role URI spiffe://baton/<role>.
 const TrustDomain = "baton"
 
-// Errors. They are wrapped with details (%w); the gRPC interceptor maps
-// them to PERMISSION_DENIED or UNAUTHENTICATED at the boundary.
+// Errors. They are wrapped with details (%w); svckit's error table maps
+// them to UNAUTHENTICATED (ErrNoCertificate) and PERMISSION_DENIED.
 var (
 	ErrNoCertificate = errors.New("no peer certificate")
 	ErrNoRole        = errors.New("certificate names no Baton role")
@@ -391,29 +389,24 @@ func (p Policy) Authorize(ctx context.Context, fullMethod string) error {
 	return err
 }
 
-// grpcStatus maps Authorize's errors to gRPC status at the boundary.
-func grpcStatus(fullMethod string, err error) error {
-	code := codes.PermissionDenied
-	if errors.Is(err, ErrNoCertificate) {
-		code = codes.Unauthenticated
-	}
-	return status.Errorf(code, "%s: %v", fullMethod, err)
-}
-
 // ServerOptions are a gRPC server's options for mutual TLS with id, each
-// call authorized by p.
-func ServerOptions(id *Identity, p Policy) []grpc.ServerOption {
+// call authorized by p. toStatus turns Authorize's error (wrapping
+// ErrNoCertificate, ErrNoRole or ErrWrongRole, prefixed with the method)
+// into the gRPC status the caller gets: the service's one error-to-code
+// table (svckit.Status) lives above this package.
+func ServerOptions(id *Identity, p Policy, toStatus func(error) error) []grpc.ServerOption {
+	deny := func(method string, err error) error { return toStatus(fmt.Errorf("%s: %w", method, err)) }
 	return []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(id.ServerConfig())),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := p.Authorize(ctx, info.FullMethod); err != nil {
-				return nil, grpcStatus(info.FullMethod, err)
+				return nil, deny(info.FullMethod, err)
 			}
 			return h(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			if err := p.Authorize(ss.Context(), info.FullMethod); err != nil {
-				return grpcStatus(info.FullMethod, err)
+				return deny(info.FullMethod, err)
 			}
 			return h(srv, ss)
 		}),

@@ -48,7 +48,7 @@ func mustLoad(t *testing.T, f Files) *Identity {
 func serve(t *testing.T, dir string, role Role, p Policy) string {
 	t.Helper()
 	id := mustLoad(t, FilesIn(dir, role))
-	srv := grpc.NewServer(ServerOptions(id, p)...)
+	srv := grpc.NewServer(ServerOptions(id, p, toStatus)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -75,6 +75,15 @@ func check(t *testing.T, addr string, opt grpc.DialOption) error {
 }
 
 var routerOnly = Policy{"": {Router}}
+
+// toStatus is the mapping svckit's table gives these errors.
+func toStatus(err error) error {
+	code := codes.PermissionDenied
+	if errors.Is(err, ErrNoCertificate) {
+		code = codes.Unauthenticated
+	}
+	return status.Error(code, err.Error())
+}
 
 func TestRightRolePasses(t *testing.T) {
 	dir := devDir(t)
@@ -227,7 +236,7 @@ func TestReload(t *testing.T) {
 	dir := devDir(t)
 	id := mustLoad(t, FilesIn(dir, Decode))
 	id.every = 0
-	srv := grpc.NewServer(ServerOptions(id, routerOnly)...)
+	srv := grpc.NewServer(ServerOptions(id, routerOnly, toStatus)...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
