@@ -41,6 +41,7 @@ func TestChaos(t *testing.T) {
 		{"kill -9 prefill mid-transfer", chaosKillPrefill},
 		{"kill -9 prefill, retried on another", chaosKillPrefillRetry},
 		{"black-holed decode-prefill network", chaosBlackhole},
+		{"black hole, default credit window, long prompts", chaosBlackholeLongPrompts},
 		{"slow clients (SSE, gRPC)", chaosSlowClient},
 		{"stalled scheduler", chaosStalledScheduler},
 		{"SIGTERM during a hung step", chaosHungShutdown},
