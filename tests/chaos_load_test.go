@@ -39,7 +39,7 @@ func chaosLongSteps(t *testing.T, row *chaosRow) {
 		router: []string{"--canary-interval", "500ms", "--canary-timeout", "1s"}})
 
 	watch := startHealthWatch(f)
-	const clients, perClient, promptLen = 3, 3, 250
+	const clients, perClient, promptLen = 4, 4, 250
 	var o outcomes
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -64,10 +64,15 @@ func chaosLongSteps(t *testing.T, row *chaosRow) {
 	wg.Wait()
 	flips, longest := watch.stop()
 	o.fill(row)
-	t.Logf("requests: %s; longest prefill step seen %v (--stall-timeout %v)", o.String(), longest.Round(time.Millisecond), stallTimeout)
-	row.diagnose = fmt.Sprintf("longest step seen %.1f s, --stall-timeout %v; %d readiness flips or quarantines", longest.Seconds(), stallTimeout, len(flips))
+	probes := chaosLabelled(f.router.http, "baton_canary_probes_total", "result")
+	t.Logf("requests: %s; longest step seen %v (--stall-timeout %v); canary probes %v", o.String(), longest.Round(time.Millisecond), stallTimeout, probes)
+	row.diagnose = fmt.Sprintf("longest step %.1f s (--stall-timeout %v), %v busy canaries; %d readiness flips or quarantines",
+		longest.Seconds(), stallTimeout, probes["busy"], len(flips))
 	if longest <= stallTimeout {
 		t.Errorf("no forward step outlived --stall-timeout %v (longest seen %v): the case shows nothing", stallTimeout, longest)
+	}
+	if probes["busy"] == 0 {
+		t.Errorf("no canary probe was late (%v): the case does not exercise the busy rule", probes)
 	}
 	for _, fl := range flips {
 		t.Errorf("under load: %s", fl)
@@ -113,7 +118,9 @@ func startHealthWatch(f *chaosFleet) *healthWatch {
 			case <-time.After(50 * time.Millisecond):
 			}
 			for _, n := range f.all() {
-				if body, code := readyState(n); code != http.StatusOK {
+				// A service too busy to answer within the client's 3 s is
+				// not one that says NOT_SERVING: only answers count.
+				if body, code := readyState(n); code != http.StatusOK && code != 0 {
 					note("%s %s /health/ready %d: %s", n.name, n.http, code, body)
 				}
 			}

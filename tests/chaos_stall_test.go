@@ -150,7 +150,7 @@ func chaosCanaryPhase(t *testing.T, f *chaosFleet, row *chaosRow) time.Duration 
 	chaosServeGolden(t, f, row, other, 10)
 
 	// Diagnose finds the workers through the router (gRPC addresses only).
-	d := runDiagnose(t, "diagnose", "--json", "--router", "http://"+f.router.http, "--samples", "2", "--interval", "300ms",
+	d := runDiagnose(t, "diagnose", "--json", "--router", "http://"+f.router.http, "--router-admin", "http://"+adminOf(f.router.http), "--samples", "2", "--interval", "300ms",
 		"--stuck-after", "1s", "--probe-timeout", "3s")
 	found := false
 	for _, s := range d.Services {

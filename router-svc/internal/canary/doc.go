@@ -54,8 +54,9 @@
 // (prefill's compute, the KV transfer, decode's page reservation). A worker
 // computes when its step count moves, or when its step in progress is long
 // but within 4× its expected time at its measured speed (one step of a big
-// prompt moves no count for seconds; a tiny step far past it is a frozen
-// loop). Allowed is true only for passing
+// prompt moves no count for seconds). A worker the stage waits on whose
+// step in progress is far past that (a frozen loop) makes the probe a
+// timeout whatever its peer does. Allowed is true only for passing
 // pairs: a pair nobody has seen serve is not routed to. Run probes a new
 // pair as soon as it sees it, so this costs a new pair one probe's latency
 // (and the router's readiness at start-up waits for the first probes, not a

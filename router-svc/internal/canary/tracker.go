@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // State is a pair's standing with the tracker.
@@ -77,6 +79,13 @@ func computing(before, after Progress) bool {
 		return true
 	}
 	return after.StepRunning > 0 && after.StepExpected > 0 && after.StepRunning <= busyFactor*after.StepExpected
+}
+
+// stuck reports whether a worker's step in progress is far past its
+// expected time: its forward loop is frozen, so it admits, activates and
+// computes nothing, whatever its peer does.
+func stuck(p Progress) bool {
+	return p.StepRunning > 0 && p.StepExpected > 0 && p.StepRunning > busyFactor*p.StepExpected
 }
 
 // Options configure a Tracker.
@@ -305,7 +314,9 @@ func (t *Tracker) probe(ctx context.Context, p Pair) {
 	switch {
 	case !returned:
 		result, err = ResultTimeout, fmt.Errorf("no answer within %v", t.o.Timeout)
-	case err != nil && pctx.Err() != nil:
+	case err != nil && (pctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded):
+		// The probe's deadline travels with its RPCs: decode or prefill
+		// may call it a moment before the probe's own timer does.
 		result, err = ResultTimeout, fmt.Errorf("no answer within %v: %w", t.o.Timeout, err)
 	case err != nil:
 		result = ResultFail
@@ -348,7 +359,9 @@ func (t *Tracker) progress(p Pair) map[string]Progress {
 
 // busy judges a late probe by the stage it waited in: it names the worker
 // that kept computing meanwhile among those the stage waits on ("" when
-// none did, and the probe is a timeout).
+// none did, or when one of them is stuck in a step, and the probe is a
+// timeout). The first token needs both: decode's loop reserves the pages
+// and activates the request, prefill computes the prompt.
 func (t *Tracker) busy(p Pair, stage Stage, before, after map[string]Progress) string {
 	var waitsOn []string
 	switch {
@@ -357,18 +370,22 @@ func (t *Tracker) busy(p Pair, stage Stage, before, after map[string]Progress) s
 	default: // the first token, or no stage named
 		waitsOn = []string{p.Prefill, p.Decode}
 	}
+	who := ""
 	for _, addr := range waitsOn {
 		b, okB := before[addr]
 		a, okA := after[addr]
-		if okB && okA && computing(b, a) {
+		switch {
+		case okA && stuck(a):
+			return ""
+		case who == "" && okB && okA && computing(b, a):
 			role := "decode"
 			if addr == p.Prefill {
 				role = "prefill"
 			}
-			return fmt.Sprintf("%s %s, which the probe waited on at %s, kept", role, addr, stage)
+			who = fmt.Sprintf("%s %s, which the probe waited on at %s, kept", role, addr, stage)
 		}
 	}
-	return ""
+	return who
 }
 
 // record applies a probe's result to p's state and logs a change of state.

@@ -14,6 +14,8 @@ import (
 	"github.com/baton-serving/baton/router-svc/internal/logtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Probe behaviours of the scripted probe.
@@ -500,6 +502,16 @@ func TestTrackerBusyRule(t *testing.T) {
 			}, false, ResultTimeout},
 		{"admission awaited, only prefill computes", StageAdmission,
 			stepping, idle, false, ResultTimeout},
+		// Decode frozen in another request's step cannot reserve or
+		// activate: a busy prefill does not make the probe busy.
+		{"first token awaited, prefill busy, decode frozen in a step", StageFirstToken,
+			stepping, func(_ int, s time.Time) Progress {
+				return Progress{Steps: 9, StepRunning: time.Since(s) + 2*time.Second, StepExpected: 5 * time.Millisecond}
+			}, false, ResultTimeout},
+		// The probe's deadline, enforced by decode a moment before the
+		// probe's own timer: a timeout, judged by the same rule.
+		{"decode answers DEADLINE_EXCEEDED first, prefill busy", stageDeadlineFromDecode,
+			stepping, idle, false, ResultBusy},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -524,6 +536,13 @@ func TestTrackerBusyRule(t *testing.T) {
 				if !hanging.Load() {
 					return nil
 				}
+				if c.stage == stageDeadlineFromDecode {
+					SetStage(ctx, StageFirstToken)
+					dl, _ := ctx.Deadline()
+					time.Sleep(time.Until(dl) - 5*time.Millisecond)
+					return fmt.Errorf("canary x: failed during the first token: %w",
+						status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL"))
+				}
 				SetStage(ctx, c.stage)
 				<-ctx.Done()
 				return ctx.Err()
@@ -545,6 +564,11 @@ func TestTrackerBusyRule(t *testing.T) {
 		})
 	}
 }
+
+// stageDeadlineFromDecode makes the test's probe fail with decode's
+// DEADLINE_EXCEEDED just before its own deadline, waiting for the first
+// token.
+const stageDeadlineFromDecode Stage = 100
 
 // idle is a worker that completes no step and runs none.
 func idle(int, time.Time) Progress { return Progress{Steps: 1} }
