@@ -74,7 +74,7 @@ func (s *stallServer) TransferKV(stream batonv1.PrefillService_TransferKVServer)
 // Send until the stream ends: a send that makes no progress for the idle
 // deadline ends the transfer with ErrSendStalled, an ErrStalled.
 func TestSenderSendDeadline(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	const idle = time.Second
 	const prompt = 256 // 9 MiB of K and V
 	codec := NewCodec()
 	srv := &stallServer{idle: idle, codec: codec, runs: make(chan runResult, 1)}
