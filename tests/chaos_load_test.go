@@ -33,13 +33,17 @@ func chaosLongSteps(t *testing.T, row *chaosRow) {
 	if err := testmodel.Write(model, spec); err != nil {
 		t.Fatal(err)
 	}
-	const stallTimeout = 500 * time.Millisecond
-	worker := []string{"--stall-timeout", stallTimeout.String(), "--max-batch-tokens", "256", "--kv-cache-bytes", "128MiB"}
-	f := startChaosFleet(t, chaosSpec{prefills: 1, decodes: 1, model: model, prefill: worker, decode: worker,
+	// Prefill's steps are the long ones. Decode keeps the suite's 2 s: its
+	// requests wait on prefill (not its stall), and its short steps share
+	// the two cores with prefill's.
+	const stallTimeout = 300 * time.Millisecond
+	worker := []string{"--max-batch-tokens", "512", "--kv-cache-bytes", "160MiB"}
+	f := startChaosFleet(t, chaosSpec{prefills: 1, decodes: 1, model: model,
+		prefill: append([]string{"--stall-timeout", stallTimeout.String()}, worker...), decode: worker,
 		router: []string{"--canary-interval", "500ms", "--canary-timeout", "1s"}})
 
 	watch := startHealthWatch(f)
-	const clients, perClient, promptLen = 4, 4, 250
+	const clients, perClient, promptLen = 4, 4, 480 // one step each; the context is 512
 	var o outcomes
 	var wg sync.WaitGroup
 	for c := range clients {
