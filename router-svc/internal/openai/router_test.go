@@ -105,9 +105,9 @@ func startRouterOn(t *testing.T, eg *engineGen, flags ...string) *testRouter {
 	args := append([]string{"--model", refdata.Model(t), "--prefill", "local", "--decode", lis.Addr().String(),
 		"--load-interval", "50ms", "--api-keys-file", keys, "--max-body-bytes", "65536",
 		// These tests count the requests the decode side sees; canary
-		// probes (covered by the canary package and the e2e suite) would
-		// add to them.
-		"--canary-interval", "0"}, flags...)
+		// probes and the router's self-probe (covered by the canary and
+		// router packages and the e2e suite) would add to them.
+		"--canary-interval", "0", "--self-probe-interval", "0"}, flags...)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
