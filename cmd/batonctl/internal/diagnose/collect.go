@@ -13,6 +13,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -158,8 +159,15 @@ type grpcReader struct {
 	conn *grpc.ClientConn
 }
 
-func newGRPCReader(addr string) (*grpcReader, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// With id (--tls-cert, --tls-key, --tls-ca) it dials with mutual TLS,
+// expecting the worker's role in its certificate; workers serving mTLS
+// refuse a plaintext client.
+func newGRPCReader(addr string, role Role, id *tlsconf.Identity) (*grpcReader, error) {
+	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if id != nil {
+		creds = id.DialOption(tlsconf.Role(role))
+	}
+	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: %w", addr, err)
 	}
@@ -202,11 +210,11 @@ type target struct {
 	r   reader
 }
 
-func newTarget(svc Service, client *http.Client) (target, error) {
+func newTarget(svc Service, client *http.Client, id *tlsconf.Identity) (target, error) {
 	if svc.HTTP != "" {
 		return target{svc, &httpReader{base: strings.TrimRight(svc.HTTP, "/"), admin: strings.TrimRight(svc.Admin, "/"), client: client}}, nil
 	}
-	g, err := newGRPCReader(svc.GRPC)
+	g, err := newGRPCReader(svc.GRPC, svc.Role, id)
 	if err != nil {
 		return target{}, err
 	}

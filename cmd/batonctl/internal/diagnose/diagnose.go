@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/cmd/batonctl/internal/loopback"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 )
 
 // Summary is the one-line description of the command.
@@ -70,6 +71,9 @@ type options struct {
 	probeTokens               int
 	apiKey                    string
 	asJSON                    bool
+	// tls are the certificate files for reading workers over gRPC when
+	// they serve mutual TLS (--tls-cert, --tls-key, --tls-ca).
+	tls tlsconf.Files
 }
 
 func (o *options) addFlags(fs *flag.FlagSet) {
@@ -89,6 +93,9 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.probeTokens, "probe-tokens", 8, "tokens the probe asks for")
 	fs.StringVar(&o.apiKey, "api-key", os.Getenv("BATON_API_KEY"), "API key for the router, when it requires one (env BATON_API_KEY)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the verdict as one JSON object")
+	fs.StringVar(&o.tls.Cert, "tls-cert", os.Getenv("BATON_TLS_CERT"), "certificate (PEM) for reading grpc:// workers that serve mutual TLS; a router-role certificate, as `batonctl certs` writes (env BATON_TLS_CERT)")
+	fs.StringVar(&o.tls.Key, "tls-key", os.Getenv("BATON_TLS_KEY"), "the --tls-cert's private key (PEM) (env BATON_TLS_KEY)")
+	fs.StringVar(&o.tls.CA, "tls-ca", os.Getenv("BATON_TLS_CA"), "CA certificate (PEM) the workers' certificates are checked against (env BATON_TLS_CA)")
 }
 
 func (o *options) validate() error {
@@ -99,6 +106,9 @@ func (o *options) validate() error {
 		return errors.New("--interval, --timeout, --stuck-after and --probe-timeout must be positive")
 	case o.probeTokens < 1:
 		return fmt.Errorf("--probe-tokens: %d, want ≥ 1", o.probeTokens)
+	}
+	if err := o.tls.Validate(); err != nil {
+		return err
 	}
 	if o.router == "" && o.prefill == "" && o.decode == "" {
 		o.router = loopback.RouterHTTP
@@ -218,8 +228,15 @@ func collect(ctx context.Context, o options) (Observation, error) {
 			t.r.close()
 		}
 	}()
+	var id *tlsconf.Identity
+	if o.tls.Enabled() {
+		var err error
+		if id, err = tlsconf.Load(o.tls, nil); err != nil {
+			return obs, err
+		}
+	}
 	for _, s := range services {
-		t, err := newTarget(s, client)
+		t, err := newTarget(s, client, id)
 		if err != nil {
 			return obs, err
 		}

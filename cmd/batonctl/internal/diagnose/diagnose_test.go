@@ -18,6 +18,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"github.com/baton-serving/baton/svckit/workerapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -334,5 +335,44 @@ func TestWorkerAdminFromRouter(t *testing.T) {
 				t.Fatalf("verdict %+v does not list decode-0's stuck request from its admin listener; stderr %s", v, stderr)
 			}
 		})
+	}
+}
+
+// TestRunGRPCWorkerTLS: a worker serving mutual TLS is read over gRPC with
+// --tls-cert/--tls-key/--tls-ca (a router-role certificate); without them
+// diagnose cannot read it and says the worker is down.
+func TestRunGRPCWorkerTLS(t *testing.T) {
+	dir := t.TempDir()
+	if err := tlsconf.WriteDevCerts(dir, tlsconf.DevOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := tlsconf.Load(tlsconf.FilesIn(dir, tlsconf.Prefill), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(tlsconf.ServerOptions(id, tlsconf.PolicyFor(tlsconf.Prefill), func(err error) error { return err })...)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	batonv1.RegisterWorkerServiceServer(srv, workerapi.New(&workerapi.Idle{Role: batonv1.WorkerRole_WORKER_ROLE_PREFILL}))
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := "grpc://" + lis.Addr().String()
+
+	if _, v, stderr := run(t, "--prefill", addr, "--samples", "1"); len(v.Services) != 1 || !v.Services[0].Down {
+		t.Errorf("without a certificate: verdict %+v, want prefill-0 unreadable (down); stderr %s", v, stderr)
+	}
+	router := tlsconf.FilesIn(dir, tlsconf.Router)
+	code, v, stderr := run(t, "--prefill", addr, "--samples", "1",
+		"--tls-cert", router.Cert, "--tls-key", router.Key, "--tls-ca", router.CA)
+	if len(v.Services) != 1 || v.Services[0].Down || !v.Services[0].Ready {
+		t.Fatalf("with the router's certificate: exit %d, verdict %+v; stderr %s", code, v, stderr)
+	}
+	if code, _, stderr := run(t, "--prefill", addr, "--tls-cert", router.Cert); code != ExitUsage || !strings.Contains(stderr, "--tls-key") {
+		t.Errorf("--tls-cert alone: exit %d, stderr %q; want usage error naming --tls-key", code, stderr)
 	}
 }
