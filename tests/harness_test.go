@@ -363,10 +363,17 @@ func waitHTTP(t testing.TB, p *proc, url string, within time.Duration) {
 // the suite started is dialed with mutual TLS as the router.
 func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
+	return dialAs(t, addr, tlsconf.Router)
+}
+
+// dialAs is dial presenting as's certificate under BATON_E2E_TLS=1: a test
+// that plays decode towards prefill (TransferKV) dials as decode.
+func dialAs(t testing.TB, addr string, as tlsconf.Role) *grpc.ClientConn {
+	t.Helper()
 	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
 	if w, ok := workerRoles.Load(addr); ok && e2eTLS {
 		w := w.(workerTLS)
-		creds = tlsDialOptionIn(t, w.certDir, tlsconf.Router, w.role)
+		creds = tlsDialOptionIn(t, w.certDir, as, w.role)
 	}
 	conn, err := grpc.NewClient(addr, creds)
 	if err != nil {

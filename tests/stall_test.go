@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -18,8 +19,7 @@ import (
 // refused with FAILED_PRECONDITION naming the difference.
 func TestHandshakeMismatch(t *testing.T) {
 	c := startCluster(t, workerFlags)
-	conn := dial(t, c.prefill.grpc)
-	info, err := batonv1.NewWorkerServiceClient(conn).Info(context.Background(), &batonv1.InfoRequest{})
+	info, err := batonv1.NewWorkerServiceClient(dial(t, c.prefill.grpc)).Info(context.Background(), &batonv1.InfoRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +37,12 @@ func TestHandshakeMismatch(t *testing.T) {
 		{"other page size", info.GetModel().GetFingerprint(), wrongPage, "kv_layout.page_size_tokens"},
 		{"other dtype", info.GetModel().GetFingerprint(), wrongType, "kv_layout.dtype"},
 	}
+	kv := dialAs(t, c.prefill.grpc, tlsconf.Decode) // the test plays a decode worker
 	for _, cs := range cases {
 		t.Run(cs.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			stream, err := batonv1.NewPrefillServiceClient(conn).TransferKV(ctx)
+			stream, err := batonv1.NewPrefillServiceClient(kv).TransferKV(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
