@@ -437,15 +437,19 @@ func stopAll(children []*child, timeout time.Duration, stderr io.Writer) error {
 		}
 	}
 	var errs []error
-	deadline := time.After(timeout)
+	// One deadline for all: a timer channel delivers once, so each wait
+	// gets its own channel for the time left (none left: kill at once).
+	deadline := time.Now().Add(timeout)
 	for _, c := range children {
+		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-c.done:
-		case <-deadline:
+		case <-t.C:
 			fmt.Fprintf(stderr, "batonctl up: %s did not stop within %v; killing it\n", c.name, timeout)
 			_ = c.cmd.Process.Kill()
 			<-c.done
 		}
+		t.Stop()
 		if c.err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.name, c.err))
 		}

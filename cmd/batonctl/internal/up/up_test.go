@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -441,4 +442,41 @@ func countFiles(t *testing.T, dir, suffix string) int {
 		}
 	}
 	return n
+}
+
+// TestStopAllKillsEveryStraggler: when several services ignore SIGTERM,
+// each is killed once --stop-timeout has passed. (A single deadline channel
+// fires once: the second straggler was waited for until it exited by
+// itself.)
+func TestStopAllKillsEveryStraggler(t *testing.T) {
+	var children []*child
+	for i := range 2 {
+		cmd := exec.Command("sh", "-c", "trap '' TERM; sleep 60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := &child{name: fmt.Sprintf("straggler#%d", i), cmd: cmd, done: make(chan struct{})}
+		go func() { c.err = cmd.Wait(); close(c.done) }()
+		children = append(children, c)
+	}
+	// Let the shells install their trap before they are signalled.
+	time.Sleep(200 * time.Millisecond)
+	var stderr bytes.Buffer
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		_ = stopAll(children, 300*time.Millisecond, &stderr)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		for _, c := range children {
+			_ = c.cmd.Process.Kill()
+		}
+		<-returned
+		t.Fatalf("stopAll still waiting 20 s after its 300ms stop timeout; it said: %s", stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "killing it"); n != 2 {
+		t.Errorf("stopAll killed %d stragglers, want 2; it said: %s", n, stderr.String())
+	}
 }
