@@ -118,6 +118,13 @@ func supervise(ctx context.Context, children []*child, respawn respawnFunc, stop
 			s := slots[i]
 			nc, err := respawn(s.c)
 			if err != nil {
+				// A restart that cannot even start counts as one more
+				// exit: a router that cannot be brought back ends up.
+				s.failures++
+				if isRouter(s.c) && s.failures > routerRestarts {
+					err := fmt.Errorf("%s could not be restarted %d times in a row (last: %v)", s.c.name, s.failures, err)
+					return errors.Join(err, stopOrdered(current(), stopTimeout, stderr))
+				}
 				fmt.Fprintf(stderr, "batonctl up: restarting %s: %v; trying again in %v\n", s.c.name, err, s.backoff)
 				schedule(i)
 				continue

@@ -5,11 +5,14 @@ package up
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -242,5 +245,37 @@ func TestUpCtrlCWhileRestarting(t *testing.T) {
 		if pid := servicePid(t, p); pid != 0 {
 			t.Errorf("a service on gRPC port %d (pid %d) runs after up exited", p, pid)
 		}
+	}
+}
+
+// TestSuperviseRouterCannotRestart: a router whose restarts cannot even
+// start (its binary gone, its port taken) counts each failed start as an
+// exit, so up gives up after routerRestarts instead of retrying forever.
+func TestSuperviseRouterCannotRestart(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	router := &child{name: "router-svc", cmd: cmd, done: make(chan struct{})}
+	go func() { router.err = cmd.Wait(); close(router.done) }()
+	var starts atomic.Int32
+	respawn := func(old *child) (*child, error) {
+		starts.Add(1)
+		return nil, errors.New("exec: no such file")
+	}
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- supervise(ctx, []*child{router}, respawn, time.Second, &stderr) }()
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "could not be restarted") {
+			t.Errorf("supervise = %v, want an error saying the router could not be restarted", err)
+		}
+	case <-time.After(30 * time.Second):
+		cancel()
+		<-ended
+		t.Fatalf("supervise still retrying the router after 30 s (%d failed starts); it said: %s", starts.Load(), stderr.String())
 	}
 }
