@@ -37,6 +37,12 @@ var (
 	// ErrSuperseded: a newer attempt of the same request replaced this one
 	// (a prefill worker's stale transfer when the router's retry arrives).
 	ErrSuperseded = errors.New("superseded by a newer attempt of the request")
+	// ErrPeerNotAllowed: a request names a peer worker this service's
+	// allow list (decode's --prefill-allow) does not admit. The router
+	// chose that peer, not the client, so it is the pair's failure:
+	// UNAVAILABLE, which the router fails over on and a client sees as
+	// 503 — never the client's 400.
+	ErrPeerNotAllowed = errors.New("peer not allowed")
 )
 
 // codeTable maps sentinel errors to gRPC codes. It is the one place this
@@ -50,6 +56,11 @@ var codeTable = []struct {
 	err  error
 	code codes.Code
 }{
+	// First, before the context rows: Shutdown's error wraps both
+	// ErrStepHung and the context's cause, and a hung step is the worker
+	// going away (UNAVAILABLE), not the caller's deadline. Code takes the
+	// first row that matches.
+	{sched.ErrStepHung, codes.Unavailable},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{ErrDraining, codes.Unavailable},
@@ -58,6 +69,7 @@ var codeTable = []struct {
 	{ErrMismatch, codes.FailedPrecondition},
 	{ErrCorrupt, codes.DataLoss},
 	{ErrSuperseded, codes.Aborted},
+	{ErrPeerNotAllowed, codes.Unavailable},
 	{ErrBodyTimeout, codes.DeadlineExceeded}, // HTTP only: a client too slow to send its body
 
 	{engine.ErrInvalidInput, codes.InvalidArgument},
@@ -72,7 +84,6 @@ var codeTable = []struct {
 	{sched.ErrQueueFull, codes.ResourceExhausted},
 	{sched.ErrDuplicateID, codes.AlreadyExists},
 	{sched.ErrSlowConsumer, codes.Aborted},
-	{sched.ErrStepHung, codes.Unavailable},
 	{model.ErrClosed, codes.Unavailable},
 
 	{kvtransfer.ErrAborted, codes.Aborted},

@@ -70,6 +70,7 @@ var sentinelValues = map[string]error{
 	"svckit.ErrMismatch":                ErrMismatch,
 	"svckit.ErrCorrupt":                 ErrCorrupt,
 	"svckit.ErrSuperseded":              ErrSuperseded,
+	"svckit.ErrPeerNotAllowed":          ErrPeerNotAllowed,
 	"svckit/tlsconf.ErrNoCertificate":   tlsconf.ErrNoCertificate,
 	"svckit/tlsconf.ErrNoRole":          tlsconf.ErrNoRole,
 	"svckit/tlsconf.ErrWrongRole":       tlsconf.ErrWrongRole,
@@ -196,6 +197,13 @@ func TestStatusCodes(t *testing.T) {
 		{sched.ErrQueueFull, codes.ResourceExhausted},
 		{fmt.Errorf("prefill p:1: %w", ErrPeerTimeout), codes.DeadlineExceeded},
 		{context.Canceled, codes.Canceled},
+		// Shutdown's error wraps both ErrStepHung and the context's cause:
+		// a hung step is the worker going away, not the caller's deadline.
+		{fmt.Errorf("%w (running for 1s): %w", sched.ErrStepHung, context.DeadlineExceeded), codes.Unavailable},
+		{fmt.Errorf("%w: %w", sched.ErrStepHung, context.Canceled), codes.Unavailable},
+		// A --prefill-allow refusal: the router picked the endpoint, so
+		// it is a failover, not the client's 400.
+		{fmt.Errorf("prefill_endpoint %q: %w", "p:1", ErrPeerNotAllowed), codes.Unavailable},
 		{status.Error(codes.NotFound, "as it is"), codes.NotFound},
 		{errors.New("other"), codes.Internal},
 	} {

@@ -50,7 +50,7 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		return sched.Request{}, bad(fmt.Errorf("prefill_endpoint: %q, want host:port or %q", ep, localPrefill))
 	default:
 		if err := s.peerLimits.allowed(ep); err != nil {
-			return sched.Request{}, bad(err)
+			return sched.Request{}, svckit.Errorf(svckit.ErrPeerNotAllowed, "%w", err)
 		}
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,

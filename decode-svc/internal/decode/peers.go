@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/svckit"
 	"google.golang.org/grpc"
 )
 
@@ -24,9 +24,11 @@ import (
 // --prefill-idle-timeout, and keeps at most --max-prefill-conns of them.
 
 // errPrefillNotAllowed: a request names a prefill endpoint that
-// --prefill-allow does not admit. INVALID_ARGUMENT (engine.ErrInvalidInput):
-// the caller named it.
-var errPrefillNotAllowed = fmt.Errorf("%w: not allowed by --prefill-allow", engine.ErrInvalidInput)
+// --prefill-allow does not admit. UNAVAILABLE (svckit.ErrPeerNotAllowed),
+// not INVALID_ARGUMENT: the router chose the endpoint, not the client, so a
+// deployment whose prefill addresses fall outside the list is the pair's
+// failure — the router fails over, and a client sees 503, not 400.
+var errPrefillNotAllowed = fmt.Errorf("%w: not allowed by --prefill-allow", svckit.ErrPeerNotAllowed)
 
 // errTooManyPeers: every one of the --max-prefill-conns connections is in use
 // by a transfer, so none can make way for a new endpoint.

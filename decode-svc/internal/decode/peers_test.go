@@ -189,8 +189,12 @@ func generate(t *testing.T, client batonv1.DecodeServiceClient, in *batonv1.Deco
 func TestDisallowedPrefillRefused(t *testing.T) {
 	dec, p, client := startPeers(t, "--prefill-allow", "10.9.9.9:1,*.prefill.example")
 	err := generate(t, client, request("denied-1", 20, 4, p.Addr()))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "prefill_endpoint") || !strings.Contains(err.Error(), p.Addr()) {
-		t.Fatalf("a request naming %s: %v; want INVALID_ARGUMENT naming prefill_endpoint and the address", p.Addr(), err)
+	// UNAVAILABLE, not INVALID_ARGUMENT: the router chose the endpoint, so
+	// the refusal is the pair's failure (the router fails over; a client
+	// sees 503, not 400).
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "prefill_endpoint") ||
+		!strings.Contains(err.Error(), p.Addr()) || !strings.Contains(err.Error(), "--prefill-allow") {
+		t.Fatalf("a request naming %s: %v; want UNAVAILABLE naming prefill_endpoint, the address and --prefill-allow", p.Addr(), err)
 	}
 	if n := dec.peers.size(); n != 0 {
 		t.Errorf("decode keeps %d prefill connections after refusing", n)
