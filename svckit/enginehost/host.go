@@ -97,7 +97,9 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 		h.freeze = newFreezer(logger)
 		stepModel = freezableModel{h.Model, h.freeze}
 	}
-	if err := h.watchdog.speed.calibrate(h.Model, h.Pool); err != nil {
+	// Bounded: a forward pass that hangs fails Open (the pass is abandoned)
+	// rather than blocking it, and SIGTERM, for ever.
+	if err := h.watchdog.speed.calibrate(context.Background(), h.Model, h.Pool, calibrateTimeout(f.StallTimeout)); err != nil {
 		return nil, err
 	}
 	if h.Sched, err = sched.New(sched.Config{

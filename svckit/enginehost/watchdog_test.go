@@ -102,7 +102,7 @@ func slowHost(t *testing.T, perToken time.Duration, manual bool, args ...string)
 		t.Fatal(err)
 	}
 	h.watchdog.speed = stepSpeed{} // measure the slow model, as Open measures its model
-	if err := h.watchdog.speed.calibrate(slow, h.Pool); err != nil {
+	if err := h.watchdog.speed.calibrate(context.Background(), slow, h.Pool, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -239,7 +239,8 @@ func TestProgressHysteresis(t *testing.T) {
 }
 
 // TestStepBound: a step in progress is judged against its expected time at
-// the measured speed (×4, at least the stall timeout), so a long step is
+// the measured speed (×4, at least the stall timeout, at most 10 stall
+// timeouts), so a long step is
 // not a stall but a hung one still is.
 func TestStepBound(t *testing.T) {
 	var w watchdog
@@ -257,12 +258,12 @@ func TestStepBound(t *testing.T) {
 		{"a 300-token step at 2.5 s of its expected 3 s", step(2500*time.Millisecond, 300), ""},
 		{"a 300-token step at 11 s of its bound 12 s", step(11*time.Second, 300), ""},
 		{"a 300-token step hung past its bound", step(13*time.Second, 300), "no forward step for 13s (the step in progress, 300 tokens, is past its bound of 12s)"},
-		{"a 1-token step hung past the stall timeout", step(1100*time.Millisecond, 1), "past its bound of 1s"},
+		{"a 1-token step hung past the stall timeout", step(2100*time.Millisecond, 1), "past its bound of 2s"},
 	}
 	for _, c := range cases {
 		var fresh watchdog
 		fresh.speed.observe(100, time.Second)
-		if got := fresh.check(c.snap, time.Second); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+		if got := fresh.check(c.snap, 2*time.Second); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
@@ -284,5 +285,70 @@ func TestStepBound(t *testing.T) {
 	}
 	if got := w.check(sched.Snapshot{At: now, Steps: 9}, time.Second); got != "" {
 		t.Errorf("idle after a stall: %q, want ready at once", got)
+	}
+}
+
+// TestProgressLeakedPages: pages held by no live request (a leak) starve
+// every new request, and nothing will ever free them: the starved request
+// is stuck, not waiting on a holder, so readiness fails after the stall
+// timeout instead of staying SERVING while each request waits out its
+// first-token timeout.
+func TestProgressLeakedPages(t *testing.T) {
+	h := slowHost(t, 0, true, "--stall-timeout", "200ms", "--kv-cache-bytes", "82000")
+	total := h.Pool.Stats().Total
+	leaked, err := h.Pool.Alloc(total) // taken outside any request
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Pool.Release(leaked...) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); _, _, _ = h.Sched.Step() }()
+	if _, err := h.Sched.Submit(ctx, sched.Request{ID: "starved", Prompt: prompt(8), MaxTokens: 4, Params: greedyParams()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Sched.Step(); err != nil {
+		t.Fatal(err)
+	}
+	if snap := h.Sched.Snapshot(); len(snap.Requests) != 1 || !snap.Requests[0].Starved {
+		t.Fatalf("the test wants the one request starved of pages: %+v", snap.Requests)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, _, _ = h.Sched.Step()
+	err = h.Progress(ctx)
+	if err == nil {
+		t.Fatalf("readiness is SERVING 300 ms into a 200 ms stall timeout while %d leaked pages starve the only request", total)
+	}
+	if !strings.Contains(err.Error(), "starved (waiting") || !strings.Contains(err.Error(), "held by no live request") {
+		t.Errorf("the stall does not name the request and the leak: %v", err)
+	}
+}
+
+// TestSpeedClamp: a step that hung and then returned (or a frozen one) is
+// observed at most at its bound, so one long hang does not inflate the
+// speed estimate — and with it the bound of the next step — for minutes.
+func TestSpeedClamp(t *testing.T) {
+	var s stepSpeed
+	for range 50 {
+		s.observe(512, 512*time.Millisecond) // 1 ms a token
+	}
+	before := s.expect(512)
+	s.observe(512, 10*time.Minute) // a hang that returned
+	after := s.expect(512)
+	limit := time.Duration(float64(before) * (1 + stepBoundFactor))
+	if after > limit {
+		t.Errorf("after one 10-min step the 512-token estimate is %v (was %v); want ≤ %v (the observation clamped to its bound)", after, before, limit)
+	}
+}
+
+// TestBoundCapped: a cold, slow measurement (the weights faulting in)
+// does not give a step a bound above maxBoundFactor × --stall-timeout.
+func TestBoundCapped(t *testing.T) {
+	var w watchdog
+	w.speed.observe(16, 40*time.Second) // 2.5 s a token, as a cold pass
+	snap := sched.Snapshot{At: time.Now(), Steps: 1, StepRunning: 2 * time.Hour, StepTokens: 512,
+		Requests: []sched.RequestInfo{{ID: "a", Mode: sched.ModeGenerate, State: sched.StatePrefilling, Age: 2 * time.Hour}}}
+	a := assess(snap, 2*time.Second, w.speed.expect(512))
+	if want := 10 * 2 * time.Second; a.bound > want {
+		t.Errorf("a 512-token step's bound is %v after a slow calibration; want ≤ %v (10 × --stall-timeout)", a.bound, want)
 	}
 }
