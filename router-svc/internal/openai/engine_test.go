@@ -60,6 +60,10 @@ type engineGen struct {
 	// delay (nanoseconds) is slept between tokens, so that tests can act
 	// mid-stream.
 	delay atomic.Int64
+	// prefillDelay (nanoseconds) is slept before the first event, as a
+	// slow prefill would, so that tests can end a request before its
+	// stream has begun.
+	prefillDelay atomic.Int64
 
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -147,6 +151,13 @@ func (g *engineGen) generate(ctx context.Context, req *batonv1.GenerateRequest, 
 	cache, err := model.NewContiguousCache(g.cfg, n+maxNew)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
+	}
+	if d := time.Duration(g.prefillDelay.Load()); d > 0 {
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(d):
+		}
 	}
 	if err := send(&batonv1.GenerateEvent{RequestId: req.GetRequestId(), PromptTokenIds: req.GetPromptTokenIds()}); err != nil {
 		return err

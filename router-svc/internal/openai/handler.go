@@ -303,12 +303,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 
 	// Headers wait for the first event, so that a request refused before
 	// any output (busy, duplicate id, no worker) still gets its real status.
-	// The stream ends at the request's deadline whatever its client does
-	// (the Generator sets the same one), and the Generator can end it
-	// sooner through the interrupt (an Abort).
+	// The stream ends shortly after the request's deadline whatever its
+	// client does: the Generator ends the request at that deadline
+	// (DEADLINE_EXCEEDED, answered to the client) and interrupts the
+	// stream, as it does sooner for an Abort; this bound is the backstop.
 	if t := h.limits.RequestTimeout; t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t)
+		ctx, cancel = context.WithTimeout(ctx, t+sseTailGrace)
 		defer cancel()
 	}
 	s := newSSE(ctx, w, r, h.limits.WriteTimeout)
@@ -320,7 +321,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 		}
 		out.add(ev)
 		if !s.started {
-			s.start()
+			if err := s.start(); err != nil {
+				return err // the request has ended: answered with its status
+			}
 			if c := f.opening(); c != nil {
 				if err := s.send(c); err != nil {
 					return err
@@ -339,9 +342,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 	}
 	switch {
 	case err != nil && !s.started:
-		h.fail(w, r, j, fromStatus(err, j.promptParam))
+		s.refuse(func() { h.fail(w, r, j, fromStatus(err, j.promptParam)) })
 	case err != nil:
-		if ctx.Err() != nil || s.err != nil {
+		// A request ended by its deadline or an Abort is answered with
+		// an error event (the writer has a grace for it, see interrupt);
+		// one whose client left, or could not be written, is not.
+		if r.Context().Err() != nil || s.failed() {
 			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId(), "err", err)
 			return
 		}

@@ -18,6 +18,19 @@ const sseQueue = 64
 // sseBatch bounds how many queued bytes one write carries.
 const sseBatch = 64 << 10
 
+// sseEndGrace bounds the last writes of a request that has ended — the
+// error that answers it (a status before the stream's first event, an
+// error event after it) and what is still queued — so that a client that
+// reads gets its answer and one that does not is released promptly: the
+// write timeout, if shorter.
+const sseEndGrace = time.Second
+
+// sseTailGrace is how far past the request timeout the stream itself
+// lasts, so that the Generator's own end of the request at that timeout
+// (DEADLINE_EXCEEDED, as the REST gateway's gatewayTailGrace) arrives
+// first and is answered to the client.
+const sseTailGrace = 5 * time.Second
+
 // sse writes a server-sent event stream as OpenAI's API does: each event is
 // one "data: <json>" line followed by a blank line, and the stream ends with
 // "data: [DONE]". JSON never contains a raw newline, so one line suffices.
@@ -30,18 +43,23 @@ const sseBatch = 64 << 10
 // being queued, or the write fails and the stream is aborted — whether the
 // client takes nothing or drips and falls behind. The end of the request
 // (its context: the client leaving, the request timeout; or the router's
-// interrupt: an Abort, the router's deadline) sets a deadline in the past,
-// which frees a blocked write at once, so with no write timeout a stuck
-// client is still bounded by the request's end.
+// interrupt: an Abort, the router's deadline) must not destroy its answer:
+// before the first event it leaves the connection alone, so the handler
+// writes the real status (under a short deadline of its own, see refuse);
+// after it, the writer gets a short grace (sseEndGrace) to write what is
+// queued and the error event that ends the stream, so with no write timeout
+// a stuck client is still released within that grace of the request's end.
+// A client that has left gets a deadline in the past.
 type sse struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration // the write timeout; 0: none
 	http1   bool
-	end     time.Time // the request's deadline; zero: none
+	end     time.Time       // the stream's deadline; zero: none
+	client  context.Context // the HTTP request's own: done when the client left
 
 	// The generator's side.
-	started   bool
+	started   bool  // set under mu, read by the generator without it
 	err       error // the first error a send returned: the stream is over
 	q         chan sseChunk
 	stopWatch func() bool
@@ -50,8 +68,11 @@ type sse struct {
 	exited chan struct{} // closed when the writer has returned
 	werr   error         // why the writer stopped, set before done closes
 
-	mu      sync.Mutex
-	stopped error // the interrupt's cause; no deadline is set after it
+	mu       sync.Mutex
+	stopped  error         // the interrupt's cause
+	stopCh   chan struct{} // closed with stopped set
+	graceEnd time.Time     // with stopped after the start: the last writes' deadline
+	finished bool          // the handler is done with the connection: hands off
 }
 
 // sseChunk is one event's bytes and when the generator handed it over.
@@ -63,15 +84,30 @@ type sseChunk struct {
 // newSSE prepares a stream for the request r; ctx ending interrupts it.
 // close must be called once the generator is done with it.
 func newSSE(ctx context.Context, w http.ResponseWriter, r *http.Request, timeout time.Duration) *sse {
-	s := &sse{w: w, rc: http.NewResponseController(w), timeout: timeout, http1: r.ProtoMajor < 2,
-		q: make(chan sseChunk, sseQueue), exited: make(chan struct{})}
+	s := &sse{w: w, rc: http.NewResponseController(w), timeout: timeout, http1: r.ProtoMajor < 2, client: r.Context(),
+		q: make(chan sseChunk, sseQueue), exited: make(chan struct{}), stopCh: make(chan struct{})}
 	s.end, _ = ctx.Deadline()
 	s.stopWatch = context.AfterFunc(ctx, func() { s.interrupt(context.Cause(ctx)) })
 	return s
 }
 
-// start sends the headers and starts the writer.
-func (s *sse) start() {
+// grace is how long the last writes after the request's end may take.
+func (s *sse) grace() time.Duration {
+	if s.timeout > 0 && s.timeout < sseEndGrace {
+		return s.timeout
+	}
+	return sseEndGrace
+}
+
+// start sends the headers and starts the writer; once the request has
+// ended it starts nothing and returns why, so that the handler answers
+// with the real status instead.
+func (s *sse) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped != nil {
+		return s.stopped
+	}
 	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -86,6 +122,7 @@ func (s *sse) start() {
 	s.w.WriteHeader(http.StatusOK)
 	s.started = true
 	go s.loop()
+	return nil
 }
 
 // send writes v as one event.
@@ -101,7 +138,8 @@ func (s *sse) send(v any) error {
 func (s *sse) done() error { return s.write([]byte("data: [DONE]\n\n")) }
 
 // write queues b, waiting while the queue is full until the writer takes
-// it or stops (bounded by the write timeout, or by the request's end).
+// it or stops (bounded by the write timeout), or the request ends: then
+// the generator does not wait for the client at all.
 func (s *sse) write(b []byte) error {
 	if s.err != nil {
 		return s.err
@@ -119,47 +157,95 @@ func (s *sse) write(b []byte) error {
 	case <-s.exited:
 		s.err = s.werr
 		return s.err
+	case <-s.stopCh:
+		select {
+		case s.q <- c:
+			return nil
+		default: // full, and the request is over: drop it
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.stopped
+		}
 	}
 }
 
-// interrupt ends the stream: a pending write fails at once and no other
-// starts. The router calls it when it ends the request (an Abort, its
-// deadline); so does the request's context ending.
+// failed says whether the writer has stopped on an error: the client
+// cannot be written any more.
+func (s *sse) failed() bool {
+	select {
+	case <-s.exited:
+		return s.werr != nil
+	default:
+		return false
+	}
+}
+
+// interrupt records the request's end. The router calls it when it ends
+// the request (an Abort, its deadline); so does the stream's context
+// ending. Before the stream has started it only records it (start then
+// refuses), so that the handler can still answer with the real status;
+// after, the writes still pending get sseEndGrace (at most the write
+// timeout) to complete, the error event that ends the stream among them,
+// so that a client that reads gets it and one that does not is released
+// soon; a client that has left gets a deadline in the past. Once the
+// handler is done with the connection (close, refuse) it touches nothing.
 func (s *sse) interrupt(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped != nil {
+	if s.stopped != nil || s.finished {
 		return
 	}
 	if cause == nil {
 		cause = context.Canceled
 	}
 	s.stopped = cause
-	_ = s.rc.SetWriteDeadline(time.Unix(1, 0))
+	close(s.stopCh)
+	if !s.started {
+		return
+	}
+	s.graceEnd = time.Now().Add(s.grace())
+	if s.client.Err() != nil {
+		s.graceEnd = time.Unix(1, 0) // nobody is listening
+	}
+	_ = s.rc.SetWriteDeadline(s.graceEnd)
+}
+
+// refuse writes the answer of a request that ended before its stream
+// started (a status and an error body), under a short deadline of its own
+// — a client that reads nothing must not hold the handler — and clears the
+// deadline afterwards, for the next request on the connection.
+func (s *sse) refuse(write func()) {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.grace()))
+	write()
+	_ = s.rc.Flush()
+	_ = s.rc.SetWriteDeadline(time.Time{})
 }
 
 // close waits for the writer to write what is queued — under the same
-// deadlines — and returns why it stopped, if it failed.
+// deadlines — and returns why it stopped, if it failed. After it the
+// interrupt touches nothing: the connection may already serve another
+// request (or, on HTTP/2, be gone).
 func (s *sse) close() error {
-	defer s.stopWatch()
-	if !s.started {
-		return nil
+	if s.started {
+		close(s.q)
+		<-s.exited
 	}
-	close(s.q)
-	<-s.exited
-	if s.werr != nil {
-		return s.werr
-	}
-	// What net/http writes after the handler (the chunked encoding's
-	// end) is bounded too; the connection closes after it (see start).
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped == nil {
+	if s.started && s.werr == nil && s.stopped == nil && !s.finished {
+		// What net/http writes after the handler (the chunked
+		// encoding's end) is bounded too; the connection closes after
+		// it (see start). After an interrupt its grace bounds it.
 		if d := s.tailDeadline(); !d.IsZero() {
 			_ = s.rc.SetWriteDeadline(d)
 		}
 	}
-	return nil
+	s.finished = true
+	s.mu.Unlock()
+	s.stopWatch()
+	return s.werr
 }
 
 func (s *sse) tailDeadline() time.Time {
@@ -201,13 +287,12 @@ func (s *sse) loop() {
 // under the minimum-progress deadline (or the request's end).
 func (s *sse) flush(b []byte, oldest time.Time) error {
 	s.mu.Lock()
-	if s.stopped != nil {
-		s.mu.Unlock()
-		return s.stopped
-	}
 	deadline := clientwrite.Deadline(oldest, s.timeout)
 	if !s.end.IsZero() && (deadline.IsZero() || s.end.Before(deadline)) {
 		deadline = s.end
+	}
+	if s.stopped != nil && (deadline.IsZero() || s.graceEnd.Before(deadline)) {
+		deadline = s.graceEnd // the request is over: its last writes
 	}
 	// Writers without deadlines (tests' recorders) refuse; they need none.
 	_ = s.rc.SetWriteDeadline(deadline)

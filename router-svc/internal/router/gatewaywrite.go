@@ -32,10 +32,15 @@ func (s *Service) gatewayWrites(next http.Handler) http.Handler {
 		next.ServeHTTP(dw, r)
 		if !dw.stream {
 			// A whole answer leaves the connection as it found it, for
-			// the next request on it. A stream's connection closes
-			// after it (WriteHeader), its last deadline bounding that.
+			// the next request on it.
 			_ = dw.rc.SetWriteDeadline(time.Time{})
+			return
 		}
+		// A stream's connection closes after it (WriteHeader); what
+		// net/http writes after the handler (the chunked encoding's end)
+		// is bounded like every write of it, so that a client that
+		// stopped reading cannot hold the connection's goroutine.
+		dw.arm()
 	})
 }
 
@@ -47,6 +52,11 @@ type deadlineWriter struct {
 	end     time.Time     // zero: none
 	http1   bool
 	stream  bool // the answer is an NDJSON stream
+	// wroteHeader: the header is sent. grpc-gateway's ForwardResponseStream
+	// never calls WriteHeader on success (it sets Content-Type and writes),
+	// so the first Write or Flush sends it through WriteHeader here,
+	// where the stream is recognised, not implicitly below.
+	wroteHeader bool
 }
 
 func (w *deadlineWriter) arm() {
@@ -61,6 +71,11 @@ func (w *deadlineWriter) arm() {
 // reused, so that the deadline bounding its end cannot cut short a later
 // request on it.
 func (w *deadlineWriter) WriteHeader(code int) {
+	if code < 200 || w.wroteHeader { // 1xx, or one net/http ignores
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
+	w.wroteHeader = true
 	if strings.HasPrefix(w.Header().Get("Content-Type"), "application/x-ndjson") {
 		w.stream = true
 		if w.http1 {
@@ -71,12 +86,18 @@ func (w *deadlineWriter) WriteHeader(code int) {
 }
 
 func (w *deadlineWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
 	w.arm()
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush implements http.Flusher, which grpc-gateway needs for streams.
 func (w *deadlineWriter) Flush() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
 	w.arm()
 	_ = w.rc.Flush()
 }
