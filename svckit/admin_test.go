@@ -423,6 +423,15 @@ func TestAdminFlags(t *testing.T) {
 		{func(c *Config) { c.GRPCKeepaliveTime = time.Millisecond }, "--grpc-keepalive-time"},
 		{func(c *Config) { c.HTTPBodyTimeout = -time.Second }, "--http-body-timeout"},
 		{func(c *Config) { c.GRPCMaxConcurrentStreams = 1 << 33 }, "--grpc-max-concurrent-streams"},
+		// A min-time above the peers' ping interval GOAWAYs their healthy
+		// long streams with too_many_pings.
+		{func(c *Config) { c.GRPCKeepaliveTime = 10 * time.Second; c.GRPCKeepaliveMinTime = 20 * time.Second }, "--grpc-keepalive-min-time"},
+		{func(c *Config) { c.GRPCKeepaliveMinTime = 40 * time.Second }, "--grpc-keepalive-min-time"}, // the default time is 30s
+		{func(c *Config) { c.GRPCKeepaliveTime = 10 * time.Second; c.GRPCKeepaliveMinTime = 10 * time.Second }, ""},
+		// --pprof serves on the admin listener only: without one it would
+		// do nothing, silently.
+		{func(c *Config) { c.Pprof = true }, "--pprof"},
+		{func(c *Config) { c.Pprof = true; c.AdminAddr = "127.0.0.1:3" }, ""},
 	} {
 		cfg := base
 		c.mod(&cfg)

@@ -92,7 +92,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet, d Config) {
 	fs.DurationVar(&c.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", orDuration(d.GRPCKeepaliveTimeout, DefaultGRPCKeepaliveTimeout),
 		"how long a keepalive ping's answer may take before the connection is closed and its RPCs fail")
 	fs.DurationVar(&c.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", orDuration(d.GRPCKeepaliveMinTime, DefaultGRPCKeepaliveMinTime),
-		"shortest interval between a client's keepalive pings the gRPC server accepts; a client pinging more often is disconnected")
+		"shortest interval between a client's keepalive pings the gRPC server accepts; a client pinging more often is disconnected. Must not exceed --grpc-keepalive-time here, nor that of any service that dials this one")
 }
 
 // Validate checks the shared flags; errors name the flag.
@@ -117,6 +117,9 @@ func (c *Config) Validate() error {
 	if c.MetricsOnAdmin && !c.AdminEnabled() {
 		return fmt.Errorf("--metrics-on-admin: needs --admin-addr")
 	}
+	if c.Pprof && !c.AdminEnabled() {
+		return fmt.Errorf("--pprof: needs --admin-addr (the profiles are served only on the admin listener)")
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -131,6 +134,13 @@ func (c *Config) Validate() error {
 	}
 	if c.GRPCKeepaliveTime > 0 && c.GRPCKeepaliveTime < time.Second {
 		return fmt.Errorf("--grpc-keepalive-time: %v, want ≥ 1s", c.GRPCKeepaliveTime)
+	}
+	// A server refusing pings more frequent than its own clients' would
+	// GOAWAY them with too_many_pings, killing healthy long streams. The
+	// services share these flags, so each one's min-time must not exceed
+	// its own ping interval (and, in a deployment, any dialler's).
+	if kt, mt := orDuration(c.GRPCKeepaliveTime, DefaultGRPCKeepaliveTime), orDuration(c.GRPCKeepaliveMinTime, DefaultGRPCKeepaliveMinTime); mt > kt {
+		return fmt.Errorf("--grpc-keepalive-min-time: %v exceeds --grpc-keepalive-time %v; it must not exceed the --grpc-keepalive-time of any service that dials this one, or their pings get its connections closed (too_many_pings)", mt, kt)
 	}
 	return nil
 }

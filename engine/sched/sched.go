@@ -306,9 +306,12 @@ func (s *Scheduler) signal() {
 
 // Close aborts every request in flight (FinishAborted, ErrClosed), stops
 // the scheduler's goroutine and waits for it, however long the forward step
-// in progress takes. It does not close the model or the pool. Later calls
-// do nothing. A stopping service uses Shutdown, which does not wait for a
-// hung step.
+// in progress takes. It does not close the model or the pool. A later call
+// returns at once once the goroutine has exited — but not after a
+// Shutdown that gave up on a hung step (ErrStepHung): Close then waits for
+// that step to return, possibly for ever. A stopping service uses
+// Shutdown, which does not wait for a hung step, and never calls Close
+// after it gave up.
 func (s *Scheduler) Close() error { return s.Shutdown(context.Background()) }
 
 // Shutdown is Close bounded by ctx: the scheduler refuses new requests at
