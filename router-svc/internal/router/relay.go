@@ -96,7 +96,14 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			return started, forward(nil)
+			// The held events go out now. A failed send ends the request
+			// as the client's failure (a slow client's DEADLINE_EXCEEDED),
+			// never as a retryable attempt: started, whatever reached the
+			// client.
+			if err := forward(nil); err != nil {
+				return true, err
+			}
+			return started, nil
 		}
 		if err != nil {
 			return started, attemptErr(ctx, dc, err)
