@@ -153,7 +153,7 @@ func chaosRouterWedge(t *testing.T, row *chaosRow) {
 
 func wedgeRouter(t *testing.T, f *chaosFleet, query string) {
 	t.Helper()
-	resp, err := chaosHTTP().Post("http://"+f.router.http+"/debug/wedge?"+query, "", nil)
+	resp, err := chaosHTTP().Post("http://"+adminOf(f.router.http)+"/debug/wedge?"+query, "", nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("wedge the router: %v %v (does it run with --debug-hooks?)", resp, err)
 	}
@@ -162,7 +162,7 @@ func wedgeRouter(t *testing.T, f *chaosFleet, query string) {
 
 func unwedgeRouter(t *testing.T, f *chaosFleet) {
 	t.Helper()
-	resp, err := chaosHTTP().Post("http://"+f.router.http+"/debug/unwedge", "", nil)
+	resp, err := chaosHTTP().Post("http://"+adminOf(f.router.http)+"/debug/unwedge", "", nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("unwedge the router: %v %v", resp, err)
 	}

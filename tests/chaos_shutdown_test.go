@@ -63,7 +63,7 @@ func chaosHungShutdown(t *testing.T, row *chaosRow) {
 		}()
 	}
 	waitListed(t, victim, batonv1.RequestState_REQUEST_STATE_RUNNING, 4, 15*time.Second)
-	resp, err := chaosHTTP().Post("http://"+victim.http+"/debug/freeze?for=60s&hang=true", "", nil)
+	resp, err := chaosHTTP().Post("http://"+adminOf(victim.http)+"/debug/freeze?for=60s&hang=true", "", nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("hang %s: %v %v", victim.http, resp, err)
 	}

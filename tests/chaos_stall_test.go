@@ -202,7 +202,7 @@ func chaosServeGolden(t *testing.T, f *chaosFleet, row *chaosRow, server *node, 
 
 func freeze(t *testing.T, n *node) time.Time {
 	t.Helper()
-	resp, err := chaosHTTP().Post("http://"+n.http+"/debug/freeze?for=60s", "", nil)
+	resp, err := chaosHTTP().Post("http://"+adminOf(n.http)+"/debug/freeze?for=60s", "", nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("freeze %s: %v %v", n.http, resp, err)
 	}
@@ -212,7 +212,7 @@ func freeze(t *testing.T, n *node) time.Time {
 
 func thaw(t *testing.T, n *node) {
 	t.Helper()
-	resp, err := chaosHTTP().Post("http://"+n.http+"/debug/unfreeze", "", nil)
+	resp, err := chaosHTTP().Post("http://"+adminOf(n.http)+"/debug/unfreeze", "", nil)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("unfreeze %s: %v %v", n.http, resp, err)
 	}

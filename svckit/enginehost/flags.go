@@ -43,7 +43,7 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxSeqs, "max-seqs", 128, "requests computing at once")
 	fs.IntVar(&f.MaxRequests, "max-requests", 4096, "requests in flight, queued ones included; beyond it new requests get RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.StallTimeout, "stall-timeout", 10*time.Second, "readiness turns NOT_SERVING when a forward step outlives its bound (4x its expected time at the measured speed, at least this) or requests the engine could compute wait this long without a step")
-	fs.BoolVar(&f.DebugHooks, "debug-hooks", false, "serve test hooks on the HTTP port (POST /debug/freeze stalls the scheduler): for chaos tests only, never in production")
+	fs.BoolVar(&f.DebugHooks, "debug-hooks", false, "serve test hooks on the admin listener (--admin-addr; POST /debug/freeze stalls the scheduler): for chaos tests only, never in production")
 }
 
 // Validate checks the engine flags.

@@ -146,7 +146,8 @@ type freezeState struct {
 	WasFrozen        *bool   `json:"was_frozen,omitempty"`
 }
 
-// registerDebugHooks serves the freeze hook on the worker's HTTP port:
+// registerDebugHooks serves the freeze hook on the worker's admin listener
+// (loopback by default, with /debug/requests), never its public HTTP port:
 //
 //	POST /debug/freeze?for=30s   hold every forward pass for the duration
 //	                             (default 30s, at most 10m; a new call replaces it)
@@ -162,7 +163,7 @@ func (h *Host) registerDebugHooks(srv *svckit.Server) {
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(v)
 	}
-	srv.Mux.HandleFunc("POST /debug/freeze", func(w http.ResponseWriter, r *http.Request) {
+	srv.Admin.HandleFunc("POST /debug/freeze", func(w http.ResponseWriter, r *http.Request) {
 		d := DefaultFreeze
 		if v := r.URL.Query().Get("for"); v != "" {
 			var err error
@@ -192,14 +193,17 @@ func (h *Host) registerDebugHooks(srv *svckit.Server) {
 			"for", d.String(), "until", until.Format(time.RFC3339Nano), "hang", hang)
 		reply(w, http.StatusOK, freezeState{Frozen: true, RemainingSeconds: d.Seconds()})
 	})
-	srv.Mux.HandleFunc("POST /debug/unfreeze", func(w http.ResponseWriter, _ *http.Request) {
+	srv.Admin.HandleFunc("POST /debug/unfreeze", func(w http.ResponseWriter, _ *http.Request) {
 		was := f.thaw()
 		h.logger.Warn("debug hook: scheduler thawed", "was_frozen", was)
 		reply(w, http.StatusOK, freezeState{WasFrozen: &was})
 	})
-	srv.Mux.HandleFunc("GET /debug/freeze", func(w http.ResponseWriter, _ *http.Request) {
+	srv.Admin.HandleFunc("GET /debug/freeze", func(w http.ResponseWriter, _ *http.Request) {
 		rem := f.remaining()
 		reply(w, http.StatusOK, freezeState{Frozen: rem > 0, RemainingSeconds: rem.Seconds()})
 	})
+	if !srv.Config.AdminEnabled() {
+		h.logger.Warn("--debug-hooks without an admin listener (--admin-addr off): the freeze hook cannot be reached")
+	}
 	h.logger.Warn("debug hooks enabled (--debug-hooks): POST /debug/freeze can stall this worker; never use in production")
 }

@@ -146,12 +146,17 @@ func post(t *testing.T, mux http.Handler, target string) (int, string) {
 // the request finishes and readiness returns.
 func TestFreezeHook(t *testing.T) {
 	h, srv := openTestHost(t, "--debug-hooks", "--stall-timeout", "300ms")
+	// Test hooks live on the loopback admin listener, never on the public
+	// HTTP port.
+	if code, _ := post(t, srv.Mux, "/debug/freeze?for=1ms"); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /debug/freeze on the public HTTP port = %d, want 404: the hook belongs on the admin listener", code)
+	}
 	for _, bad := range []string{"/debug/freeze?for=soon", "/debug/freeze?for=-1s", "/debug/freeze?for=11m"} {
-		if code, body := post(t, srv.Mux, bad); code != http.StatusBadRequest || !strings.Contains(body, "for=") {
+		if code, body := post(t, srv.Admin, bad); code != http.StatusBadRequest || !strings.Contains(body, "for=") {
 			t.Errorf("POST %s = %d %s, want 400 naming for=", bad, code, body)
 		}
 	}
-	if code, body := post(t, srv.Mux, "/debug/freeze?for=20s"); code != http.StatusOK || !strings.Contains(body, `"frozen":true`) {
+	if code, body := post(t, srv.Admin, "/debug/freeze?for=20s"); code != http.StatusOK || !strings.Contains(body, `"frozen":true`) {
 		t.Fatalf("freeze = %d %s", code, body)
 	}
 	ctx := context.Background()
@@ -179,7 +184,7 @@ func TestFreezeHook(t *testing.T) {
 	if snap := h.Sched.Snapshot(); snap.Steps != 0 || snap.StepRunning == 0 {
 		t.Errorf("frozen: %d steps completed, step running %v; want none completed and one held", snap.Steps, snap.StepRunning)
 	}
-	if code, body := post(t, srv.Mux, "/debug/unfreeze"); code != http.StatusOK || !strings.Contains(body, `"was_frozen":true`) {
+	if code, body := post(t, srv.Admin, "/debug/unfreeze"); code != http.StatusOK || !strings.Contains(body, `"was_frozen":true`) {
 		t.Errorf("unfreeze = %d %s", code, body)
 	}
 	var last sched.Event
@@ -202,7 +207,7 @@ func TestFreezeHookOff(t *testing.T) {
 	if h.freeze != nil {
 		t.Error("a freezer exists without --debug-hooks")
 	}
-	if code, _ := post(t, srv.Mux, "/debug/freeze?for=1s"); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+	if code, _ := post(t, srv.Admin, "/debug/freeze?for=1s"); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /debug/freeze without --debug-hooks = %d, want 404", code)
 	}
 }
@@ -211,7 +216,7 @@ func TestFreezeHookOff(t *testing.T) {
 // step returns at once (the freeze is lifted for good).
 func TestFreezeCloseDoesNotHang(t *testing.T) {
 	h, srv := openTestHost(t, "--debug-hooks")
-	if code, body := post(t, srv.Mux, "/debug/freeze?for=5m"); code != http.StatusOK {
+	if code, body := post(t, srv.Admin, "/debug/freeze?for=5m"); code != http.StatusOK {
 		t.Fatalf("freeze = %d %s", code, body)
 	}
 	st, err := h.Sched.Submit(context.Background(), sched.Request{Prompt: []int32{1, 403}, MaxTokens: 4, Params: greedyParams()})

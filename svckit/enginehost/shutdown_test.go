@@ -20,10 +20,10 @@ import (
 func TestShutdownDuringHungStep(t *testing.T) {
 	h, srv := openTestHost(t, "--debug-hooks")
 	h.closeTimeout = 300 * time.Millisecond
-	if code, body := post(t, srv.Mux, "/debug/freeze?for=5m&hang=true"); code != http.StatusOK {
+	if code, body := post(t, srv.Admin, "/debug/freeze?for=5m&hang=true"); code != http.StatusOK {
 		t.Fatalf("hang = %d %s", code, body)
 	}
-	if code, body := post(t, srv.Mux, "/debug/freeze?hang=maybe"); code != http.StatusBadRequest || !strings.Contains(body, "hang=") {
+	if code, body := post(t, srv.Admin, "/debug/freeze?hang=maybe"); code != http.StatusBadRequest || !strings.Contains(body, "hang=") {
 		t.Errorf("POST /debug/freeze?hang=maybe = %d %s, want 400 naming hang=", code, body)
 	}
 	st, err := h.Sched.Submit(context.Background(), sched.Request{ID: "hung-1", Prompt: []int32{1, 403}, MaxTokens: 4, Params: greedyParams()})
@@ -34,7 +34,7 @@ func TestShutdownDuringHungStep(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	unhang := func() {
-		if code, body := post(t, srv.Mux, "/debug/unfreeze"); code != http.StatusOK {
+		if code, body := post(t, srv.Admin, "/debug/unfreeze"); code != http.StatusOK {
 			t.Errorf("unfreeze = %d %s", code, body)
 		}
 	}

@@ -197,7 +197,7 @@ func TestProgressPageStarved(t *testing.T) {
 // that hangs on and off does not flap in and out of the router's pool.
 func TestProgressHysteresis(t *testing.T) {
 	h, srv := openTestHost(t, "--debug-hooks", "--stall-timeout", "300ms")
-	if code, body := post(t, srv.Mux, "/debug/freeze?for=20s"); code != http.StatusOK {
+	if code, body := post(t, srv.Admin, "/debug/freeze?for=20s"); code != http.StatusOK {
 		t.Fatalf("freeze = %d %s", code, body)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -210,7 +210,7 @@ func TestProgressHysteresis(t *testing.T) {
 		streams = append(streams, st)
 	}
 	defer func() {
-		post(t, srv.Mux, "/debug/unfreeze")
+		post(t, srv.Admin, "/debug/unfreeze")
 		cancel()
 		for _, st := range streams {
 			for range st.Events() {
@@ -226,10 +226,10 @@ func TestProgressHysteresis(t *testing.T) {
 	}
 	// One step (or a few) completes, then the worker hangs again.
 	before := h.Sched.Snapshot().Steps
-	post(t, srv.Mux, "/debug/unfreeze")
+	post(t, srv.Admin, "/debug/unfreeze")
 	for h.Sched.Snapshot().Steps == before {
 	}
-	post(t, srv.Mux, "/debug/freeze?for=20s")
+	post(t, srv.Admin, "/debug/freeze?for=20s")
 	if snap := h.Sched.Snapshot(); len(snap.Requests) == 0 {
 		t.Fatal("the requests finished between the thaw and the freeze; the test needs them running")
 	}

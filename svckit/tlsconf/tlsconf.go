@@ -155,6 +155,10 @@ type Identity struct {
 	mu      sync.Mutex
 	cur     *loaded
 	checked time.Time
+	// refused are the modification times of files last refused for naming
+	// another role: they are not loaded (nor the refusal logged) again
+	// until one of them changes.
+	refused [3]time.Time
 }
 
 type loaded struct {
@@ -242,12 +246,14 @@ func (id *Identity) current() *loaded {
 	}
 	id.checked = time.Now()
 	changed := false
+	var mtime [3]time.Time
 	for i, p := range []string{id.files.Cert, id.files.Key, id.files.CA} {
-		if st, err := os.Stat(p); err == nil && !st.ModTime().Equal(id.cur.mtime[i]) {
-			changed = true
+		if st, err := os.Stat(p); err == nil {
+			mtime[i] = st.ModTime()
+			changed = changed || !mtime[i].Equal(id.cur.mtime[i])
 		}
 	}
-	if !changed {
+	if !changed || sameTimes(mtime, id.refused) {
 		return id.cur
 	}
 	l, err := load(id.files)
@@ -258,12 +264,24 @@ func (id *Identity) current() *loaded {
 		return id.cur
 	}
 	if l.role != id.cur.role {
+		// Logged once per change of the files, not at every check.
+		id.refused = l.mtime
 		id.logger.Warn("TLS certificate's role changed; keeping the previous certificate", "was", id.cur.role, "now", l.role)
 		return id.cur
 	}
 	id.logger.Info("TLS certificate reloaded", "cert", id.files.Cert, "not_after", l.cert.Leaf.NotAfter)
 	id.cur = l
 	return l
+}
+
+// sameTimes reports whether a and b are the same modification times.
+func sameTimes(a, b [3]time.Time) bool {
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Role is the role the service's own certificate names.

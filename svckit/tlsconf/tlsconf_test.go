@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,6 +280,70 @@ func TestReload(t *testing.T) {
 	}
 	if err := check(t, addr, mustLoad(t, FilesIn(dir, Router)).DialOption(Decode)); err != nil {
 		t.Fatalf("after a broken rewrite: %v", err)
+	}
+}
+
+// warnCounter counts Warn records whose message contains sub.
+type warnCounter struct {
+	sub string
+	n   *atomic.Int32
+}
+
+func (h warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, h.sub) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnCounter) WithGroup(string) slog.Handler      { return h }
+
+// TestReloadOtherRoleWarnsOnce: files rewritten with another role's
+// certificate are refused, the previous identity kept, and the refusal is
+// logged once per change of the files, not at every check.
+func TestReloadOtherRoleWarnsOnce(t *testing.T) {
+	dir := devDir(t)
+	var warned atomic.Int32
+	f := FilesIn(dir, Decode)
+	id, err := Load(f, slog.New(warnCounter{sub: "role", n: &warned}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.every = 0
+	other := FilesIn(dir, Prefill)
+	mtime := time.Now().Add(time.Minute)
+	rewrite := func() {
+		t.Helper()
+		for _, p := range [][2]string{{other.Cert, f.Cert}, {other.Key, f.Key}} {
+			b, err := os.ReadFile(p[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p[1], b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p[1], mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mtime = mtime.Add(time.Minute)
+	}
+	rewrite()
+	for range 5 {
+		if r := id.Role(); r != Decode {
+			t.Fatalf("role %s after a rewrite with another role's certificate, want the previous decode", r)
+		}
+	}
+	if n := warned.Load(); n != 1 {
+		t.Errorf("role change warned %d times over 5 checks of unchanged files, want once", n)
+	}
+	rewrite() // changed again: one more warning
+	for range 3 {
+		id.Role()
+	}
+	if n := warned.Load(); n != 2 {
+		t.Errorf("role change warned %d times after a second rewrite, want 2", n)
 	}
 }
 

@@ -36,6 +36,8 @@ const (
 	refuseEarly         // UNAVAILABLE at once
 	timeoutEarly        // the prompt echoed, then DEADLINE_EXCEEDED before any token (a silent peer)
 	hangLate            // the prompt echoed, one token, then nothing until cancelled
+	timeoutLate         // the prompt echoed, then DEADLINE_EXCEEDED shortly before the call's own deadline
+	echoEOF             // the prompt echoed, then the stream ends without a token or a finish
 )
 
 // fakeDecode is a decode worker's DecodeService and WorkerService on a
@@ -98,6 +100,18 @@ func (f *fakeDecode) Generate(in *batonv1.DecodeServiceGenerateRequest, stream b
 	case hang:
 		<-stream.Context().Done()
 		return status.FromContextError(stream.Context().Err()).Err()
+	case timeoutLate:
+		// A worker's own timer firing a moment before the client's: the
+		// router gets DEADLINE_EXCEEDED with almost no time left.
+		if dl, ok := stream.Context().Deadline(); ok {
+			select {
+			case <-stream.Context().Done():
+			case <-time.After(time.Until(dl) - 300*time.Millisecond):
+			}
+		}
+		return status.Error(codes.DeadlineExceeded, "prefill did not send in time")
+	case echoEOF:
+		return nil
 	}
 	for i := range 3 {
 		if err := send(&batonv1.GenerateEvent{TokenIds: []uint32{uint32(10 + i)}, Text: "t"}); err != nil {
@@ -423,5 +437,62 @@ func TestNotServingWorker(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNoRetryAtTheDeadline: a worker's DEADLINE_EXCEEDED with too little of
+// the request's time left for a second pair to answer is not retried: the
+// retry could only time out. With time left, it is.
+func TestNoRetryAtTheDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		a        int
+		deadline time.Duration
+		code     codes.Code
+		callsB   int32
+	}{
+		{"a moment before the deadline, not retried", timeoutLate, 2 * time.Second, codes.DeadlineExceeded, 0},
+		{"with time left, retried", timeoutEarly, time.Minute, codes.OK, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := startFakeDecode(t, tc.a), startFakeDecode(t, serve)
+			s := fleetRouter(t, 0, a, b)
+			if b.addr < a.addr { // round-robin picks the lower address first
+				a, b = b, a
+				a.behave.Store(int32(tc.a))
+				b.behave.Store(serve)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+			defer cancel()
+			_, err := collect(ctx, s)
+			if status.Code(err) != tc.code {
+				t.Fatalf("status %v (%v), want %v", status.Code(err), err, tc.code)
+			}
+			if a.calls.Load() != 1 || b.calls.Load() != tc.callsB {
+				t.Errorf("calls %d and %d, want 1 and %d", a.calls.Load(), b.calls.Load(), tc.callsB)
+			}
+		})
+	}
+}
+
+// TestClientSendFailureNotRetried: an attempt whose stream ends without a
+// finish, while handing the held prompt event to the client failed (a slow
+// client: DEADLINE_EXCEEDED), is not retried: the failure is the client's,
+// and another pair would only stream to the same client.
+func TestClientSendFailureNotRetried(t *testing.T) {
+	a, b := startFakeDecode(t, echoEOF), startFakeDecode(t, serve)
+	s := fleetRouter(t, 0, a, b)
+	if b.addr < a.addr {
+		a, b = b, a
+		a.behave.Store(echoEOF)
+		b.behave.Store(serve)
+	}
+	slow := status.Error(codes.DeadlineExceeded, "client took nothing within --client-write-timeout")
+	err := s.run(context.Background(), &batonv1.GenerateRequest{Prompt: "Once upon a time"}, func(*batonv1.GenerateEvent) error { return slow })
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("status %v (%v), want the client's DEADLINE_EXCEEDED", status.Code(err), err)
+	}
+	if b.calls.Load() != 0 {
+		t.Errorf("%d calls on the second worker, want 0: a failed send to the client is not retried", b.calls.Load())
 	}
 }

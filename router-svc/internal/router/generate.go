@@ -80,7 +80,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	start := time.Now()
 	probe := s.selfProbe.lookup(ctx, in) // nil unless this is the router's own self-probe (selfprobe.go)
 	probe.setStage(stageAdmission)
-	defer probe.end()
+	defer func() { probe.end(err) }()
 	defer func() {
 		if probe == nil { // a self-probe is no user traffic
 			s.metrics.observeEnd(err, time.Since(start))
@@ -169,7 +169,8 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 			break
 		}
 		pair.Release()
-		endRoute(ctx, route, started, err, attempt)
+		retry := retryable(started, attempt, err) && !tooLateToRetry(ctx, start, err)
+		endRoute(ctx, route, err, retry)
 		if err == nil {
 			return nil
 		}
@@ -182,7 +183,6 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 			return status.FromContextError(context.DeadlineExceeded).Err() // the client's own deadline
 		}
-		retry := retryable(started, attempt, err)
 		log.WarnContext(actx, "worker pair failed", "prefill", pf, "decode", dc, "err", err, "retry", retry)
 		if !retry {
 			return err
@@ -208,6 +208,27 @@ func retryable(started bool, attempt int, err error) bool {
 	return false
 }
 
+// Retry margin: a worker's DEADLINE_EXCEEDED with less than
+// max(minRetryMargin, retryMarginShare of the request's time) left is not
+// retried: the second pair would only time out too.
+const (
+	minRetryMargin   = time.Second
+	retryMarginShare = 10 // percent
+)
+
+// tooLateToRetry reports whether err, a worker's DEADLINE_EXCEEDED, came
+// too close to the request's own deadline for a retry to finish: a worker
+// timer firing a moment before the client's, or a silent peer that used
+// up most of the time.
+func tooLateToRetry(ctx context.Context, start time.Time, err error) bool {
+	dl, ok := ctx.Deadline()
+	if !ok || status.Code(err) != codes.DeadlineExceeded {
+		return false
+	}
+	margin := max(minRetryMargin, dl.Sub(start)*retryMarginShare/100)
+	return time.Until(dl) < margin
+}
+
 // pickStatus is the status of a request for which no pair could be picked:
 // RESOURCE_EXHAUSTED (HTTP 429) when the workers are only full, UNAVAILABLE
 // (503) when none can serve.
@@ -220,11 +241,11 @@ func pickStatus(err error) error {
 }
 
 // endRoute ends an attempt's route span. A failed attempt that is retried on
-// another pair is an error; one that ends the request (cancelled, aborted,
-// failed for good) is an abort in stage stream, where relay runs. The retry
-// test is run's.
-func endRoute(ctx context.Context, span trace.Span, started bool, err error, attempt int) {
-	if err != nil && ctx.Err() == nil && retryable(started, attempt, err) {
+// another pair (retry: run's test) is an error; one that ends the request
+// (cancelled, aborted, failed for good) is an abort in stage stream, where
+// relay runs.
+func endRoute(ctx context.Context, span trace.Span, err error, retry bool) {
+	if err != nil && ctx.Err() == nil && retry {
 		tracing.RecordError(span, err)
 		span.End()
 		return

@@ -107,7 +107,7 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	s.limits.addFlags(fs)
 	s.fleet.addFlags(fs)
 	s.probeFlags.addFlags(fs)
-	fs.BoolVar(&s.debugHooks, "debug-hooks", false, "serve test hooks on the HTTP port (POST /debug/wedge holds requests in the router's request path): for chaos tests only, never in production")
+	fs.BoolVar(&s.debugHooks, "debug-hooks", false, "serve test hooks on the admin listener (--admin-addr; POST /debug/wedge holds requests in the router's request path): for chaos tests only, never in production")
 }
 
 // Validate checks the router's flags.

@@ -6,8 +6,9 @@ package router
 //
 //   - the self-probe (selfprobe.go) got stuck or failed in a router stage;
 //   - the limiter is full and nothing has finished or made progress for
-//     stallBound, while some slot holder is not waiting on a worker (every
-//     new request is refused, and none of the admitted ones moves);
+//     stallBound, while some slot holder is not waiting on a worker or on
+//     its client (every new request is refused, and none of the admitted
+//     ones moves);
 //   - the oldest in-flight request has outlived --request-timeout plus
 //     overdueGrace: run should have ended it at the timeout, so something in
 //     the router holds it.
@@ -26,6 +27,12 @@ import (
 // stallBound is how long a full limiter may go without a request finishing
 // or progressing before the router counts as wedged at admission.
 const stallBound = 10 * time.Second
+
+// clientGrace is how long past --client-write-timeout a request may wait
+// on its client in stage "sending to client" before that counts as the
+// router's: the sender fails the request at the timeout, and run then
+// releases its slot.
+const clientGrace = 5 * time.Second
 
 // overdueGrace is how long past --request-timeout an in-flight request may
 // linger (its release after the deadline) before the router counts as
@@ -82,7 +89,11 @@ func (s *Service) checkRequestPath(context.Context) error {
 // limiterProblem: the limiter full, nothing finished or progressed for
 // stallBound, and not every slot holder waiting on its workers (that is
 // overload or a worker's stall, which the canary and the workers' own
-// readiness report).
+// readiness report) or on its client. A request handing an event to a
+// client that stopped reading waits on the client until
+// --client-write-timeout after the router had the event (its last
+// progress), when the sender fails it: a flood of such clients is theirs,
+// not a stuck router, until then plus clientGrace.
 func (s *Service) limiterProblem(now time.Time) string {
 	n, c := s.limit.usage()
 	if c == 0 || n < c {
@@ -92,25 +103,26 @@ func (s *Service) limiterProblem(now time.Time) string {
 	if idle < stallBound {
 		return ""
 	}
-	withWorkers := 0
+	waiting := 0 // on their workers or their clients
 	stages := map[string]int{}
 	for _, r := range s.inflight.snapshot() {
-		if now.Sub(time.Unix(0, r.progress.Load())) < stallBound {
+		since := now.Sub(time.Unix(0, r.progress.Load()))
+		if since < stallBound {
 			return "" // something moves: long requests, not a wedge
 		}
 		st := r.stage()
-		if workerStage(st) {
-			withWorkers++
+		if workerStage(st) || st == stageSending && s.clientBound(since) {
+			waiting++
 			continue
 		}
 		stages[st]++
 	}
-	if withWorkers >= n {
+	if waiting >= n {
 		return ""
 	}
 	// Slot holders missing from the table are still in admission or
 	// prepare (before their in-flight entry).
-	stage, most := stageAdmission, n-withWorkers
+	stage, most := stageAdmission, n-waiting
 	for _, k := range stages {
 		most -= k
 	}
@@ -121,6 +133,15 @@ func (s *Service) limiterProblem(now time.Time) string {
 	}
 	return fmt.Sprintf("stuck at %s: the limiter is full (%d of %d slots, --max-concurrent-requests) and no request finished or progressed for %v",
 		stage, n, c, idle.Round(time.Second))
+}
+
+// clientBound reports whether a request sending to its client for since
+// (since the router had the event) waits on the client: within
+// --client-write-timeout plus clientGrace. Without a write timeout only
+// --request-timeout bounds the wait, which overdueProblem watches.
+func (s *Service) clientBound(since time.Duration) bool {
+	t := s.limits.clientWriteTimeout
+	return t <= 0 || since < t+clientGrace
 }
 
 // overdueProblem: the oldest in-flight request past --request-timeout

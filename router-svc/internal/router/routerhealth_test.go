@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +27,13 @@ import (
 // runs it (without the canary). tune adjusts the flags before Register.
 func servedRouter(t *testing.T, maxConcurrent int, tune func(s *Service), decodes ...*fakeDecode) (*Service, *svckit.Server) {
 	t.Helper()
+	return servedRouterLogged(t, slog.New(slog.DiscardHandler), maxConcurrent, tune, decodes...)
+}
+
+// servedRouterLogged is servedRouter logging to logger.
+func servedRouterLogged(t *testing.T, logger *slog.Logger, maxConcurrent int, tune func(s *Service), decodes ...*fakeDecode) (*Service, *svckit.Server) {
+	t.Helper()
 	s := testRouter(t)
-	logger := slog.New(slog.DiscardHandler)
 	var addrs workers.Static
 	for _, d := range decodes {
 		addrs = append(addrs, d.addr)
@@ -56,7 +62,7 @@ func servedRouter(t *testing.T, maxConcurrent int, tune func(s *Service), decode
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	srv, err := svckit.NewServer("router-test", svckit.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
+	srv, err := svckit.NewServer("router-test", svckit.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second},
 		logger, tp, svckit.ServerOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -184,9 +190,18 @@ func TestSelfProbeNamesStage(t *testing.T) {
 		t.Errorf("no self-probe reached the decode worker")
 	}
 
+	// The wedge hook is on the loopback admin listener, not the public port.
+	if resp, err := http.Post("http://"+srv.HTTPAddr()+"/debug/wedge?stage=routing&for=1ms", "", nil); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("POST /debug/wedge on the public HTTP port = %d, want 404: the hook belongs on the admin listener", resp.StatusCode)
+		}
+	}
 	// Wedge the path at routing.
 	post := func(path string) {
-		resp, err := http.Post("http://"+srv.HTTPAddr()+path, "", nil)
+		resp, err := http.Post("http://"+srv.AdminAddr()+path, "", nil)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("POST %s: %v %v", path, resp, err)
 		}
@@ -207,6 +222,77 @@ func TestSelfProbeNamesStage(t *testing.T) {
 	post("/debug/unwedge")
 	if _, failing, ok := waitReadiness(t, srv, 10*time.Second, func(c int, _ map[string]string) bool { return c == http.StatusOK }); !ok {
 		t.Errorf("router not ready again after the wedge ended: %s", allFailing(failing))
+	}
+}
+
+// TestSelfProbeTinyLimits: a router whose limits allow only one token of
+// prompt and one new token (a scoring deployment: --max-new-tokens 1
+// --max-new-tokens-limit 1 --max-prompt-tokens 1) is a valid configuration:
+// its self-probe must fit them and pass, and the router must turn ready.
+func TestSelfProbeTinyLimits(t *testing.T) {
+	d := startFakeDecode(t, serve)
+	s, srv := servedRouter(t, 8, func(s *Service) {
+		s.probeFlags = selfProbeFlags{interval: 200 * time.Millisecond, timeout: time.Second}
+		s.maxNewTokens, s.limits.maxNewTokens, s.limits.maxPromptTokens = 1, 1, 1
+	}, d)
+	if _, failing, ok := waitReadiness(t, srv, 10*time.Second, func(c int, _ map[string]string) bool { return c == http.StatusOK }); !ok {
+		t.Fatalf("router with --max-new-tokens-limit 1 --max-prompt-tokens 1 not ready: %s", allFailing(failing))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(s.selfProbe.results.WithLabelValues("pass")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("self-probe passed %v times in 10s under one-token limits (failed %v)",
+				testutil.ToFloat64(s.selfProbe.results.WithLabelValues("pass")), testutil.ToFloat64(s.selfProbe.results.WithLabelValues("fail")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, failing := readiness(t, srv); code != http.StatusOK {
+		t.Errorf("router not ready after passing self-probes: %s", allFailing(failing))
+	}
+}
+
+// countingHandler counts the records logged at Error level and above whose
+// message contains sub.
+type countingHandler struct {
+	sub string
+	n   *atomic.Int32
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError && strings.Contains(r.Message, h.sub) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestSelfProbeRefusedByConfig: a self-probe that prepare refuses
+// (INVALID_ARGUMENT: here a context window of two tokens, which the probe's
+// prompt token and its two new tokens do not fit) is a
+// configuration error, logged once, not a router stuck at a stage: the
+// request-path check does not fail for it.
+func TestSelfProbeRefusedByConfig(t *testing.T) {
+	d := startFakeDecode(t, serve)
+	var logged atomic.Int32
+	s, srv := servedRouterLogged(t, slog.New(countingHandler{sub: "configuration", n: &logged}), 8, func(s *Service) {
+		s.probeFlags = selfProbeFlags{interval: 100 * time.Millisecond, timeout: time.Second}
+		s.cfg.ContextLength = 2
+	}, d)
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(s.selfProbe.results.WithLabelValues("config")) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("self-probe refused by prepare counted as config %v times in 10s (fail %v)",
+				testutil.ToFloat64(s.selfProbe.results.WithLabelValues("config")), testutil.ToFloat64(s.selfProbe.results.WithLabelValues("fail")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, failing := readiness(t, srv); failing["request-path"] != "" {
+		t.Errorf("request-path failing for a probe the configuration refuses: %s", failing["request-path"])
+	}
+	if n := logged.Load(); n != 1 {
+		t.Errorf("configuration error logged %d times over 3 probes, want once", n)
 	}
 }
 
@@ -244,6 +330,11 @@ func TestRequestPathRules(t *testing.T) {
 		r.progress.Store(progress.UnixNano())
 		return r
 	}
+	sending := func(id string, progress time.Time) *request {
+		r := mk(id, batonv1.RequestState_REQUEST_STATE_RUNNING, stale, progress)
+		r.sending.Store(true)
+		return r
+	}
 	cases := []struct {
 		name     string
 		slots    int // taken of 2
@@ -260,13 +351,21 @@ func TestRequestPathRules(t *testing.T) {
 			mk("a", batonv1.RequestState_REQUEST_STATE_PREALLOC, stale, stale), mk("b", batonv1.RequestState_REQUEST_STATE_RUNNING, stale, stale)}, stale, ""},
 		{"full, both stuck routing", 2, []*request{
 			mk("a", batonv1.RequestState_REQUEST_STATE_ROUTING, stale, stale), mk("b", batonv1.RequestState_REQUEST_STATE_ROUTING, stale, stale)}, stale, "stuck at routing: the limiter is full"},
+		// Clients that stopped reading: --client-write-timeout (30s here)
+		// releases them, so the router is not stuck while it has not passed.
+		{"full, sending to clients that stopped reading, within --client-write-timeout", 2, []*request{
+			sending("a", now.Add(-15*time.Second)), sending("b", now.Add(-20*time.Second))}, stale, ""},
+		{"full, one sending to a slow client, one stuck routing", 2, []*request{
+			sending("a", now.Add(-15*time.Second)), mk("b", batonv1.RequestState_REQUEST_STATE_ROUTING, stale, stale)}, stale, "stuck at routing: the limiter is full"},
+		{"full, sending past --client-write-timeout plus grace", 2, []*request{
+			sending("a", now.Add(-40*time.Second)), sending("b", now.Add(-40*time.Second))}, stale, "stuck at sending to client: the limiter is full"},
 		{"overdue request", 1, []*request{
 			mk("old", batonv1.RequestState_REQUEST_STATE_RUNNING, now.Add(-time.Minute-overdueGrace-time.Second), now)}, now, "stuck at streaming: request old in flight for 1m6s, past --request-timeout 1m0s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New()
-			s.limits.requestTimeout = time.Minute
+			s.limits.requestTimeout, s.limits.clientWriteTimeout = time.Minute, 30*time.Second
 			s.limit = newLimiter(2)
 			for range tc.slots {
 				if _, err := s.limit.acquire(); err != nil {

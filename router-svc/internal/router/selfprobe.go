@@ -30,8 +30,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
 	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -49,7 +51,8 @@ const selfProbeIDPrefix = canarylabel.IDPrefix + "self-"
 const selfProbeTokenKey = "baton-self-probe"
 
 // selfProbeTokens is how many tokens a self-probe asks for: two, as the
-// canary does, so that the decode worker's own forward step is in the path.
+// canary does, so that the decode worker's own forward step is in the path;
+// fewer when --max-new-tokens-limit allows fewer (selfProbeRequest).
 const selfProbeTokens = 2
 
 // Stages of a request at the router, as the self-probe reports where it got
@@ -95,11 +98,12 @@ func (f *selfProbeFlags) validate() error {
 
 // probeRun is one self-probe in flight, as run sees it.
 type probeRun struct {
-	id    string
-	start time.Time
-	stage atomic.Pointer[string]  // before the in-flight entry exists
-	req   atomic.Pointer[request] // the in-flight entry, once added
-	ended atomic.Bool             // run has returned
+	id      string
+	start   time.Time
+	stage   atomic.Pointer[string]  // before the in-flight entry exists
+	req     atomic.Pointer[request] // the in-flight entry, once added
+	endedAt atomic.Pointer[string]  // the stage run failed in, once it has
+	ended   atomic.Bool             // run has returned
 }
 
 // setStage records the stage the probe entered; safe on nil (not a probe).
@@ -117,11 +121,26 @@ func (p *probeRun) attach(r *request) {
 	}
 }
 
-// end marks run's return; safe on nil.
-func (p *probeRun) end() {
+// end marks run's return with err, remembering the stage a failed run
+// returned from (where the probe failed); safe on nil.
+func (p *probeRun) end(err error) {
 	if p != nil {
+		if err != nil {
+			st := p.where()
+			p.endedAt.Store(&st)
+		}
 		p.ended.Store(true)
 	}
+}
+
+// failedAt is the stage run failed in, or where the probe is now when run
+// did not fail (its answer failed on the way back: the sender, or a stage
+// run has not left).
+func (p *probeRun) failedAt() string {
+	if st := p.endedAt.Load(); st != nil {
+		return *st
+	}
+	return p.where()
 }
 
 // where is the stage the probe is in now.
@@ -160,7 +179,7 @@ type probeResult struct {
 // selfProber sends the self-probes and keeps their outcome.
 type selfProber struct {
 	conn     grpc.ClientConnInterface
-	prompt   string
+	req      probeRequest
 	token    string // the secret in every probe's metadata
 	apiKey   string // sent as a bearer key when the router requires one
 	flags    selfProbeFlags
@@ -168,10 +187,43 @@ type selfProber struct {
 	logger   *slog.Logger
 	results  *prometheus.CounterVec
 
-	mu       sync.Mutex
-	inflight map[string]*probeRun
-	last     probeResult
-	failing  bool // the last result failed in a router stage (for logging changes once)
+	mu        sync.Mutex
+	inflight  map[string]*probeRun
+	last      probeResult
+	failing   bool // the last result failed in a router stage (for logging changes once)
+	misconfig bool // a probe was refused as invalid (logged once)
+}
+
+// probeRequest is what a self-probe asks for: a prompt and a number of new
+// tokens within the router's own limits, so that a valid configuration
+// never refuses its own probe.
+type probeRequest struct {
+	prompt    string   // the prompt as text, when it fits --max-prompt-tokens
+	promptIDs []uint32 // else the first tokens of its encoding
+	maxNew    uint32
+}
+
+// selfProbeRequest is the self-probe's request under s's limits: the
+// canary's prompt and two new tokens, or as many as --max-new-tokens-limit
+// allows and as much of the prompt as --max-prompt-tokens and the context
+// window leave (at least one token). A configuration in which even that
+// does not fit has prepare refuse the probe, which the probe reports as a
+// configuration error (probe).
+func (s *Service) selfProbeRequest() probeRequest {
+	maxNew := selfProbeTokens
+	if lim := s.limits.maxNewTokens; lim > 0 {
+		maxNew = min(maxNew, lim)
+	}
+	ids := s.tok.Encode(canaryPrompt, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+	fit := len(ids)
+	if lim := s.limits.maxPromptTokens; lim > 0 {
+		fit = min(fit, lim)
+	}
+	fit = max(min(fit, s.cfg.ContextLength-maxNew), 1)
+	if fit >= len(ids) {
+		return probeRequest{prompt: canaryPrompt, maxNew: uint32(maxNew)}
+	}
+	return probeRequest{promptIDs: apiconv.WireIDs(ids[:fit]), maxNew: uint32(maxNew)}
 }
 
 // newSelfProbeToken makes the process's secret self-probe token.
@@ -181,11 +233,11 @@ func newSelfProbeToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newSelfProber(conn grpc.ClientConnInterface, token, apiKey string, f selfProbeFlags, draining func() bool, logger *slog.Logger, reg prometheus.Registerer) *selfProber {
-	p := &selfProber{conn: conn, prompt: canaryPrompt, token: token, apiKey: apiKey, flags: f, draining: draining, logger: logger,
+func newSelfProber(conn grpc.ClientConnInterface, req probeRequest, token, apiKey string, f selfProbeFlags, draining func() bool, logger *slog.Logger, reg prometheus.Registerer) *selfProber {
+	p := &selfProber{conn: conn, req: req, token: token, apiKey: apiKey, flags: f, draining: draining, logger: logger,
 		inflight: map[string]*probeRun{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "baton_router_self_probes_total",
-			Help: "The router's self-probes through its own request path, by result: pass, fail (stuck or broken in the router), worker (failed waiting on workers), busy (refused for load)."},
+			Help: "The router's self-probes through its own request path, by result: pass, fail (stuck or broken in the router), worker (failed waiting on workers), busy (refused for load), config (refused as invalid by the router's own limits: a configuration error)."},
 			[]string{"result"})}
 	reg.MustRegister(p.results)
 	return p
@@ -245,7 +297,7 @@ func (p *selfProber) probe(ctx context.Context) {
 	result := "pass"
 	if err != nil {
 		timedOut := false
-		res.stage = pr.where()
+		res.stage = pr.failedAt()
 		if st := stuckAt.Load(); st != nil {
 			timedOut, res.stage = true, *st
 			res.err = status.Errorf(codes.DeadlineExceeded, "no answer within %v", p.flags.timeout)
@@ -255,6 +307,11 @@ func (p *selfProber) probe(ctx context.Context) {
 			// Refused for load, or no pair to run on: the router answered;
 			// the limiter and the workers' checks speak for those.
 			result = "busy"
+		case !timedOut && code == codes.InvalidArgument && res.stage == stagePrepare:
+			// The router's own limits refuse even the smallest probe
+			// (selfProbeRequest): a configuration error, which no
+			// restart or rotation fixes; it is logged, not a wedge.
+			result = "config"
 		case workerStage(res.stage):
 			result = "worker"
 		default:
@@ -271,8 +328,8 @@ func (p *selfProber) send(ctx context.Context, id string) error {
 	greedy, seed := float32(0), uint64(0)
 	// WaitForReady: the first probe may go out before the port serves.
 	stream, err := batonv1.NewRouterServiceClient(p.conn).Generate(ctx, &batonv1.GenerateRequest{
-		RequestId: id, Prompt: p.prompt,
-		Sampling: &batonv1.SamplingParams{Temperature: &greedy, Seed: &seed, MaxNewTokens: selfProbeTokens, IgnoreEos: true},
+		RequestId: id, Prompt: p.req.prompt, PromptTokenIds: p.req.promptIDs,
+		Sampling: &batonv1.SamplingParams{Temperature: &greedy, Seed: &seed, MaxNewTokens: p.req.maxNew, IgnoreEos: true},
 	}, grpc.WaitForReady(true))
 	if err != nil {
 		return err
@@ -306,8 +363,13 @@ func (p *selfProber) record(res probeResult, result string) {
 	p.last = res
 	was := p.failing
 	p.failing = res.router
+	firstMisconfig := result == "config" && !p.misconfig
+	p.misconfig = p.misconfig || result == "config"
 	p.mu.Unlock()
 	switch {
+	case firstMisconfig:
+		p.logger.Error("self-probe: the router's configuration refuses its own probe request; the request path goes unwatched (check --max-prompt-tokens, --max-new-tokens-limit, --context-length)",
+			"request_id", res.id, "err", res.err)
 	case res.router && !was:
 		p.logger.Error("self-probe: the router's request path is stuck", "request_id", res.id, "stage", res.stage, "err", res.err)
 	case !res.router && was:
@@ -390,7 +452,10 @@ func (s *Service) prepareRun(in *batonv1.GenerateRequest, probe *probeRun) (*bat
 func (s *Service) watchSelf(srv *svckit.Server) {
 	if s.debugHooks {
 		s.wedge = newWedge()
-		s.registerWedgeHook(srv.Mux)
+		s.registerWedgeHook(srv.Admin) // the loopback admin listener, never the public port
+		if !srv.Config.AdminEnabled() {
+			s.logger.Warn("--debug-hooks without an admin listener (--admin-addr off): the wedge hook cannot be reached")
+		}
 	}
 	srv.AddReadinessCheck("request-path", s.checkRequestPath)
 	if s.probeFlags.interval <= 0 {
@@ -400,7 +465,7 @@ func (s *Service) watchSelf(srv *svckit.Server) {
 	if s.keys != nil {
 		apiKey = s.selfProbeToken
 	}
-	s.selfProbe = newSelfProber(s.gwConn, s.selfProbeToken, apiKey, s.probeFlags, s.Draining, s.logger, srv.Registry)
+	s.selfProbe = newSelfProber(s.gwConn, s.selfProbeRequest(), s.selfProbeToken, apiKey, s.probeFlags, s.Draining, s.logger, srv.Registry)
 	ctx, stop := context.WithCancel(context.Background())
 	s.stopProbe = stop
 	s.probing.Go(func() { s.selfProbe.run(ctx) })

@@ -88,7 +88,9 @@ func (w *wedge) state() wedgeState {
 	return wedgeState{Wedged: true, Stage: w.stage, RemainingSeconds: rem.Seconds()}
 }
 
-// registerWedgeHook serves the wedge hook on the router's HTTP port:
+// registerWedgeHook serves the wedge hook on mux, the router's admin
+// listener (loopback by default, like /debug/workers), never its public
+// HTTP port:
 //
 //	POST /debug/wedge?stage=admission&for=30s   hold every request reaching the
 //	                                            stage (admission or routing) for

@@ -247,7 +247,7 @@ func (w *Worker) Thaw(t testing.TB) {
 func (w *Worker) hook(t testing.TB, path string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	w.Server.Mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, nil))
+	w.Server.Admin.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, nil)) // test hooks are on the admin listener
 	if rec.Code != http.StatusOK {
 		t.Fatalf("POST %s: %d %s (does the worker run with --debug-hooks?)", path, rec.Code, rec.Body)
 	}
