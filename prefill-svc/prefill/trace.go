@@ -28,6 +28,15 @@ type prefillTrace struct {
 	marks       []progressMark
 	first       bool   // the first token has arrived
 	decodeAbort string // decode's reason, when it aborted the transfer
+	failed      error  // the scheduler's error, when it ended the request with one
+}
+
+// failure is the scheduler's error for the request, nil if it ended
+// without one (or has not ended).
+func (p *prefillTrace) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
 }
 
 // abortedBy records decode's reason for aborting the transfer.
@@ -71,6 +80,10 @@ func (p *prefillTrace) note(ev sched.Event) {
 	case sched.EventToken:
 		p.marks = append(p.marks, progressMark{at: now, tokens: p.promptTokens, first: true})
 		p.first = true
+	case sched.EventDone:
+		if ev.Err != nil && ev.Finish != sched.FinishHandedOver {
+			p.failed = ev.Err
+		}
 	}
 	marks := p.marks
 	p.mu.Unlock()

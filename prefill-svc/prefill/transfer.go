@@ -71,7 +71,10 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	// pages, so that pages are never freed under a send.
 	schedCtx, schedCancel := enginehost.Detach(ctx)
 	defer schedCancel(nil)
-	prev, drop := s.live.claim(req.ID, cancel)
+	prev, drop, err := s.live.claim(req.ID, hs.GetOrigin(), hs.GetAttempt(), cancel)
+	if err != nil {
+		return svckit.Status(err)
+	}
 	defer drop()
 	submitted := time.Now()
 	st, err := s.submit(ctx, schedCtx, req, prev)
@@ -112,9 +115,12 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	sentChunks, sentBytes := snd.Stats()
 	sendSpan.SetAttributes(tracing.AttrKVChunks.Int64(int64(sentChunks)), tracing.AttrKVBytes.Int64(int64(sentBytes)))
 	pt.endSend(ctx, sendSpan, runErr) // before cancel(nil) hides why ctx ended
+	// How the send ended, before release and cancel(nil) add their own
+	// ends: ctx ended by then whatever ended the send.
+	ended, failed := ctx.Err(), pt.failure()
 	release(st, promptDone, schedCancel)
 	cancel(nil)
-	return s.result(ctx, log, req.ID, snd, runErr, start)
+	return s.result(ctx, log, req.ID, snd, runErr, ended, failed, start)
 }
 
 // release ends the request at the scheduler once the sender no longer
@@ -131,7 +137,11 @@ func release(st *sched.Stream, promptDone <-chan struct{}, schedCancel context.C
 
 // result records the transfer and maps how the sender ended to the RPC's
 // status: a transfer decode aborted (and was told so) is no error here.
-func (s *Service) result(ctx context.Context, log *slog.Logger, id string, snd *kvtransfer.Sender, runErr error, start time.Time) error {
+// ended is the transfer context's error when the sender returned (nil when
+// it was still live), failed the scheduler's error for the request (nil if
+// none): the status of a send that ended on its own is the failure's, not
+// the CANCELED that the handler's own cancel would make of it.
+func (s *Service) result(ctx context.Context, log *slog.Logger, id string, snd *kvtransfer.Sender, runErr, ended, failed error, start time.Time) error {
 	chunks, bytes := snd.Stats()
 	s.Host.Metrics.KVTransferBytes.Add(float64(bytes))
 	switch {
@@ -149,8 +159,13 @@ func (s *Service) result(ctx context.Context, log *slog.Logger, id string, snd *
 		return svckit.Status(runErr)
 	default:
 		log.InfoContext(ctx, "transfer ended early", "err", runErr, "cause", context.Cause(ctx), "chunks", chunks)
-		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
+		if ended != nil {
+			return status.FromContextError(ended).Err()
+		}
+		if failed != nil {
+			// Decode got the failure's code in an Error message; the
+			// stream's status says the same.
+			return svckit.Status(svckit.Errorf(failed, "%v", runErr))
 		}
 		return svckit.Status(runErr)
 	}

@@ -206,13 +206,13 @@ func TestHandover(t *testing.T) {
 func TestRetryReplacesStaleTransfer(t *testing.T) {
 	s, w := startPrefill(t)
 	old, _ := transfer(t, w)
-	if err := old.Send(handshake(s, "retried", 80, 1)); err != nil {
+	if err := old.Send(attemptOf(handshake(s, "retried", 80, 1), "router-a/1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	recvUntil(t, old, "the first chunk", isChunk)
 	// The old attempt's decode says nothing more; the retry arrives.
 	retry, _ := transfer(t, w)
-	if err := retry.Send(handshake(s, "retried", 80, 32)); err != nil {
+	if err := retry.Send(attemptOf(handshake(s, "retried", 80, 32), "router-a/1", 2)); err != nil {
 		t.Fatal(err)
 	}
 	for {

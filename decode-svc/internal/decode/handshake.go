@@ -92,6 +92,9 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		// Four heartbeats per idle deadline: a busy prefill never looks
 		// silent, a lost one still does.
 		HeartbeatMs: uint32(max(1, (s.IdleTimeout / 4).Milliseconds())),
+		// Which attempt of which request at the router: prefill lets only
+		// the same request's later attempt replace a stale transfer.
+		Attempt: in.GetAttempt(), Origin: in.GetOrigin(),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		hs.Deadline = timestamppb.New(dl)

@@ -30,8 +30,15 @@ type DecodeServiceGenerateRequest struct {
 	// gRPC address (host:port) of the prefill worker to pull the KV cache
 	// from, or "local" to compute the prompt in this process (colocated mode).
 	PrefillEndpoint string `protobuf:"bytes,2,opt,name=prefill_endpoint,json=prefillEndpoint,proto3" json:"prefill_endpoint,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Which attempt of the request this is: 1 for the first, counting every
+	// attempt the router makes. Prefill lets a later attempt of the same
+	// request replace a stale transfer of its id (Handshake.attempt).
+	Attempt uint32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The request's origin at the router: opaque, the same for all attempts
+	// of one request and different for every other (Handshake.origin).
+	Origin        string `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeServiceGenerateRequest) Reset() {
@@ -74,6 +81,20 @@ func (x *DecodeServiceGenerateRequest) GetRequest() *GenerateRequest {
 func (x *DecodeServiceGenerateRequest) GetPrefillEndpoint() string {
 	if x != nil {
 		return x.PrefillEndpoint
+	}
+	return ""
+}
+
+func (x *DecodeServiceGenerateRequest) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DecodeServiceGenerateRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
 	}
 	return ""
 }
@@ -229,10 +250,12 @@ var File_baton_v1_decode_proto protoreflect.FileDescriptor
 
 const file_baton_v1_decode_proto_rawDesc = "" +
 	"\n" +
-	"\x15baton/v1/decode.proto\x12\bbaton.v1\x1a\x15baton/v1/common.proto\"~\n" +
+	"\x15baton/v1/decode.proto\x12\bbaton.v1\x1a\x15baton/v1/common.proto\"\xb0\x01\n" +
 	"\x1cDecodeServiceGenerateRequest\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.baton.v1.GenerateRequestR\arequest\x12)\n" +
-	"\x10prefill_endpoint\x18\x02 \x01(\tR\x0fprefillEndpoint\"N\n" +
+	"\x10prefill_endpoint\x18\x02 \x01(\tR\x0fprefillEndpoint\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\rR\aattempt\x12\x16\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\"N\n" +
 	"\x1dDecodeServiceGenerateResponse\x12-\n" +
 	"\x05event\x18\x01 \x01(\v2\x17.baton.v1.GenerateEventR\x05event\"R\n" +
 	"\x19DecodeServiceAbortRequest\x12\x1d\n" +

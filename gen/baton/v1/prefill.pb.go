@@ -130,7 +130,8 @@ func (*TransferKVRequest_Abort) isTransferKVRequest_Msg() {}
 type Handshake struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The request's id; a duplicate of an in-flight id is refused with
-	// ALREADY_EXISTS.
+	// ALREADY_EXISTS, unless it is a later attempt of the same request (same
+	// origin, greater attempt), which replaces the stale transfer (ABORTED).
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The prompt's token ids.
 	PromptTokenIds []uint32 `protobuf:"varint,2,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
@@ -151,7 +152,15 @@ type Handshake struct {
 	// Prefill sends a Progress message when it has sent nothing for this
 	// long (decode's idle deadline divided by a safety factor); 0 leaves the
 	// interval to prefill.
-	HeartbeatMs   uint32 `protobuf:"varint,9,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	HeartbeatMs uint32 `protobuf:"varint,9,opt,name=heartbeat_ms,json=heartbeatMs,proto3" json:"heartbeat_ms,omitempty"`
+	// Which attempt of the request this is (1, 2, ...), as the router numbers
+	// them; copied from DecodeServiceGenerateRequest.attempt.
+	Attempt uint32 `protobuf:"varint,10,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The request's origin: an opaque token naming one request at one router
+	// process, the same for all its attempts; copied from
+	// DecodeServiceGenerateRequest.origin. Empty: none (such a transfer is
+	// never replaced and never replaces one).
+	Origin        string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +256,20 @@ func (x *Handshake) GetHeartbeatMs() uint32 {
 		return x.HeartbeatMs
 	}
 	return 0
+}
+
+func (x *Handshake) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Handshake) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
 }
 
 // Credit grants prefill permission to send more chunks.
@@ -921,7 +944,7 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\thandshake\x18\x01 \x01(\v2\x13.baton.v1.HandshakeH\x00R\thandshake\x12*\n" +
 	"\x06credit\x18\x02 \x01(\v2\x10.baton.v1.CreditH\x00R\x06credit\x12'\n" +
 	"\x05abort\x18\x03 \x01(\v2\x0f.baton.v1.AbortH\x00R\x05abortB\x05\n" +
-	"\x03msg\"\x93\x03\n" +
+	"\x03msg\"\xc5\x03\n" +
 	"\tHandshake\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -932,7 +955,10 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\x0epages_reserved\x18\x06 \x01(\rR\rpagesReserved\x126\n" +
 	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12'\n" +
 	"\x0finitial_credits\x18\b \x01(\rR\x0einitialCredits\x12!\n" +
-	"\fheartbeat_ms\x18\t \x01(\rR\vheartbeatMs\" \n" +
+	"\fheartbeat_ms\x18\t \x01(\rR\vheartbeatMs\x12\x18\n" +
+	"\aattempt\x18\n" +
+	" \x01(\rR\aattempt\x12\x16\n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\" \n" +
 	"\x06Credit\x12\x16\n" +
 	"\x06chunks\x18\x01 \x01(\rR\x06chunks\"\x1f\n" +
 	"\x05Abort\x12\x16\n" +

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"slices"
 	"sync"
@@ -28,6 +29,13 @@ type request struct {
 	// authentication off): only it may abort the request.
 	owner openai.KeyID
 	keyed bool
+	// origin names this request, and no other, to the workers: this router
+	// process's instance and the request's serial in it, set by
+	// inflight.add. Each attempt carries it and its number (attempts), so
+	// that a prefill worker lets only this request's later attempt replace
+	// a stale transfer of its id.
+	origin   string
+	attempts atomic.Uint32 // attempts made on workers so far
 
 	state     atomic.Int32 // batonv1.RequestState
 	generated atomic.Int64
@@ -79,11 +87,15 @@ func (r *request) info(now time.Time) *batonv1.RequestInfo {
 
 // inflight is the router's table of in-flight requests, keyed by id.
 type inflight struct {
-	mu   sync.Mutex
-	reqs map[string]*request
+	mu       sync.Mutex
+	reqs     map[string]*request
+	instance string // random, made once per router process
+	serial   uint64 // requests added so far
 }
 
-func newInflight() *inflight { return &inflight{reqs: map[string]*request{}} }
+func newInflight() *inflight {
+	return &inflight{reqs: map[string]*request{}, instance: rand.Text()[:16]}
+}
 
 // add registers r; a duplicate id is ALREADY_EXISTS. The returned func
 // removes it and is the request's one release path at the router.
@@ -94,6 +106,8 @@ func (t *inflight) add(r *request) (remove func(), err error) {
 		return nil, status.Errorf(codes.AlreadyExists, "request_id %q is already in flight", r.id)
 	}
 	t.reqs[r.id] = r
+	t.serial++
+	r.origin = fmt.Sprintf("%s-%d", t.instance, t.serial)
 	var once sync.Once
 	return func() {
 		once.Do(func() {

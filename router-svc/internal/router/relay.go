@@ -64,7 +64,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	defer stopPrefill()
 	dc := pair.Decode
 	stream, err := batonv1.NewDecodeServiceClient(dc.Conn()).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
-		Request: req, PrefillEndpoint: pair.PrefillAddr()})
+		Request: req, PrefillEndpoint: pair.PrefillAddr(), Attempt: r.attempts.Add(1), Origin: r.origin})
 	if err != nil {
 		return false, attemptErr(ctx, dc, err)
 	}
