@@ -109,30 +109,46 @@ func buildAndRun(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+// Ports for the services the suite starts come from below the kernel's
+// ephemeral range (ip_local_port_range): a port found free there cannot
+// be taken, between the check and the service's bind, as the local port
+// of some outgoing connection — which "127.0.0.1:0" ports can, and did
+// ("bind: address already in use"). A cursor that only moves forward
+// keeps one test process from handing out a port twice.
+var portCursor struct {
+	sync.Mutex
+	next, low, high int
 }
 
-// consecutiveFreePorts finds a base port whose next n ports are free.
-func consecutiveFreePorts(t testing.TB, n int) int {
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 12000 {
+				return lo
+			}
+		}
+	}
+	return 32768
+}
+
+// takePorts returns the next n consecutive ports that are free now (n = 1
+// for a single port), advancing the cursor past them.
+func takePorts(t testing.TB, n int) int {
 	t.Helper()
-	for try := 0; try < 50; try++ {
-		base := 20000 + (os.Getpid()*7+try*97)%30000
+	portCursor.Lock()
+	defer portCursor.Unlock()
+	if portCursor.high == 0 {
+		portCursor.low, portCursor.high = 10000, ephemeralLow()
+		portCursor.next = portCursor.low + (os.Getpid()*97)%(portCursor.high-portCursor.low)
+	}
+	span := portCursor.high - portCursor.low
+	for tried := 0; tried < span; {
+		base := portCursor.next
+		if base+n > portCursor.high {
+			base = portCursor.low
+		}
 		ok := true
 		var ls []net.Listener
 		for i := range n {
@@ -146,12 +162,31 @@ func consecutiveFreePorts(t testing.TB, n int) int {
 		for _, l := range ls {
 			l.Close()
 		}
+		portCursor.next = base + max(len(ls), 1)
 		if ok {
+			portCursor.next = base + n
 			return base
 		}
+		tried += max(len(ls), 1)
 	}
-	t.Fatal("no run of free ports found")
+	t.Fatalf("no run of %d free ports below %d", n, portCursor.high)
 	return 0
+}
+
+// freePorts returns n distinct loopback ports that are free now.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = takePorts(t, 1)
+	}
+	return ports
+}
+
+// consecutiveFreePorts finds a base port whose next n ports are free.
+func consecutiveFreePorts(t testing.TB, n int) int {
+	t.Helper()
+	return takePorts(t, n)
 }
 
 // proc is a started binary whose stderr is captured.

@@ -106,7 +106,10 @@ func fakeBinDir(t *testing.T) string {
 func freeRun(t *testing.T, n int) int {
 	t.Helper()
 	for try := range 50 {
-		base := 20000 + (os.Getpid()*13+try*131)%40000
+		// Below the kernel's ephemeral range (32768 and up by default): a
+		// port free there cannot be taken meanwhile as the local port of an
+		// outgoing connection.
+		base := 10000 + (os.Getpid()*13+try*131)%(32768-10000-n)
 		var ls []net.Listener
 		ok := true
 		for i := range n {
