@@ -13,7 +13,9 @@ import (
 // return quickly and must not call back into the scheduler's blocking
 // paths.
 type Observer interface {
-	// Gauges is called after every step and on state changes.
+	// Gauges is called after every step and on state changes, and before
+	// each forward pass, so that the counts describe the requests the
+	// scheduler holds (its Snapshot) even while a pass hangs.
 	Gauges(Gauges)
 	// Step is called after every step that ran a batch, preempted or
 	// stalled.

@@ -33,13 +33,21 @@ func (s *Scheduler) step() (StepStats, bool) {
 	start := time.Now()
 	p := &s.plan
 	s.makePlan(p)
+	var done []Summary
+	var g Gauges
 	if len(p.chunks) > 0 {
 		s.stepStart, s.stepTokens = start, p.decode+p.prefill
+		// The commands and the plan changed the counts; publish them
+		// before the forward pass, which may hang: until it returns the
+		// gauges must count the requests Snapshot lists, not the last
+		// step's.
+		done, g = s.takeDone(), s.gauges(start)
 	}
 	s.mu.Unlock()
 
 	var err error
 	if len(p.chunks) > 0 {
+		s.report(nil, done, g)
 		// Unlocked: the forward pass only reads what the plan references,
 		// which nothing else writes until it returns.
 		err = s.cfg.Model.ForwardBatch(s.cfg.Pool, p.chunks)
@@ -66,8 +74,8 @@ func (s *Scheduler) step() (StepStats, bool) {
 	// nothing (waiting requests that do not fit, running ones stalled for
 	// a page): sleep until a command changes something.
 	busy := len(p.chunks) > 0 || released > 0 || p.admitted > 0 || p.preempted > 0
-	done := s.takeDone()
-	g := s.gauges(end)
+	done = s.takeDone()
+	g = s.gauges(end)
 	s.mu.Unlock()
 
 	s.report(&stats, done, g)
