@@ -147,10 +147,17 @@ func (t *inflight) entries() []reconcile.Entry {
 
 // list returns every request, oldest first.
 func (t *inflight) list() []*batonv1.RequestInfo {
+	return t.listWhere(func(*request) bool { return true })
+}
+
+// listWhere returns the requests keep accepts, oldest first.
+func (t *inflight) listWhere(keep func(*request) bool) []*batonv1.RequestInfo {
 	t.mu.Lock()
 	rs := make([]*request, 0, len(t.reqs))
 	for _, r := range t.reqs {
-		rs = append(rs, r)
+		if keep(r) {
+			rs = append(rs, r)
+		}
 	}
 	t.mu.Unlock()
 	slices.SortFunc(rs, func(a, b *request) int { return a.start.Compare(b.start) })

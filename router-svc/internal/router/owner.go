@@ -5,8 +5,6 @@ package router
 
 import (
 	"context"
-	"slices"
-	"time"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
@@ -25,19 +23,5 @@ func ownedBy(ctx context.Context, r *request) bool {
 // listFor returns the requests the caller of ctx may see, oldest first.
 // The admin listener's /debug/requests uses list, which shows all.
 func (t *inflight) listFor(ctx context.Context) []*batonv1.RequestInfo {
-	t.mu.Lock()
-	rs := make([]*request, 0, len(t.reqs))
-	for _, r := range t.reqs {
-		if ownedBy(ctx, r) {
-			rs = append(rs, r)
-		}
-	}
-	t.mu.Unlock()
-	slices.SortFunc(rs, func(a, b *request) int { return a.start.Compare(b.start) })
-	now := time.Now()
-	out := make([]*batonv1.RequestInfo, len(rs))
-	for i, r := range rs {
-		out[i] = r.info(now)
-	}
-	return out
+	return t.listWhere(func(r *request) bool { return ownedBy(ctx, r) })
 }

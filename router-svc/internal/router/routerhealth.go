@@ -57,18 +57,28 @@ func (h *pathHealth) done() { h.released.Store(time.Now().UnixNano()) }
 // stage is where an in-flight request is at the router, in the words of
 // the self-probe's stages.
 func (r *request) stage() string {
+	if st, ok := r.knownStage(); ok {
+		return st
+	}
+	return strings.ToLower(strings.TrimPrefix(batonv1.RequestState(r.state.Load()).String(), "REQUEST_STATE_"))
+}
+
+// knownStage is r's stage when its state names one of the self-probe's
+// stages (sending to the client, routing, awaiting the first token,
+// streaming).
+func (r *request) knownStage() (string, bool) {
 	if r.sending.Load() {
-		return stageSending
+		return stageSending, true
 	}
 	switch batonv1.RequestState(r.state.Load()) {
 	case batonv1.RequestState_REQUEST_STATE_ROUTING:
-		return stageRouting
+		return stageRouting, true
 	case batonv1.RequestState_REQUEST_STATE_PREALLOC:
-		return stageFirst
+		return stageFirst, true
 	case batonv1.RequestState_REQUEST_STATE_RUNNING:
-		return stageStreaming
+		return stageStreaming, true
 	}
-	return strings.ToLower(strings.TrimPrefix(batonv1.RequestState(r.state.Load()).String(), "REQUEST_STATE_"))
+	return "", false
 }
 
 // checkRequestPath is the "request-path" readiness check.

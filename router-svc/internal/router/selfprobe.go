@@ -149,16 +149,8 @@ func (p *probeRun) where() string {
 		return stageSender
 	}
 	if r := p.req.Load(); r != nil {
-		if r.sending.Load() {
-			return stageSending
-		}
-		switch batonv1.RequestState(r.state.Load()) {
-		case batonv1.RequestState_REQUEST_STATE_ROUTING:
-			return stageRouting
-		case batonv1.RequestState_REQUEST_STATE_PREALLOC:
-			return stageFirst
-		case batonv1.RequestState_REQUEST_STATE_RUNNING:
-			return stageStreaming
+		if st, ok := r.knownStage(); ok {
+			return st
 		}
 	}
 	if s := p.stage.Load(); s != nil {
