@@ -38,6 +38,10 @@ type Server struct {
 	// debug surface. Handlers may be registered on it even when the
 	// listener is off; they are then not served.
 	Admin *http.ServeMux
+	// WrapMux, when set before Run, wraps Mux on the public HTTP listener
+	// (never Admin): the router's CORS (--cors-allowed-origins), which
+	// answers preflights before any route, key check or limiter.
+	WrapMux func(http.Handler) http.Handler
 	// TLS is the service's mutual-TLS identity (nil without --tls-*): dial
 	// workers with TLS.DialOption(role).
 	TLS *tlsconf.Identity
@@ -171,7 +175,11 @@ func (s *Server) streamDrainGuard(srv any, ss grpc.ServerStream, info *grpc.Stre
 // returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	// REST and OpenAI requests honour an incoming traceparent.
-	httpSrv, adminSrv := s.newHTTPServer(s.Tracing.HTTPHandler(s.Mux)), s.newHTTPServer(s.Admin)
+	public := http.Handler(s.Mux)
+	if s.WrapMux != nil {
+		public = s.WrapMux(public)
+	}
+	httpSrv, adminSrv := s.newHTTPServer(s.Tracing.HTTPHandler(public)), s.newHTTPServer(s.Admin)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := s.GRPC.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

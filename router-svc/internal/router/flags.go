@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/svckit"
 )
 
@@ -25,6 +26,8 @@ type limitFlags struct {
 	maxBodyBytes       int64
 	apiKeysFile        string
 	chatTemplateFile   string
+	corsOrigins        string
+	cors               *openai.CORS // set by validate; nil: CORS off
 }
 
 // Defaults of the limit flags.
@@ -47,6 +50,7 @@ func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&l.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest HTTP request body (REST and OpenAI APIs); larger ones get 413")
 	fs.StringVar(&l.apiKeysFile, "api-keys-file", "", `file of API keys, one per line ('#' comments); when set, every API call needs "Authorization: Bearer KEY" (gRPC: the authorization metadata)`)
 	fs.StringVar(&l.chatTemplateFile, "chat-template-file", "", "Jinja chat template to use instead of the model's tokenizer.chat_template")
+	fs.StringVar(&l.corsOrigins, "cors-allowed-origins", "", `origins whose web pages may call the HTTP APIs (OpenAI and REST) from a browser: a comma-separated list of exact origins (https://app.example.com,http://localhost:3000) or "*"; their answers get CORS headers and their preflights (OPTIONS) are answered 204 without a key; other origins get no CORS headers and 403 on preflight; never on the admin listener (default none: no CORS)`)
 }
 
 func (l *limitFlags) validate(maxNewDefault int) error {
@@ -67,6 +71,10 @@ func (l *limitFlags) validate(maxNewDefault int) error {
 		return fmt.Errorf("--client-write-timeout: %v, want ≥ 0", l.clientWriteTimeout)
 	case l.maxBodyBytes < 1024:
 		return fmt.Errorf("--max-body-bytes: %d, want ≥ 1024", l.maxBodyBytes)
+	}
+	var err error
+	if l.cors, err = openai.ParseCORSOrigins(l.corsOrigins); err != nil {
+		return fmt.Errorf("--cors-allowed-origins: %w", err)
 	}
 	return nil
 }

@@ -188,6 +188,7 @@ func (s *Service) Register(srv *svckit.Server) error {
 	srv.GRPC.RegisterService(s.keys.Guard(&batonv1.RouterService_ServiceDesc), s)
 	srv.HandleDebugRequests(s.inflight.list)
 	srv.Admin.HandleFunc("GET /debug/workers", s.serveDebugWorkers)
+	srv.WrapMux = s.limits.cors.Middleware // --cors-allowed-origins (openai/cors.go); public listener only
 	if err := s.registerGateway(srv); err != nil {
 		return err
 	}
