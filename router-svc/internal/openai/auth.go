@@ -162,7 +162,7 @@ func (k *Keys) Middleware(next http.Handler) http.Handler {
 				return
 			}
 		}
-		(&httpError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key", message: errUnauthenticated}).write(w)
+		(&httpError{status: http.StatusUnauthorized, typ: typeInvalidRequest, code: "invalid_api_key", message: errUnauthenticated}).write(w, r)
 	})
 }
 

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -35,6 +36,10 @@ type httpError struct {
 	message string
 	param   string // "" is JSON null
 	code    string // "" is JSON null
+	// ran: the error is the outcome of a request the router ran, which
+	// its run counted already; every other error answer is a refusal,
+	// counted when written (see CountRefusals).
+	ran bool
 }
 
 func (e *httpError) Error() string { return e.message }
@@ -60,8 +65,7 @@ func (e *httpError) withCode(code string) *httpError {
 
 // codeTable maps the gRPC status codes a Generator returns to HTTP statuses
 // and OpenAI error types. It is the one place the mapping lives; the REST
-// gateway uses grpc-gateway's own table, which agrees with this one for every
-// code Baton produces.
+// gateway's errors go through it too (WriteStatusError).
 var codeTable = map[codes.Code]struct {
 	status int
 	typ    string
@@ -130,7 +134,7 @@ func fromStatus(err error, prompt string) *httpError {
 	if !ok {
 		e = codeTable[codes.Internal]
 	}
-	out := &httpError{status: e.status, typ: e.typ, code: e.code, message: st.Message()}
+	out := &httpError{status: e.status, typ: e.typ, code: e.code, message: st.Message(), ran: true}
 	if m := fieldPrefix.FindStringSubmatch(st.Message()); m != nil {
 		path := m[1]
 		if i := indexOfBracket(path); i >= 0 {
@@ -181,8 +185,15 @@ func (e *httpError) body() errorBody {
 	return b
 }
 
-// write sends e as a whole HTTP answer.
-func (e *httpError) write(w http.ResponseWriter) {
+// write sends e as the whole HTTP answer to r (nil for an answer to a
+// request the router ran), counting it when it is a refusal. It is the one
+// place error answers are written.
+func (e *httpError) write(w http.ResponseWriter, r *http.Request) {
+	if !e.ran && r != nil {
+		if count, ok := r.Context().Value(refusalsCtx{}).(func(codes.Code)); ok {
+			count(refusalCode(e.status))
+		}
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	switch e.status {
@@ -194,4 +205,110 @@ func (e *httpError) write(w http.ResponseWriter) {
 	w.WriteHeader(e.status)
 	b, _ := json.Marshal(e.body())
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// refusalCodes are the gRPC codes refusals are counted under
+// (baton_router_requests_total's code label), for the statuses the HTTP
+// layers answer without running the request; they are the codes
+// grpc-gateway and grpc-go use for the same conditions.
+var refusalCodes = map[int]codes.Code{
+	http.StatusBadRequest:            codes.InvalidArgument,
+	http.StatusUnauthorized:          codes.Unauthenticated,
+	http.StatusForbidden:             codes.PermissionDenied,
+	http.StatusNotFound:              codes.NotFound,
+	http.StatusMethodNotAllowed:      codes.Unimplemented,
+	http.StatusRequestTimeout:        codes.DeadlineExceeded,
+	http.StatusConflict:              codes.AlreadyExists,
+	http.StatusRequestEntityTooLarge: codes.ResourceExhausted, // grpc-go's "message larger than max"
+	http.StatusTooManyRequests:       codes.ResourceExhausted,
+	http.StatusServiceUnavailable:    codes.Unavailable,
+	http.StatusGatewayTimeout:        codes.DeadlineExceeded,
+}
+
+func refusalCode(status int) codes.Code {
+	if c, ok := refusalCodes[status]; ok {
+		return c
+	}
+	return codes.Internal
+}
+
+type refusalsCtx struct{}
+
+// CountRefusals has every refusal answered under next — an error answer
+// for a request that never reached the router's run (a missing key, a body
+// too large or too slow, an unknown path, a wrong method, a malformed
+// request) — reported to count with its gRPC code, so that the router's
+// request counter sees them like the requests it ran. A nil count counts
+// nothing.
+func CountRefusals(count func(codes.Code), next http.Handler) http.Handler {
+	if count == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), refusalsCtx{}, count)))
+	})
+}
+
+// unknownURL is OpenAI's answer for a path it does not serve.
+func unknownURL(r *http.Request) *httpError {
+	return &httpError{status: http.StatusNotFound, typ: typeInvalidRequest, code: "unknown_url",
+		message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)}
+}
+
+// methodNotAllowed answers a method path does not accept; allow lists the
+// ones it does (the Allow header).
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) *httpError {
+	w.Header().Set("Allow", allow)
+	return &httpError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest, code: "method_not_allowed",
+		message: fmt.Sprintf("Invalid method for URL (%s %s): it accepts %s", r.Method, r.URL.Path, allow)}
+}
+
+// WriteRoutingError answers a request under /v1 that no route takes
+// (grpc-gateway's routing errors): 404 unknown_url, or 405 with allow as
+// the Allow header.
+func WriteRoutingError(w http.ResponseWriter, r *http.Request, httpStatus int, allow string) {
+	if httpStatus == http.StatusMethodNotAllowed {
+		methodNotAllowed(w, r, allow).write(w, r)
+		return
+	}
+	e := unknownURL(r)
+	if httpStatus != http.StatusNotFound {
+		e = &httpError{status: httpStatus, typ: typeInvalidRequest, message: http.StatusText(httpStatus)}
+	}
+	e.write(w, r)
+}
+
+// WriteStatusError answers r with err, a gRPC status, in OpenAI's shape
+// and with the status codeTable maps its code to: the REST gateway's error
+// answers. param names the wire field (a GenerateRequest path such as
+// "sampling.temperature") the message starts with. ran says whether the
+// request reached the router's run (which counted it); otherwise the
+// answer is counted as a refusal.
+func WriteStatusError(w http.ResponseWriter, r *http.Request, err error, ran bool) {
+	e := fromWireStatus(err)
+	e.ran = ran
+	if e.status == statusClientClosed {
+		return // nobody is listening
+	}
+	e.write(w, r)
+}
+
+// fromWireStatus is fromStatus naming the wire field (the GenerateRequest
+// path), as the REST gateway's clients send it.
+func fromWireStatus(err error) *httpError {
+	e := fromStatus(err, "prompt")
+	if m := fieldPrefix.FindStringSubmatch(status.Convert(err).Message()); m != nil && e.param != "" {
+		e.param = m[1]
+		if i := indexOfBracket(e.param); i >= 0 {
+			e.param = e.param[:i]
+		}
+	}
+	return e
+}
+
+// StatusErrorJSON is err, a gRPC status, as an OpenAI error object
+// ({"error":{...}}): the line that ends a REST gateway stream with an
+// error.
+func StatusErrorJSON(err error) ([]byte, error) {
+	return json.Marshal(fromWireStatus(err).body())
 }

@@ -82,6 +82,9 @@ type Options struct {
 	// Keys, when not nil, are the API keys every request must present.
 	Keys   *Keys
 	Logger *slog.Logger
+	// Refused, when not nil, counts the refusals the handler answers
+	// without running the request (see CountRefusals).
+	Refused func(codes.Code)
 }
 
 // Handler serves the OpenAI-compatible API.
@@ -93,6 +96,7 @@ type Handler struct {
 	keys        *Keys
 	log         *slog.Logger
 	fingerprint string
+	refused     func(codes.Code)
 }
 
 // New returns a Handler that runs requests on gen.
@@ -108,7 +112,8 @@ func New(gen Generator, opts Options) (*Handler, error) {
 	case opts.Limits.MaxBodyBytes <= 0 || opts.Limits.DefaultMaxTokens < 1 || opts.Limits.MaxPromptTokens < 0 || opts.Limits.MaxNewTokens < 0:
 		return nil, fmt.Errorf("openai: invalid limits %+v", opts.Limits)
 	}
-	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger}
+	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger,
+		refused: opts.Refused}
 	if h.tmpl == nil {
 		var err error
 		if h.tmpl, err = ChatTemplateFor(m.Tokenizer, ""); err != nil {
@@ -133,24 +138,28 @@ func New(gen Generator, opts Options) (*Handler, error) {
 // The more specific patterns take precedence over a catch-all "/v1/" such as
 // the REST gateway's.
 func (h *Handler) Register(mux *http.ServeMux) {
+	handle := func(pattern string, next http.Handler) {
+		mux.Handle(pattern, CountRefusals(h.refused, next))
+	}
 	auth := h.keys.Middleware
-	mux.Handle("POST /v1/completions", auth(http.HandlerFunc(h.completions)))
-	mux.Handle("POST /v1/chat/completions", auth(http.HandlerFunc(h.chatCompletions)))
-	mux.Handle("GET /v1/models", auth(http.HandlerFunc(h.listModels)))
-	mux.Handle("GET /v1/models/{model}", auth(http.HandlerFunc(h.getModel)))
-	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
-		mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Allow", http.MethodPost)
-			(&httpError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest,
-				message: p + " accepts POST only"}).write(w)
-		})
+	handle("POST /v1/completions", auth(http.HandlerFunc(h.completions)))
+	handle("POST /v1/chat/completions", auth(http.HandlerFunc(h.chatCompletions)))
+	handle("GET /v1/models", auth(http.HandlerFunc(h.listModels)))
+	handle("GET /v1/models/{model}", auth(http.HandlerFunc(h.getModel)))
+	// Other methods on these paths are 405s here, not the REST
+	// gateway's (the catch-all "/v1/") 404s.
+	for p, allow := range map[string]string{"/v1/completions": http.MethodPost, "/v1/chat/completions": http.MethodPost,
+		"/v1/models": "GET, HEAD", "/v1/models/{model}": "GET, HEAD"} {
+		handle(p, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			methodNotAllowed(w, r, allow).write(w, r)
+		}))
 	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := marshal(v)
 	if err != nil {
-		(&httpError{status: http.StatusInternalServerError, typ: typeServer, message: "encoding the response: " + err.Error()}).write(w)
+		(&httpError{status: http.StatusInternalServerError, typ: typeServer, message: "encoding the response: " + err.Error(), ran: true}).write(w, nil)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -248,7 +257,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, j *job, herr *htt
 	if herr.status == statusClientClosed {
 		return // nobody is listening
 	}
-	herr.write(w)
+	herr.write(w, r)
 }
 
 // errAborted ends a generation whose last event says it was aborted.

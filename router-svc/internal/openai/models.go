@@ -39,7 +39,7 @@ func (h *Handler) listModels(w http.ResponseWriter, _ *http.Request) {
 
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 	if id := r.PathValue("model"); id != h.model.ID {
-		h.unknownModel(id).write(w)
+		h.unknownModel(id).write(w, r)
 		return
 	}
 	writeJSON(w, http.StatusOK, h.modelObject())

@@ -259,7 +259,7 @@ func pathAt(body []byte, off int64) string {
 func BodyLimit(limit int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
-			tooLarge(limit).write(w)
+			tooLarge(limit).write(w, r)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)

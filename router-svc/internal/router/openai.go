@@ -59,6 +59,7 @@ func (s *Service) registerOpenAI(srv *svckit.Server) error {
 		Template: s.chatTemplate,
 		Keys:     s.keys,
 		Logger:   s.logger,
+		Refused:  s.metrics.refused,
 	})
 	if err != nil {
 		return err
