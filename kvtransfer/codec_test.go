@@ -491,20 +491,24 @@ func (s *kvServer) TransferKV(stream batonv1.PrefillService_TransferKVServer) er
 		MaxChunkBytes: s.maxChunk, Codec: s.codec}, s.source(layout), stream)
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	go func() { // ends when the stream does
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				cancel()
-				return
-			}
-			if c := m.GetCredit(); c != nil {
-				snd.AddCredits(int(c.GetChunks()))
-			}
-		}
-	}()
+	go forwardCredits(stream, snd, cancel)
 	snd.Finish(&batonv1.PrefillDone{PromptTokens: uint32(prompt)})
 	return snd.Run(ctx)
+}
+
+// forwardCredits hands the credits decode sends to snd until the stream
+// ends, then cancels the transfer: a test prefill's receive loop.
+func forwardCredits(stream batonv1.PrefillService_TransferKVServer, snd *Sender, cancel context.CancelFunc) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			cancel()
+			return
+		}
+		if c := m.GetCredit(); c != nil {
+			snd.AddCredits(int(c.GetChunks()))
+		}
+	}
 }
 
 func serveKV(tb testing.TB, s batonv1.PrefillServiceServer, opts []grpc.ServerOption, dopts ...grpc.DialOption) batonv1.PrefillServiceClient {

@@ -48,18 +48,7 @@ func (s *stallServer) TransferKV(stream batonv1.PrefillService_TransferKVServer)
 		CreditTimeout: s.idle, SendTimeout: s.idle, Codec: s.codec}, patternPages{layout}, stream)
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	go func() { // ends when the stream does
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				cancel()
-				return
-			}
-			if c := m.GetCredit(); c != nil {
-				snd.AddCredits(int(c.GetChunks()))
-			}
-		}
-	}()
+	go forwardCredits(stream, snd, cancel)
 	snd.Finish(&batonv1.PrefillDone{PromptTokens: uint32(prompt)})
 	start := time.Now()
 	err = snd.Run(ctx)

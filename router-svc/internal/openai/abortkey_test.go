@@ -35,28 +35,13 @@ func TestAbortOnlyByOwnKey(t *testing.T) {
 	}
 	tr := startRouter(t, "--api-keys-file", keys, "--request-timeout", "1m")
 	client := batonv1.NewRouterServiceClient(tr.grpc)
-	// A small window and a large answer (20 logprobs a token) that the test
-	// reads only a little of keep each request in flight until aborted.
-	conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 
 	for _, via := range []string{"grpc", "rest"} {
 		t.Run(via, func(t *testing.T) {
 			id := "owned-" + via
 			ctx, cancel := context.WithCancel(tr.authed())
 			defer cancel()
-			stream, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: id, Prompt: "Once upon a time",
-				Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: 120, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
-			if err == nil {
-				_, err = stream.Recv()
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			stream := startHeldStream(ctx, t, tr, id, 120)
 			abort := func(key string) (int, error) {
 				if via == "grpc" {
 					md := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
@@ -125,22 +110,9 @@ func TestListRequestsOnlyOwnKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := startRouter(t, "--api-keys-file", keys, "--request-timeout", "1m")
-	conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ctx, cancel := context.WithCancel(tr.authed())
 	defer cancel()
-	stream, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: "listed-to-owner", Prompt: "Once upon a time",
-		Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: 120, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
-	if err == nil {
-		_, err = stream.Recv()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	startHeldStream(ctx, t, tr, "listed-to-owner", 120)
 	client := batonv1.NewRouterServiceClient(tr.grpc)
 	list := func(key string) []string {
 		md := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
@@ -173,4 +145,27 @@ func TestListRequestsOnlyOwnKey(t *testing.T) {
 	}
 	cancel()
 	tr.idle(t)
+}
+
+// startHeldStream starts a Generate over its own connection with small
+// flow-control windows, asking for a large answer (20 logprobs a token),
+// and reads its first event: a test reading no more keeps the request in
+// flight until it is aborted or ctx ends.
+func startHeldStream(ctx context.Context, t *testing.T, tr *testRouter, id string, maxNew uint32) batonv1.RouterService_GenerateClient {
+	t.Helper()
+	conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stream, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: id, Prompt: "Once upon a time",
+		Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: maxNew, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }

@@ -34,7 +34,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // slowLinkDial connects to addr from the local address from ("" for any) the
@@ -175,22 +174,9 @@ func TestRouterAbortUnreadStream(t *testing.T) {
 		}
 	})
 	t.Run("grpc", func(t *testing.T) {
-		conn, err := grpc.NewClient(tr.grpc.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
 		ctx, cancel := context.WithCancel(tr.authed())
 		defer cancel()
-		s, err := batonv1.NewRouterServiceClient(conn).Generate(ctx, &batonv1.GenerateRequest{RequestId: "unread-grpc", Prompt: "Once upon a time",
-			Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(0), MaxNewTokens: 2000, IgnoreEos: true, Logprobs: true, TopLogprobs: 20}})
-		if err == nil {
-			_, err = s.Recv()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		startHeldStream(ctx, t, tr, "unread-grpc", 2000)
 		abort(t, "unread-grpc")
 	})
 }
