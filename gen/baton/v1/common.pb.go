@@ -248,9 +248,27 @@ type SamplingParams struct {
 	TopLogprobs uint32 `protobuf:"varint,13,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	// Keep generating past end-of-generation tokens until max_new_tokens is
 	// reached (for benchmarks that need fixed output lengths).
-	IgnoreEos     bool `protobuf:"varint,14,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IgnoreEos bool `protobuf:"varint,14,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	// Added to the logits of these token ids before sampling, as the OpenAI
+	// API's logit_bias: each bias in [-100, 100]; -100 bans a token, 100 all
+	// but forces it. At most 1024 entries; ids must be in the vocabulary.
+	LogitBias map[uint32]float32 `protobuf:"bytes,15,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	// Constrains the output to a grammar in llama.cpp's GBNF notation (its
+	// start rule is "root"): every generated token keeps the text a prefix of
+	// a sentence of the grammar, and end-of-generation is allowed only where a
+	// sentence is complete. At most one of grammar and json_schema.
+	Grammar string `protobuf:"bytes,16,opt,name=grammar,proto3" json:"grammar,omitempty"`
+	// Constrains the output to JSON text valid against this JSON Schema (the
+	// subset OpenAI's strict structured outputs support); "{}" or
+	// "{\"type\":\"object\"}" ask for any JSON object. At most one of
+	// grammar and json_schema.
+	JsonSchema string `protobuf:"bytes,17,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	// Return the log-probability of every prompt token after the first (the
+	// OpenAI completions API's echo), with top_logprobs alternatives, in the
+	// first event's prompt_logprobs.
+	PromptLogprobs bool `protobuf:"varint,18,opt,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -377,6 +395,34 @@ func (x *SamplingParams) GetTopLogprobs() uint32 {
 func (x *SamplingParams) GetIgnoreEos() bool {
 	if x != nil {
 		return x.IgnoreEos
+	}
+	return false
+}
+
+func (x *SamplingParams) GetLogitBias() map[uint32]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetGrammar() string {
+	if x != nil {
+		return x.Grammar
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetPromptLogprobs() bool {
+	if x != nil {
+		return x.PromptLogprobs
 	}
 	return false
 }
@@ -541,7 +587,10 @@ type TopLogprob struct {
 	// The token's text (its piece; may be part of a UTF-8 character).
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// Natural-log probability under the model's distribution at temperature 1.
-	Logprob       float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Logprob float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The token's bytes: a token may be part of a UTF-8 character, which the
+	// token string cannot show (it then holds U+FFFD in their place).
+	Bytes         []byte `protobuf:"bytes,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,6 +646,13 @@ func (x *TopLogprob) GetLogprob() float32 {
 	return 0
 }
 
+func (x *TopLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
 // TokenLogprob is the log-probability of a generated token and, when asked
 // for, its most likely alternatives.
 type TokenLogprob struct {
@@ -608,7 +664,9 @@ type TokenLogprob struct {
 	// Natural-log probability of the generated token.
 	Logprob float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
 	// The top_logprobs most likely tokens at this position, most likely first.
-	TopLogprobs   []*TopLogprob `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	TopLogprobs []*TopLogprob `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// The generated token's bytes (see TopLogprob.bytes).
+	Bytes         []byte `protobuf:"bytes,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +725,13 @@ func (x *TokenLogprob) GetLogprob() float32 {
 func (x *TokenLogprob) GetTopLogprobs() []*TopLogprob {
 	if x != nil {
 		return x.TopLogprobs
+	}
+	return nil
+}
+
+func (x *TokenLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
 	}
 	return nil
 }
@@ -865,9 +930,12 @@ type GenerateEvent struct {
 	// Token counts; on the last event.
 	Usage *Usage `protobuf:"bytes,8,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Per-stage timing; on the last event when requested.
-	Timing        *Timing `protobuf:"bytes,9,opt,name=timing,proto3" json:"timing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Timing *Timing `protobuf:"bytes,9,opt,name=timing,proto3" json:"timing,omitempty"`
+	// Log-probabilities of the prompt's tokens after the first, when
+	// SamplingParams.prompt_logprobs asked; in the first event only.
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,10,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateEvent) Reset() {
@@ -959,6 +1027,13 @@ func (x *GenerateEvent) GetUsage() *Usage {
 func (x *GenerateEvent) GetTiming() *Timing {
 	if x != nil {
 		return x.Timing
+	}
+	return nil
+}
+
+func (x *GenerateEvent) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
 	}
 	return nil
 }
@@ -1290,7 +1365,7 @@ var File_baton_v1_common_proto protoreflect.FileDescriptor
 
 const file_baton_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x15baton/v1/common.proto\x12\bbaton.v1\"\x98\x04\n" +
+	"\x15baton/v1/common.proto\x12\bbaton.v1\"\x82\x06\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\rR\x04topK\x12\x18\n" +
@@ -1307,7 +1382,16 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\blogprobs\x18\f \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\r \x01(\rR\vtopLogprobs\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\x0e \x01(\bR\tignoreEosB\x0e\n" +
+	"ignore_eos\x18\x0e \x01(\bR\tignoreEos\x12F\n" +
+	"\n" +
+	"logit_bias\x18\x0f \x03(\v2'.baton.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12\x18\n" +
+	"\agrammar\x18\x10 \x01(\tR\agrammar\x12\x1f\n" +
+	"\vjson_schema\x18\x11 \x01(\tR\n" +
+	"jsonSchema\x12'\n" +
+	"\x0fprompt_logprobs\x18\x12 \x01(\bR\x0epromptLogprobs\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\x15\n" +
 	"\x13_repetition_penaltyB\a\n" +
@@ -1322,17 +1406,19 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12(\n" +
 	"\x10prompt_token_ids\x18\x04 \x03(\rR\x0epromptTokenIds\x124\n" +
 	"\bsampling\x18\x05 \x01(\v2\x18.baton.v1.SamplingParamsR\bsampling\x12>\n" +
-	"\x0estream_options\x18\x06 \x01(\v2\x17.baton.v1.StreamOptionsR\rstreamOptions\"W\n" +
+	"\x0estream_options\x18\x06 \x01(\v2\x17.baton.v1.StreamOptionsR\rstreamOptions\"m\n" +
 	"\n" +
 	"TopLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x18\n" +
-	"\alogprob\x18\x03 \x01(\x02R\alogprob\"\x92\x01\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\fR\x05bytes\"\xa8\x01\n" +
 	"\fTokenLogprob\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x127\n" +
-	"\ftop_logprobs\x18\x04 \x03(\v2\x14.baton.v1.TopLogprobR\vtopLogprobs\"\xa1\x01\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x14.baton.v1.TopLogprobR\vtopLogprobs\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\fR\x05bytes\"\xa1\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12!\n" +
@@ -1346,7 +1432,7 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\x13kv_transfer_seconds\x18\x05 \x01(\x01R\x11kvTransferSeconds\x12%\n" +
 	"\x0edecode_seconds\x18\x06 \x01(\x01R\rdecodeSeconds\x12\x1f\n" +
 	"\ve2e_seconds\x18\a \x01(\x01R\n" +
-	"e2eSeconds\"\xec\x02\n" +
+	"e2eSeconds\"\xad\x03\n" +
 	"\rGenerateEvent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -1358,7 +1444,9 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\vstop_reason\x18\a \x01(\tR\n" +
 	"stopReason\x12%\n" +
 	"\x05usage\x18\b \x01(\v2\x0f.baton.v1.UsageR\x05usage\x12(\n" +
-	"\x06timing\x18\t \x01(\v2\x10.baton.v1.TimingR\x06timing\"\xbc\x01\n" +
+	"\x06timing\x18\t \x01(\v2\x10.baton.v1.TimingR\x06timing\x12?\n" +
+	"\x0fprompt_logprobs\x18\n" +
+	" \x03(\v2\x16.baton.v1.TokenLogprobR\x0epromptLogprobs\"\xbc\x01\n" +
 	"\bKVLayout\x12*\n" +
 	"\x05dtype\x18\x01 \x01(\x0e2\x14.baton.v1.KVDataTypeR\x05dtype\x12(\n" +
 	"\x10page_size_tokens\x18\x02 \x01(\rR\x0epageSizeTokens\x12\x1d\n" +
@@ -1425,7 +1513,7 @@ func file_baton_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_baton_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_baton_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_baton_v1_common_proto_goTypes = []any{
 	(FinishReason)(0),       // 0: baton.v1.FinishReason
 	(KVDataType)(0),         // 1: baton.v1.KVDataType
@@ -1441,22 +1529,25 @@ var file_baton_v1_common_proto_goTypes = []any{
 	(*KVLayout)(nil),        // 11: baton.v1.KVLayout
 	(*ModelInfo)(nil),       // 12: baton.v1.ModelInfo
 	(*RequestInfo)(nil),     // 13: baton.v1.RequestInfo
+	nil,                     // 14: baton.v1.SamplingParams.LogitBiasEntry
 }
 var file_baton_v1_common_proto_depIdxs = []int32{
-	3, // 0: baton.v1.GenerateRequest.sampling:type_name -> baton.v1.SamplingParams
-	4, // 1: baton.v1.GenerateRequest.stream_options:type_name -> baton.v1.StreamOptions
-	6, // 2: baton.v1.TokenLogprob.top_logprobs:type_name -> baton.v1.TopLogprob
-	7, // 3: baton.v1.GenerateEvent.logprobs:type_name -> baton.v1.TokenLogprob
-	0, // 4: baton.v1.GenerateEvent.finish_reason:type_name -> baton.v1.FinishReason
-	8, // 5: baton.v1.GenerateEvent.usage:type_name -> baton.v1.Usage
-	9, // 6: baton.v1.GenerateEvent.timing:type_name -> baton.v1.Timing
-	1, // 7: baton.v1.KVLayout.dtype:type_name -> baton.v1.KVDataType
-	2, // 8: baton.v1.RequestInfo.state:type_name -> baton.v1.RequestState
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	14, // 0: baton.v1.SamplingParams.logit_bias:type_name -> baton.v1.SamplingParams.LogitBiasEntry
+	3,  // 1: baton.v1.GenerateRequest.sampling:type_name -> baton.v1.SamplingParams
+	4,  // 2: baton.v1.GenerateRequest.stream_options:type_name -> baton.v1.StreamOptions
+	6,  // 3: baton.v1.TokenLogprob.top_logprobs:type_name -> baton.v1.TopLogprob
+	7,  // 4: baton.v1.GenerateEvent.logprobs:type_name -> baton.v1.TokenLogprob
+	0,  // 5: baton.v1.GenerateEvent.finish_reason:type_name -> baton.v1.FinishReason
+	8,  // 6: baton.v1.GenerateEvent.usage:type_name -> baton.v1.Usage
+	9,  // 7: baton.v1.GenerateEvent.timing:type_name -> baton.v1.Timing
+	7,  // 8: baton.v1.GenerateEvent.prompt_logprobs:type_name -> baton.v1.TokenLogprob
+	1,  // 9: baton.v1.KVLayout.dtype:type_name -> baton.v1.KVDataType
+	2,  // 10: baton.v1.RequestInfo.state:type_name -> baton.v1.RequestState
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_common_proto_init() }
@@ -1471,7 +1562,7 @@ func file_baton_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_common_proto_rawDesc), len(file_baton_v1_common_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

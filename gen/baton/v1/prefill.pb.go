@@ -744,6 +744,9 @@ type PrefillDone struct {
 	QueueSeconds float64 `protobuf:"fixed64,7,opt,name=queue_seconds,json=queueSeconds,proto3" json:"queue_seconds,omitempty"`
 	// Seconds spent computing the prompt.
 	PrefillSeconds float64 `protobuf:"fixed64,8,opt,name=prefill_seconds,json=prefillSeconds,proto3" json:"prefill_seconds,omitempty"`
+	// Log-probabilities of the prompt's tokens after the first, when
+	// SamplingParams.prompt_logprobs asked.
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,9,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -832,6 +835,13 @@ func (x *PrefillDone) GetPrefillSeconds() float64 {
 		return x.PrefillSeconds
 	}
 	return 0
+}
+
+func (x *PrefillDone) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
 }
 
 // AbortAck confirms an Abort: prefill no longer touches the request.
@@ -986,7 +996,7 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\x06tokens\x18\x05 \x01(\rR\x06tokens\x12\f\n" +
 	"\x01k\x18\x06 \x01(\fR\x01k\x12\f\n" +
 	"\x01v\x18\a \x01(\fR\x01v\x12\x1a\n" +
-	"\bchecksum\x18\b \x01(\rR\bchecksum\"\xd3\x02\n" +
+	"\bchecksum\x18\b \x01(\rR\bchecksum\"\x94\x03\n" +
 	"\vPrefillDone\x12$\n" +
 	"\x0efirst_token_id\x18\x01 \x01(\rR\ffirstTokenId\x12F\n" +
 	"\x13first_token_logprob\x18\x02 \x01(\v2\x16.baton.v1.TokenLogprobR\x11firstTokenLogprob\x12#\n" +
@@ -997,7 +1007,8 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\n" +
 	"bytes_sent\x18\x06 \x01(\x04R\tbytesSent\x12#\n" +
 	"\rqueue_seconds\x18\a \x01(\x01R\fqueueSeconds\x12'\n" +
-	"\x0fprefill_seconds\x18\b \x01(\x01R\x0eprefillSeconds\"\"\n" +
+	"\x0fprefill_seconds\x18\b \x01(\x01R\x0eprefillSeconds\x12?\n" +
+	"\x0fprompt_logprobs\x18\t \x03(\v2\x16.baton.v1.TokenLogprobR\x0epromptLogprobs\"\"\n" +
 	"\bAbortAck\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"5\n" +
 	"\x05Error\x12\x12\n" +
@@ -1051,13 +1062,14 @@ var file_baton_v1_prefill_proto_depIdxs = []int32{
 	10, // 10: baton.v1.TransferKVResponse.error:type_name -> baton.v1.Error
 	5,  // 11: baton.v1.TransferKVResponse.progress:type_name -> baton.v1.Progress
 	14, // 12: baton.v1.PrefillDone.first_token_logprob:type_name -> baton.v1.TokenLogprob
-	0,  // 13: baton.v1.PrefillService.TransferKV:input_type -> baton.v1.TransferKVRequest
-	4,  // 14: baton.v1.PrefillService.TransferKV:output_type -> baton.v1.TransferKVResponse
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 13: baton.v1.PrefillDone.prompt_logprobs:type_name -> baton.v1.TokenLogprob
+	0,  // 14: baton.v1.PrefillService.TransferKV:input_type -> baton.v1.TransferKVRequest
+	4,  // 15: baton.v1.PrefillService.TransferKV:output_type -> baton.v1.TransferKVResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_prefill_proto_init() }
