@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -13,6 +15,25 @@ type Message struct {
 	Role    string
 	Content string
 	Name    string // optional
+	// ToolCalls are the calls an assistant turn made (role "assistant").
+	ToolCalls []ToolCall
+	// ToolCallID is the call a tool turn answers (role "tool").
+	ToolCallID string
+}
+
+// ToolCall is one function call of an assistant turn.
+type ToolCall struct {
+	ID   string
+	Name string
+	// Arguments is the arguments' JSON text, as OpenAI's API carries it.
+	Arguments string
+}
+
+// ToolDef is a function the model may call, as the request declared it.
+type ToolDef struct {
+	Name        string
+	Description *string         // nil: not given
+	Parameters  json.RawMessage // nil: not given
 }
 
 // ChatTemplate turns a conversation into the prompt text of a model.
@@ -24,15 +45,25 @@ type Message struct {
 // the plain default: the messages' contents in order, joined by "\n", with
 // no role markers and nothing added for the reply, so that a base model
 // simply continues the text.
+//
+// Tools reach the template as Hugging Face passes them (see RenderTools).
+// A template that never mentions tools — the plain default included — gets
+// Baton's generic tools preamble instead (toolsPreamble), prepended to the
+// system message (or the first message when there is none).
 type ChatTemplate struct {
 	tmpl     *jinja.Template // nil: the plain default
 	bos, eos string
+	// family is how the model writes tool calls, told by the markers
+	// its template contains.
+	family toolFamily
+	// tools: the template renders a tools list itself.
+	tools bool
 }
 
 // NewChatTemplate compiles src ("" for the plain default). bos and eos are
 // the texts of the model's BOS and EOS tokens ("" when it has none).
 func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
-	c := &ChatTemplate{bos: bos, eos: eos}
+	c := &ChatTemplate{bos: bos, eos: eos, family: detectFamily(src), tools: strings.Contains(src, "tools")}
 	if strings.TrimSpace(src) == "" {
 		return c, nil
 	}
@@ -67,21 +98,67 @@ func (c *ChatTemplate) Default() bool { return c.tmpl == nil }
 // Render returns the prompt for msgs; with addGenerationPrompt the template
 // appends what opens the assistant's reply. An error is the template's own
 // complaint (raise_exception) or a failure to evaluate it.
-func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (out string, err error) {
+func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return c.RenderTools(msgs, nil, addGenerationPrompt)
+}
+
+// RenderTools is Render with the functions the model may call (none: nil).
+// The template gets them as Hugging Face's apply_chat_template passes them,
+// "tools": [{"type": "function", "function": {name, description,
+// parameters}}] with the request's key order kept; assistant turns carry
+// "tool_calls": [{id, type, function: {name, arguments}}] with arguments a
+// mapping (what the Llama 3.x, Qwen and Mistral templates expect; text that
+// is not a JSON object stays a string), and tool turns "tool_call_id".
+func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGenerationPrompt bool) (out string, err error) {
+	if len(tools) > 0 && !c.tools {
+		msgs = withPreamble(msgs, toolsPreamble(tools))
+	}
 	if c.tmpl == nil {
 		parts := make([]string, len(msgs))
 		for i, m := range msgs {
 			parts[i] = m.Content
+			if len(m.ToolCalls) > 0 {
+				parts[i] = strings.TrimSpace(m.Content + "\n" + genericCallsText(m.ToolCalls))
+			}
 		}
 		return strings.Join(parts, "\n"), nil
 	}
-	list := make([]any, len(msgs))
+	list := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
-		mm := map[string]any{"role": m.Role, "content": m.Content}
+		mm := jinja.NewDict()
+		d := mm.AsDict()
+		d.Set("role", jinja.NewString(m.Role))
+		d.Set("content", jinja.NewString(m.Content))
 		if m.Name != "" {
-			mm["name"] = m.Name
+			d.Set("name", jinja.NewString(m.Name))
+		}
+		if len(m.ToolCalls) > 0 {
+			calls := make([]jinja.Value, len(m.ToolCalls))
+			for k, tc := range m.ToolCalls {
+				fn := jinja.NewDict()
+				fn.AsDict().Set("name", jinja.NewString(tc.Name))
+				fn.AsDict().Set("arguments", argumentsValue(tc.Arguments))
+				call := jinja.NewDict()
+				call.AsDict().Set("id", jinja.NewString(tc.ID))
+				call.AsDict().Set("type", jinja.NewString("function"))
+				call.AsDict().Set("function", fn)
+				calls[k] = call
+			}
+			d.Set("tool_calls", jinja.NewList(calls))
+		}
+		if m.ToolCallID != "" {
+			d.Set("tool_call_id", jinja.NewString(m.ToolCallID))
 		}
 		list[i] = mm
+	}
+	data := map[string]jinja.Value{
+		"messages":              jinja.NewList(list),
+		"add_generation_prompt": jinja.NewBool(addGenerationPrompt),
+		"bos_token":             jinja.NewString(c.bos),
+		"eos_token":             jinja.NewString(c.eos),
+	}
+	if len(tools) > 0 && c.tools {
+		data["tools"] = templateTools(tools)
 	}
 	// The template comes from the model file, not the client, but a template
 	// construct the engine mishandles must fail the request, not the router.
@@ -90,14 +167,90 @@ func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (out str
 			out, err = "", fmt.Errorf("chat template failed: %v", r)
 		}
 	}()
-	out, err = c.tmpl.Render(map[string]any{
-		"messages":              list,
-		"add_generation_prompt": addGenerationPrompt,
-		"bos_token":             c.bos,
-		"eos_token":             c.eos,
-	})
+	out, err = c.tmpl.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// templateTools is the tools list as Hugging Face hands it to templates.
+func templateTools(tools []ToolDef) jinja.Value {
+	list := make([]jinja.Value, len(tools))
+	for i, t := range tools {
+		fn := jinja.NewDict()
+		fn.AsDict().Set("name", jinja.NewString(t.Name))
+		if t.Description != nil {
+			fn.AsDict().Set("description", jinja.NewString(*t.Description))
+		}
+		if t.Parameters != nil {
+			fn.AsDict().Set("parameters", jsonValue(t.Parameters))
+		}
+		v := jinja.NewDict()
+		v.AsDict().Set("type", jinja.NewString("function"))
+		v.AsDict().Set("function", fn)
+		list[i] = v
+	}
+	return jinja.NewList(list)
+}
+
+// argumentsValue is a call's arguments as templates expect them: the JSON
+// object as a mapping, or the text itself when it is not one.
+func argumentsValue(args string) jinja.Value {
+	t := bytes.TrimSpace([]byte(args))
+	if len(t) > 0 && t[0] == '{' && json.Valid(t) {
+		return jsonValue(t)
+	}
+	return jinja.NewString(args)
+}
+
+// jsonValue converts valid JSON to a template value, keeping the order of
+// object keys (Python's dicts keep it, so Hugging Face's tojson does).
+func jsonValue(raw []byte) jinja.Value {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeValue(dec)
+	if err != nil {
+		return jinja.NewString(string(raw))
+	}
+	return v
+}
+
+func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			var items []jinja.Value
+			for dec.More() {
+				v, err := decodeValue(dec)
+				if err != nil {
+					return v, err
+				}
+				items = append(items, v)
+			}
+			_, err := dec.Token()
+			return jinja.NewList(items), err
+		}
+		d := jinja.NewDict()
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				return d, err
+			}
+			v, err := decodeValue(dec)
+			if err != nil {
+				return v, err
+			}
+			key, _ := k.(string)
+			d.AsDict().Set(key, v)
+		}
+		_, err := dec.Token()
+		return d, err
+	default:
+		return jinja.FromGoValue(t), nil
+	}
 }

@@ -199,6 +199,7 @@ type job struct {
 	stream       bool
 	includeUsage bool
 	promptParam  string // "prompt" or "messages"
+	tools        *toolSetup // the chat request's tools; nil: none
 	created      int64
 }
 

@@ -61,15 +61,19 @@ type chatRequest struct {
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	Functions           json.RawMessage `json:"functions"`
+	FunctionCall        json.RawMessage `json:"function_call"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	ResponseFormat      *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID *string         `json:"tool_call_id"`
 }
 
 // readBody reads a request body of at most limit bytes: 413 beyond it, 408

@@ -184,14 +184,48 @@ type chatChoice struct {
 }
 
 type chatMessageOut struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role string `json:"role"`
+	// Content is null when the reply is only tool calls.
+	Content   *string       `json:"content"`
+	Refusal   *string       `json:"refusal"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// toolCallOut is one call of message.tool_calls.
+type toolCallOut struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function functionCall `json:"function"`
+}
+
+type functionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// toolCallDelta is one call's part of a chunk, as OpenAI streams them: the
+// first carries index, id, type and name (arguments ""), the next ones
+// index and argument fragments.
+type toolCallDelta struct {
+	Index    int          `json:"index"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function functionCall `json:"function"`
+}
+
+// toolCallsFinish is the finish reason of a reply that called tools.
+func toolCallsFinish(f batonv1.FinishReason, calls int) *string {
+	if calls > 0 {
+		s := "tool_calls"
+		return &s
+	}
+	return finishReason(f)
 }
 
 type chatLogprobs struct {
@@ -226,6 +260,9 @@ type chatFormat struct {
 	h        *Handler
 	j        *job
 	logprobs bool
+	// calls splits a streamed reply into content and tool calls (nil: the
+	// request has no tools to parse for).
+	calls *toolStream
 }
 
 func (f *chatFormat) object(object string, choices []chatChoice) *chatObject {
@@ -250,9 +287,15 @@ func (f *chatFormat) convert(lps []*batonv1.TokenLogprob) *chatLogprobs {
 }
 
 func (f *chatFormat) whole(o *output) any {
+	content, calls := f.j.tools.parse(o.text.String())
+	msg := &chatMessageOut{Role: "assistant", Content: content}
+	for _, c := range calls {
+		msg.ToolCalls = append(msg.ToolCalls, toolCallOut{ID: callID(f.j.tools.family), Type: "function",
+			Function: functionCall{Name: c.Name, Arguments: c.Arguments}})
+	}
 	obj := f.object("chat.completion", []chatChoice{{
-		Message:  &chatMessageOut{Role: "assistant", Content: o.text.String()},
-		Logprobs: f.convert(o.logprobs), FinishReason: finishReason(o.finish)}})
+		Message:  msg,
+		Logprobs: f.convert(o.logprobs), FinishReason: toolCallsFinish(o.finish, len(calls))}})
 	obj.Usage = o.usage(f.j.req)
 	return obj
 }
@@ -271,14 +314,38 @@ func (f *chatFormat) opening() any {
 
 func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
 	var out []any
-	if ev.GetText() != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
-		text := ev.GetText()
-		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &text}, Logprobs: f.convert(ev.GetLogprobs())}))
+	text := ev.GetText()
+	if f.calls == nil && f.j.tools.parses() {
+		f.calls = newToolStream(f.j.tools)
 	}
-	if fr := finishReason(ev.GetFinishReason()); fr != nil {
-		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
+	if f.calls != nil {
+		text = f.calls.push(text)
 	}
-	return out
+	if text != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
+		d := &chatDelta{}
+		if text != "" || f.calls == nil {
+			d.Content = &text
+		}
+		out = append(out, f.chunk(chatChoice{Delta: d, Logprobs: f.convert(ev.GetLogprobs())}))
+	}
+	fr := finishReason(ev.GetFinishReason())
+	if fr == nil {
+		return out
+	}
+	if f.calls != nil {
+		rest, calls := f.calls.finish()
+		if rest != "" {
+			out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &rest}}))
+		}
+		for i, c := range calls {
+			out = append(out,
+				f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, ID: callID(f.j.tools.family), Type: "function",
+					Function: functionCall{Name: c.Name}}}}}),
+				f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, Function: functionCall{Arguments: c.Arguments}}}}}))
+		}
+		fr = toolCallsFinish(ev.GetFinishReason(), len(calls))
+	}
+	return append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
 }
 
 func (f *chatFormat) usage(u *usageObject) any {

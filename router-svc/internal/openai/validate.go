@@ -221,14 +221,11 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 		return herr
 	}
 	switch {
-	case !isNull(in.Tools) && !bytes.Equal(bytes.TrimSpace(in.Tools), []byte("[]")):
-		return invalid("tools", "tools are not supported")
-	case !isNull(in.Functions):
-		return invalid("functions", "functions are not supported")
-	case !isNull(in.ToolChoice) && !bytes.Equal(bytes.TrimSpace(in.ToolChoice), []byte(`"none"`)) && !bytes.Equal(bytes.TrimSpace(in.ToolChoice), []byte(`"auto"`)):
-		return invalid("tool_choice", "tool_choice: only \"none\" and \"auto\" are accepted (tools are not supported)")
 	case in.ResponseFormat != nil && in.ResponseFormat.Type != "" && in.ResponseFormat.Type != "text":
 		return invalid("response_format", "response_format %q is not supported; only \"text\"", in.ResponseFormat.Type)
+	}
+	if herr := h.applyTools(in, j); herr != nil {
+		return herr
 	}
 	logprobs := in.Logprobs != nil && *in.Logprobs
 	if v := in.TopLogprobs; v != nil {
@@ -246,7 +243,7 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 	if herr != nil {
 		return herr
 	}
-	text, err := h.tmpl.Render(msgs, true)
+	text, err := h.tmpl.RenderTools(msgs, j.tools.rendered(), true)
 	if err != nil {
 		return invalid("messages", "messages: %v", err)
 	}
@@ -294,6 +291,9 @@ func parseMessages(in []chatMessage) ([]Message, *httpError) {
 			content = new(string)
 		}
 		out[i] = Message{Role: role, Content: *content, Name: m.Name}
+		if herr := messageTools(i, m, &out[i]); herr != nil {
+			return nil, herr
+		}
 	}
 	return out, nil
 }

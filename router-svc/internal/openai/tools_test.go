@@ -1,0 +1,304 @@
+package openai
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine/grammar"
+	"github.com/baton-serving/baton/engine/jsonschema"
+)
+
+func declaredOf(names ...string) func(string) bool {
+	return func(n string) bool {
+		for _, m := range names {
+			if m == n {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func TestDetectFamily(t *testing.T) {
+	for file, want := range map[string]toolFamily{
+		"meta-llama-Llama-3.3-70B-Instruct.jinja":    familyLlama3,
+		"meta-llama-Llama-3.2-3B-Instruct.jinja":     familyLlama3,
+		"Qwen-Qwen2.5-7B-Instruct.jinja":             familyHermes,
+		"Qwen-Qwen3-0.6B.jinja":                      familyHermes,
+		"mistralai-Mistral-Nemo-Instruct-2407.jinja": familyMistral,
+	} {
+		if got := detectFamily(readTemplate(t, file)); got != want {
+			t.Errorf("%s: family %v, want %v", file, got, want)
+		}
+	}
+	if got := detectFamily(""); got != familyGeneric {
+		t.Errorf("plain default: %v", got)
+	}
+}
+
+func TestParseToolCalls(t *testing.T) {
+	w := parsedCall{Name: "get_weather", Arguments: `{"city": "Paris"}`}
+	tm := parsedCall{Name: "get_time", Arguments: `{"tz":"CET"}`}
+	decl := declaredOf("get_weather", "get_time")
+	cases := []struct {
+		name    string
+		fam     toolFamily
+		text    string
+		content string
+		calls   []parsedCall // nil: no call, the text is content
+	}{
+		{"llama parameters", familyLlama3, `{"name": "get_weather", "parameters": {"city": "Paris"}}`, "", []parsedCall{w}},
+		{"llama python_tag", familyLlama3, "<|python_tag|>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", "", []parsedCall{w}},
+		{"llama several", familyLlama3, `{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_time", "parameters": {"tz":"CET"}}`, "", []parsedCall{w, tm}},
+		{"llama prose", familyLlama3, "The weather is nice.", "The weather is nice.", nil},
+		{"llama unknown tool", familyLlama3, `{"name": "launch", "parameters": {}}`, `{"name": "launch", "parameters": {}}`, nil},
+		{"llama trailing prose", familyLlama3, `{"name": "get_weather", "parameters": {"city": "Paris"}} and more`, `{"name": "get_weather", "parameters": {"city": "Paris"}} and more`, nil},
+		{"hermes one", familyHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "", []parsedCall{w}},
+		{"hermes text before", familyHermes, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "Let me look.", []parsedCall{w}},
+		{"hermes two, last unclosed", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":\"CET\"}}", "", []parsedCall{w, tm}},
+		{"hermes broken", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", nil},
+		{"hermes arguments as string", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>", "", []parsedCall{w}},
+		{"mistral array", familyMistral, `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz":"CET"}}]`, "", []parsedCall{w, tm}},
+		{"mistral marker decoded to nothing", familyMistral, ` [{"name": "get_weather", "arguments": {"city": "Paris"}}]`, "", []parsedCall{w}},
+		{"mistral ARGS form", familyMistral, `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{"tz":"CET"}`, "", []parsedCall{w, tm}},
+		{"generic object", familyGeneric, ` {"name": "get_weather", "arguments": {"city": "Paris"}} `, "", []parsedCall{w}},
+		{"generic list", familyGeneric, `[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz":"CET"}}]`, "", []parsedCall{w, tm}},
+		{"generic no arguments", familyGeneric, `{"name": "get_time"}`, "", []parsedCall{{Name: "get_time", Arguments: "{}"}}},
+		{"generic arguments not an object", familyGeneric, `{"name": "get_time", "arguments": 3}`, `{"name": "get_time", "arguments": 3}`, nil},
+		{"generic empty list", familyGeneric, `[]`, `[]`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			content, calls, ok := parseToolCalls(c.fam, c.text, decl)
+			if ok != (c.calls != nil) || content != c.content || !reflect.DeepEqual(calls, c.calls) {
+				t.Errorf("parse = %q %+v %v; want %q %+v", content, calls, ok, c.content, c.calls)
+			}
+			// Streamed in pieces, the same split.
+			for _, size := range []int{1, 3, 7, len(c.text)} {
+				sc, scalls := streamSplit(c.fam, c.text, size, "get_weather", "get_time")
+				want := c.content
+				if c.calls == nil {
+					want = c.text
+				}
+				if sc != want || !reflect.DeepEqual(scalls, c.calls) {
+					t.Errorf("streamed by %d: %q %+v; want %q %+v", size, sc, scalls, want, c.calls)
+				}
+			}
+		})
+	}
+}
+
+// streamSplit feeds text to a toolStream in pieces of size bytes and
+// returns the content it sent and the calls it found.
+func streamSplit(fam toolFamily, text string, size int, declared ...string) (string, []parsedCall) {
+	ts := &toolSetup{family: fam, choice: "auto"}
+	for _, n := range declared {
+		ts.tools = append(ts.tools, ToolDef{Name: n})
+	}
+	s := newToolStream(ts)
+	var b strings.Builder
+	for i := 0; i < len(text); i += size {
+		b.WriteString(s.push(text[i:min(i+size, len(text))]))
+	}
+	rest, calls := s.finish()
+	b.WriteString(rest)
+	return b.String(), calls
+}
+
+// FuzzParseToolCalls: no input panics the parsers; a call they return names
+// a declared tool and carries a JSON object as arguments; streaming the same
+// text in arbitrary pieces splits it into the same content and calls.
+func FuzzParseToolCalls(f *testing.F) {
+	for _, s := range []string{
+		`{"name": "f", "parameters": {"a": 1}}`,
+		"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+		"hi <tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [1, {\"y\": null}]}}</tool_call><tool_call>",
+		`[TOOL_CALLS][{"name": "f", "arguments": {"a": "b"}}]`,
+		`[TOOL_CALLS]f[ARGS]{"a": 1}`,
+		`[{"name": "f", "arguments": {}}, {"name": "g"}]`,
+		"<|python_tag|>{\"name\": \"f\"}; {\"name\": \"g\", \"arguments\": \"{}\"}",
+		"plain text <tool_c",
+		"",
+	} {
+		f.Add(s, uint8(0), uint8(3))
+		f.Add(s, uint8(1), uint8(1))
+		f.Add(s, uint8(2), uint8(5))
+		f.Add(s, uint8(3), uint8(2))
+	}
+	decl := declaredOf("f", "g")
+	f.Fuzz(func(t *testing.T, text string, fam, size uint8) {
+		family := toolFamily(fam % 4)
+		content, calls, ok := parseToolCalls(family, text, decl)
+		if ok {
+			for _, c := range calls {
+				if !decl(c.Name) || !isObject([]byte(c.Arguments)) {
+					t.Fatalf("call %+v from %q", c, text)
+				}
+			}
+		} else if content != text || calls != nil {
+			t.Fatalf("no call, but content %q calls %v", content, calls)
+		}
+		n := int(size%16) + 1
+		sc, scalls := streamSplit(family, text, n, "f", "g")
+		want := content
+		if !ok {
+			want = text
+		}
+		if sc != want || !reflect.DeepEqual(scalls, calls) {
+			t.Fatalf("streamed by %d: %q %+v; whole: %q %+v", n, sc, scalls, want, calls)
+		}
+	})
+}
+
+func TestRenameRules(t *testing.T) {
+	src := "root ::= object\nobject ::= \"{\" ws (string ws \":\" ws value)? \"}\" # a comment with words\n" +
+		`char ::= [^\x22\x5C] | "\\" [a-z]` + "\nws ::= [ ]{0,20}\n"
+	got, err := renameRules(src, "t3-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "t3-root ::= t3-object\nt3-object ::= \"{\" t3-ws (t3-string t3-ws \":\" t3-ws t3-value)? \"}\" # a comment with words\n" +
+		`t3-char ::= [^\x22\x5C] | "\\" [a-z]` + "\nt3-ws ::= [ ]{0,20}\n"
+	if got != want {
+		t.Errorf("renamed\n%s\nwant\n%s", got, want)
+	}
+	if _, err := renameRules(`a ::= "x`, "p-"); err == nil {
+		t.Error("an unterminated literal was renamed")
+	}
+}
+
+// byteVocab is a vocabulary of the 256 single bytes, so that a Matcher can
+// be walked over any text.
+func byteVocab() *grammar.Vocab {
+	pieces := make([][]byte, 257)
+	for i := range 256 {
+		pieces[i] = []byte{byte(i)}
+	}
+	return grammar.NewVocab(pieces, []int32{256})
+}
+
+// accepts reports whether text is a whole sentence of g.
+func accepts(t *testing.T, g *grammar.Grammar, v *grammar.Vocab, text string) bool {
+	t.Helper()
+	m := g.NewMatcher(v)
+	for i := range len(text) {
+		if err := m.Accept(int32(text[i])); err != nil {
+			return false
+		}
+	}
+	return m.Complete()
+}
+
+// TestForcingGrammar: the grammar that forces a call compiles with
+// engine/grammar, accepts exactly the family's call syntax with arguments
+// matching the schema, and what it accepts parses back to the call.
+func TestForcingGrammar(t *testing.T) {
+	weather := `{"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"], "additionalProperties": false}`
+	timeP := `{"type": "object", "properties": {"tz": {"enum": ["CET", "UTC"]}}, "required": ["tz"], "additionalProperties": false}`
+	setup := func(fam toolFamily, choice, named string, parallel bool) *toolSetup {
+		ts := &toolSetup{family: fam, choice: choice, named: named, parallel: parallel,
+			tools: []ToolDef{{Name: "get_weather", Parameters: json.RawMessage(weather)}, {Name: "get_time", Parameters: json.RawMessage(timeP)}}}
+		for _, td := range ts.tools {
+			g, err := jsonschema.ToGrammar(td.Parameters)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts.grammars = append(ts.grammars, g)
+		}
+		return ts
+	}
+	w := `{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}`
+	wl := `{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}`
+	tm := `{"name": "get_time", "arguments": {"tz": "UTC"}}`
+	cases := []struct {
+		name          string
+		ts            *toolSetup
+		accept, refus []string
+	}{
+		{"hermes required parallel", setup(familyHermes, "required", "", true),
+			[]string{"<tool_call>\n" + w + "\n</tool_call>", "<tool_call>\n" + w + "\n</tool_call>\n<tool_call>\n" + tm + "\n</tool_call>"},
+			[]string{w, "<tool_call>\n" + `{"name": "get_weather", "arguments": {"city": "Paris"}}` + "\n</tool_call>", "<tool_call>\n" + `{"name": "nope", "arguments": {}}` + "\n</tool_call>"}},
+		{"hermes named single", setup(familyHermes, "function", "get_time", false),
+			[]string{"<tool_call>\n" + tm + "\n</tool_call>"},
+			[]string{"<tool_call>\n" + w + "\n</tool_call>", "<tool_call>\n" + tm + "\n</tool_call>\n<tool_call>\n" + tm + "\n</tool_call>", "<tool_call>\n" + `{"name": "get_time", "arguments": {"tz": "PST"}}` + "\n</tool_call>"}},
+		{"llama", setup(familyLlama3, "required", "", true), []string{wl, wl + "; " + wl}, []string{w}},
+		{"mistral", setup(familyMistral, "required", "", true), []string{"[" + w + "]", "[" + w + ", " + tm + "]"}, []string{w}},
+		{"generic single", setup(familyGeneric, "required", "", false), []string{w, tm}, []string{"[" + w + "]"}},
+		{"generic parallel", setup(familyGeneric, "required", "", true), []string{"[" + w + "]", "[" + tm + ", " + w + "]"}, []string{w}},
+	}
+	v := byteVocab()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := forcingGrammar(c.ts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := grammar.Parse(src)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, src)
+			}
+			for _, s := range c.accept {
+				if !accepts(t, g, v, s) {
+					t.Errorf("refused %q", s)
+				}
+				if _, calls, ok := parseToolCalls(c.ts.family, s, c.ts.declared); !ok || len(calls) == 0 {
+					t.Errorf("accepted %q does not parse back", s)
+				}
+			}
+			for _, s := range c.refus {
+				if accepts(t, g, v, s) {
+					t.Errorf("accepted %q", s)
+				}
+			}
+		})
+	}
+}
+
+// TestToolStreamHoldsMarkerPrefix: content is streamed as it comes except a
+// tail that may open a call.
+func TestToolStreamHoldsMarkerPrefix(t *testing.T) {
+	s := newToolStream(&toolSetup{family: familyHermes, choice: "auto", tools: []ToolDef{{Name: "f"}}})
+	if got := s.push("Sure. <tool"); got != "Sure." {
+		t.Errorf("push = %q, want the text before the marker's prefix", got)
+	}
+	if got := s.push("box> is a word"); got != " <toolbox> is a word" {
+		t.Errorf("push = %q: a prefix that did not become the marker is content", got)
+	}
+	g := newToolStream(&toolSetup{family: familyGeneric, choice: "auto", tools: []ToolDef{{Name: "f"}}})
+	if g.push("  ") != "" || g.push(` {"na`) != "" || g.push(`me": "f"}`) != "" {
+		t.Error("a JSON start was streamed as content")
+	}
+	if content, calls := g.finish(); content != "" || len(calls) != 1 || calls[0].Name != "f" {
+		t.Errorf("finish = %q %+v", content, calls)
+	}
+	p := newToolStream(&toolSetup{family: familyGeneric, choice: "auto", tools: []ToolDef{{Name: "f"}}})
+	if got := p.push(" Once"); got != " Once" {
+		t.Errorf("prose held back: %q", got)
+	}
+}
+
+func TestCallID(t *testing.T) {
+	id := callID(familyHermes)
+	if !strings.HasPrefix(id, "call_") || len(id) != 29 {
+		t.Errorf("id %q", id)
+	}
+	if id == callID(familyHermes) {
+		t.Error("two ids alike")
+	}
+	if m := callID(familyMistral); len(m) != 9 {
+		t.Errorf("mistral id %q: the template wants 9 characters", m)
+	}
+}
+
+func readTemplate(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "templates", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
