@@ -200,6 +200,13 @@ type job struct {
 	includeUsage bool
 	promptParam  string // "prompt" or "messages"
 	created      int64
+	// echo (completions): the response's text and logprobs start with the
+	// prompt's; SamplingParams.prompt_logprobs asks the workers for them.
+	echo bool
+	// promptOnly (completions, max_tokens 0 with echo): the workers
+	// generate one token, which the response drops, so that only the
+	// prompt's text and logprobs are returned, finish_reason "length".
+	promptOnly bool
 }
 
 // completions serves POST /v1/completions.
