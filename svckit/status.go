@@ -9,6 +9,7 @@ import (
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/tlsconf"
@@ -84,6 +85,9 @@ var codeTable = []struct {
 	{sched.ErrQueueFull, codes.ResourceExhausted},
 	{sched.ErrDuplicateID, codes.AlreadyExists},
 	{sched.ErrSlowConsumer, codes.Aborted},
+	// A grammar that allows no next token: this request cannot go on
+	// (retrying elsewhere gives the same), the server is healthy.
+	{sample.ErrNoAllowedToken, codes.Aborted},
 	{model.ErrClosed, codes.Unavailable},
 
 	{kvtransfer.ErrAborted, codes.Aborted},

@@ -40,8 +40,9 @@ import (
 //     forcingGrammar); parallel_tool_calls (default true) allows one or
 //     more calls, false exactly one.
 //
-// The deprecated functions / function_call fields are refused with a 400
-// that points to tools.
+// The deprecated functions field is refused with a 400 that points to
+// tools (function_call, its tool_choice, is accepted as "none" or "auto"
+// only, see chatExtras).
 
 // toolFamily is how a model writes tool calls.
 type toolFamily int
@@ -121,14 +122,11 @@ func (ts *toolSetup) parse(text string) (*string, []parsedCall) {
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // prepareTools validates tools, tool_choice and parallel_tool_calls (and
-// refuses the deprecated functions and function_call). It returns nil when
+// refuses the deprecated functions). It returns nil when
 // the request declares no tools.
 func prepareTools(in *chatRequest, family toolFamily) (*toolSetup, *httpError) {
-	switch {
-	case !isNull(in.Functions):
+	if !isNull(in.Functions) {
 		return nil, invalid("functions", "functions is deprecated and not supported; declare them as tools: [{\"type\": \"function\", \"function\": {...}}]")
-	case !isNull(in.FunctionCall):
-		return nil, invalid("function_call", "function_call is deprecated and not supported; use tool_choice")
 	}
 	ts := &toolSetup{choice: "auto", parallel: true, family: family}
 	if in.ParallelToolCalls != nil {
@@ -848,10 +846,10 @@ func messageTools(i int, m chatMessage, out *Message) *httpError {
 		out.ToolCalls = calls
 	}
 	if out.Role == "tool" {
-		if m.ToolCallID == nil || *m.ToolCallID == "" {
+		if m.ToolCallID == "" {
 			return invalid(fmt.Sprintf("messages[%d].tool_call_id", i), "messages[%d].tool_call_id is required for a tool message", i)
 		}
-		out.ToolCallID = *m.ToolCallID
+		out.ToolCallID = m.ToolCallID
 	}
 	return nil
 }
