@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/modelfile"
 	"github.com/baton-serving/baton/engine/sample"
@@ -88,6 +89,8 @@ var codeTable = []struct {
 	// A grammar that allows no next token: this request cannot go on
 	// (retrying elsewhere gives the same), the server is healthy.
 	{sample.ErrNoAllowedToken, codes.Aborted},
+	// A token or text the request's grammar does not allow (Accept).
+	{grammar.ErrRejected, codes.InvalidArgument},
 	{model.ErrClosed, codes.Unavailable},
 
 	{kvtransfer.ErrAborted, codes.Aborted},
