@@ -148,6 +148,9 @@ func (g *engineGen) generate(ctx context.Context, req *batonv1.GenerateRequest, 
 	if err != nil {
 		return bad(err)
 	}
+	if err := constrain(smp, sp, g.tok); err != nil {
+		return bad(err)
+	}
 	cache, err := model.NewContiguousCache(g.cfg, n+maxNew)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -193,7 +196,7 @@ func (g *engineGen) generate(ctx context.Context, req *batonv1.GenerateRequest, 
 			return status.Error(codes.Internal, err.Error())
 		}
 		ev := &batonv1.GenerateEvent{RequestId: req.GetRequestId()}
-		if g.tok.IsEOG(t.ID) && !sp.GetIgnoreEos() {
+		if g.tok.IsEOG(t.ID) && (!sp.GetIgnoreEos() || smp.Ends(t.ID)) {
 			flush(ev)
 			return finish(ev, batonv1.FinishReason_FINISH_REASON_STOP, g.tok.Piece(t.ID))
 		}

@@ -573,7 +573,7 @@ func TestBadRequests(t *testing.T) {
 		{"chat logprobs wrong type", chat, `{` + user + `,"logprobs":5}`, 400, "logprobs", nil},
 		{"top_logprobs without logprobs", chat, `{` + user + `,"top_logprobs":2}`, 400, "top_logprobs", nil},
 		{"logit_bias beyond 100", cmpl, `{"prompt":"x","logit_bias":{"1":500}}`, 400, "logit_bias", nil},
-		{"tools", chat, `{` + user + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "tools", nil},
+		{"tools", chat, `{` + user + `,"tools":[{"type":"retrieval"}]}`, 400, "tools[0].type", nil},
 		{"response_format unknown type", chat, `{` + user + `,"response_format":{"type":"xml"}}`, 400, "response_format.type", nil},
 		{"body over the limit", cmpl, `{"prompt":"` + strings.Repeat("a", 70<<10) + `"}`, 413, nil, "request_too_large"},
 	}

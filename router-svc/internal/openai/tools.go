@@ -273,16 +273,21 @@ func toolsPreamble(tools []ToolDef) string {
 		`{"name": <tool name>, "arguments": <arguments as a JSON object>}` +
 		"; to call several, a JSON array of such objects. Tools:\n")
 	for _, t := range tools {
-		fn := map[string]any{"name": t.Name}
+		name, _ := marshal(t.Name)
+		b.WriteString(`{"type": "function", "function": {"name": ` + string(name))
 		if t.Description != nil {
-			fn["description"] = *t.Description
+			d, _ := marshal(*t.Description)
+			b.WriteString(`, "description": ` + string(d))
 		}
 		if t.Parameters != nil {
-			fn["parameters"] = json.RawMessage(t.Parameters)
+			var c bytes.Buffer
+			if json.Compact(&c, t.Parameters) != nil {
+				c.Reset()
+				c.Write(t.Parameters)
+			}
+			b.WriteString(`, "parameters": ` + c.String())
 		}
-		line, _ := marshal(map[string]any{"type": "function", "function": fn})
-		b.Write(line)
-		b.WriteByte('\n')
+		b.WriteString("}}\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
