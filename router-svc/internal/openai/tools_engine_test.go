@@ -1,27 +1,21 @@
 package openai_test
 
 import (
-	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	svcconstrain "github.com/baton-serving/baton/svckit/constrain"
 )
 
-// constrain makes smp follow sp.grammar, as a decode worker does: the
-// grammar over the model's vocabulary (each token the bytes it appends to
-// the text), end-of-generation allowed where a sentence is complete.
+// constrain makes smp follow sp's grammar or JSON Schema as a decode worker
+// does (svckit/constrain: the model's grammar vocabulary, end of generation
+// allowed where a sentence is complete).
 func constrain(smp *sample.Sampler, sp *batonv1.SamplingParams, tok *tokenizer.Tokenizer) error {
-	if sp.GetGrammar() == "" {
-		return nil
-	}
-	g, err := grammar.Parse(sp.GetGrammar())
-	if err != nil {
+	c := svcconstrain.New(tok, tok.VocabSize(), 1)
+	m, err := c.Constraint(sp)
+	if err != nil || m == nil {
 		return err
 	}
-	pieces := make([][]byte, tok.VocabSize())
-	for id := range pieces {
-		pieces[id] = tok.TokenBytes(int32(id))
-	}
-	smp.Constrain(g.NewMatcher(grammar.NewVocab(pieces, tok.EOGs())), tok.EOGs(), sp.GetIgnoreEos())
+	smp.Constrain(m, c.EOG(), sp.GetIgnoreEos())
 	return nil
 }
