@@ -381,8 +381,9 @@ type chatFormat struct {
 	j        *job
 	logprobs bool
 	// calls splits a streamed reply into content and tool calls (nil: the
-	// request has no tools to parse for).
-	calls *toolStream
+	// request has no tools to parse for); forced streams forced calls.
+	calls  *toolStream
+	forced *forcedStream
 }
 
 func (f *chatFormat) object(object string, choices []chatChoice) *chatObject {
@@ -435,6 +436,9 @@ func (f *chatFormat) opening() any {
 }
 
 func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
+	if f.j.tools.forced() {
+		return f.forcedChunks(ev)
+	}
 	var out []any
 	text := ev.GetText()
 	if f.calls == nil && f.j.tools.parses() {
@@ -474,4 +478,42 @@ func (f *chatFormat) usage(u *usageObject) any {
 	c := f.object("chat.completion.chunk", []chatChoice{})
 	c.Usage = u
 	return c
+}
+
+// forcedChunks are the chunks of a reply whose calls are forced: tool_calls
+// deltas as the calls are generated.
+func (f *chatFormat) forcedChunks(ev *batonv1.GenerateEvent) []any {
+	if f.forced == nil {
+		f.forced = &forcedStream{ts: f.j.tools}
+	}
+	var out []any
+	// One call's part a chunk, as OpenAI sends them; the event's logprobs
+	// ride on the first.
+	deltas := f.forced.push(ev.GetText())
+	lp := f.convert(ev.GetLogprobs())
+	if len(deltas) == 0 && f.logprobs && len(ev.GetLogprobs()) > 0 {
+		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{}, Logprobs: lp}))
+	}
+	for i, d := range deltas {
+		c := chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{d}}}
+		if i == 0 {
+			c.Logprobs = lp
+		}
+		out = append(out, f.chunk(c))
+	}
+	if finishReason(ev.GetFinishReason()) == nil {
+		return out
+	}
+	content, deltas, calls, complete := f.forced.finish()
+	if content != "" {
+		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &content}}))
+	}
+	for _, d := range deltas {
+		out = append(out, f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{d}}}))
+	}
+	fr := finishReason(ev.GetFinishReason())
+	if calls > 0 && complete {
+		fr = toolCallsFinish(ev.GetFinishReason(), calls)
+	}
+	return append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
 }

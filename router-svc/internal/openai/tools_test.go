@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/jsonschema"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
 func declaredOf(names ...string) func(string) bool {
@@ -111,7 +112,8 @@ func streamSplit(fam toolFamily, text string, size int, declared ...string) (str
 
 // FuzzParseToolCalls: no input panics the parsers; a call they return names
 // a declared tool and carries a JSON object as arguments; streaming the same
-// text in arbitrary pieces splits it into the same content and calls.
+// text in arbitrary pieces splits it into the same content and calls; the
+// forced-call streamer's deltas stay in order on any text.
 func FuzzParseToolCalls(f *testing.F) {
 	for _, s := range []string{
 		`{"name": "f", "parameters": {"a": 1}}`,
@@ -151,6 +153,27 @@ func FuzzParseToolCalls(f *testing.F) {
 		if sc != want || !reflect.DeepEqual(scalls, calls) {
 			t.Fatalf("streamed by %d: %q %+v; whole: %q %+v", n, sc, scalls, want, calls)
 		}
+		// The forced-call streamer takes any text too: its deltas
+		// begin calls in order and add to the last one begun.
+		fs := &forcedStream{ts: &toolSetup{family: family, choice: "required", tools: []ToolDef{{Name: "f"}, {Name: "g"}}}}
+		begun := 0
+		check := func(ds []toolCallDelta) {
+			for _, d := range ds {
+				if d.ID != "" {
+					if d.Index != begun {
+						t.Fatalf("call %d begun after %d", d.Index, begun)
+					}
+					begun++
+				} else if d.Index != begun-1 {
+					t.Fatalf("fragment of call %d after %d began", d.Index, begun)
+				}
+			}
+		}
+		for i := 0; i < len(text); i += n {
+			check(fs.push(text[i:min(i+n, len(text))]))
+		}
+		_, rest, _, _ := fs.finish()
+		check(rest)
 	})
 }
 
@@ -169,28 +192,6 @@ func TestRenameRules(t *testing.T) {
 	if _, err := renameRules(`a ::= "x`, "p-"); err == nil {
 		t.Error("an unterminated literal was renamed")
 	}
-}
-
-// byteVocab is a vocabulary of the 256 single bytes, so that a Matcher can
-// be walked over any text.
-func byteVocab() *grammar.Vocab {
-	pieces := make([][]byte, 257)
-	for i := range 256 {
-		pieces[i] = []byte{byte(i)}
-	}
-	return grammar.NewVocab(pieces, []int32{256})
-}
-
-// accepts reports whether text is a whole sentence of g.
-func accepts(t *testing.T, g *grammar.Grammar, v *grammar.Vocab, text string) bool {
-	t.Helper()
-	m := g.NewMatcher(v)
-	for i := range len(text) {
-		if err := m.Accept(int32(text[i])); err != nil {
-			return false
-		}
-	}
-	return m.Complete()
 }
 
 // TestForcingGrammar: the grammar that forces a call compiles with
@@ -230,7 +231,6 @@ func TestForcingGrammar(t *testing.T) {
 		{"generic single", setup(familyGeneric, "required", "", false), []string{w, tm}, []string{"[" + w + "]"}},
 		{"generic parallel", setup(familyGeneric, "required", "", true), []string{"[" + w + "]", "[" + tm + ", " + w + "]"}, []string{w}},
 	}
-	v := byteVocab()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			src, err := forcingGrammar(c.ts)
@@ -242,7 +242,7 @@ func TestForcingGrammar(t *testing.T) {
 				t.Fatalf("%v\n%s", err, src)
 			}
 			for _, s := range c.accept {
-				if !accepts(t, g, v, s) {
+				if !g.MatchString(s) {
 					t.Errorf("refused %q", s)
 				}
 				if _, calls, ok := parseToolCalls(c.ts.family, s, c.ts.declared); !ok || len(calls) == 0 {
@@ -250,7 +250,7 @@ func TestForcingGrammar(t *testing.T) {
 				}
 			}
 			for _, s := range c.refus {
-				if accepts(t, g, v, s) {
+				if g.MatchString(s) {
 					t.Errorf("accepted %q", s)
 				}
 			}
@@ -301,4 +301,108 @@ func readTemplate(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestForcedStream: a forced reply streams each call's name as soon as it
+// is complete and its arguments in fragments as they come; put together,
+// the deltas are the calls the whole reply parses to, however the text is
+// split.
+func TestForcedStream(t *testing.T) {
+	w := `{"name": "get_weather", "arguments": {"city": "Pa\"ris}", "tags": [{"a": 1}, []]}}`
+	wl := `{"name": "get_weather", "parameters": {"city": "Paris"}}`
+	tm := `{"name": "get_time", "arguments": {"tz": "UTC"}}`
+	for _, c := range []struct {
+		fam  toolFamily
+		text string
+	}{
+		{familyHermes, "<tool_call>\n" + w + "\n</tool_call>\n<tool_call>\n" + tm + "\n</tool_call>"},
+		{familyLlama3, wl + "; " + wl},
+		{familyMistral, "[" + w + ", " + tm + "]"},
+		{familyGeneric, tm},
+		{familyGeneric, "[" + tm + ", " + w + "]"},
+	} {
+		ts := &toolSetup{family: c.fam, choice: "required", tools: []ToolDef{{Name: "get_weather"}, {Name: "get_time"}}}
+		_, want, ok := parseToolCalls(c.fam, c.text, ts.declared)
+		if !ok {
+			t.Fatalf("%q does not parse", c.text)
+		}
+		for _, size := range []int{1, 2, 5, 13, len(c.text)} {
+			s := &forcedStream{ts: ts}
+			var got []parsedCall
+			frags := 0
+			add := func(ds []toolCallDelta) {
+				for _, d := range ds {
+					switch {
+					case d.Index == len(got) && d.ID != "" && d.Function.Name != "":
+						got = append(got, parsedCall{Name: d.Function.Name})
+					case d.Index == len(got)-1 && d.ID == "" && d.Function.Name == "":
+						got[d.Index].Arguments += d.Function.Arguments
+						frags++
+					default:
+						t.Fatalf("delta %+v after %d calls", d, len(got))
+					}
+				}
+			}
+			for i := 0; i < len(c.text); i += size {
+				add(s.push(c.text[i:min(i+size, len(c.text))]))
+			}
+			content, rest, calls, complete := s.finish()
+			add(rest)
+			if content != "" || calls != len(want) || !complete || !reflect.DeepEqual(got, want) {
+				t.Errorf("%v by %d: %q %+v %d %v; want %+v", c.fam, size, content, got, calls, complete, want)
+			}
+			if size == 1 && frags <= len(want) {
+				t.Errorf("%v: arguments in %d fragments: not streamed as they came", c.fam, frags)
+			}
+		}
+	}
+	// A reply that is no call at all (a worker that ignored the grammar)
+	// is content.
+	s := &forcedStream{ts: &toolSetup{family: familyGeneric, choice: "required", tools: []ToolDef{{Name: "f"}}}}
+	if d := s.push("Once upon a time"); d != nil {
+		t.Errorf("deltas %v", d)
+	}
+	if content, _, calls, _ := s.finish(); content != "Once upon a time" || calls != 0 {
+		t.Errorf("finish = %q, %d calls", content, calls)
+	}
+}
+
+// TestForcedCallExcludesOtherConstraints: a forced call sets the grammar
+// (the generic family, parallel calls by default: a JSON array of calls),
+// and cannot share the output with response_format or grammar, which set
+// it too.
+func TestForcedCallExcludesOtherConstraints(t *testing.T) {
+	plain, err := NewChatTemplate("", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{tmpl: plain}
+	tools := json.RawMessage(`[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": false}}}]`)
+	for _, c := range []struct {
+		name, choice, preset string
+		wantErr              bool
+	}{
+		{"required", `"required"`, "", false},
+		{"named", `{"type": "function", "function": {"name": "f"}}`, "", false},
+		{"auto", `"auto"`, "", false},
+		{"required with a grammar", `"required"`, `root ::= "x"`, true},
+		{"auto with a grammar", `"auto"`, `root ::= "x"`, false},
+	} {
+		j := &job{req: &batonv1.GenerateRequest{Sampling: &batonv1.SamplingParams{Grammar: c.preset}}}
+		herr := h.applyTools(&chatRequest{Tools: tools, ToolChoice: json.RawMessage(c.choice)}, j)
+		if (herr != nil) != c.wantErr || (herr != nil && herr.param != "tool_choice") {
+			t.Errorf("%s: %+v", c.name, herr)
+			continue
+		}
+		forced := c.choice != `"auto"`
+		if herr == nil && forced {
+			g, err := grammar.Parse(j.req.Sampling.GetGrammar())
+			if err != nil || !g.MatchString(`[{"name": "f", "arguments": {"a": true}}]`) {
+				t.Errorf("%s: the forcing grammar %v\n%s", c.name, err, j.req.Sampling.GetGrammar())
+			}
+		}
+		if herr == nil && !forced && j.req.Sampling.GetGrammar() != c.preset {
+			t.Errorf("%s: auto changed the grammar to %q", c.name, j.req.Sampling.GetGrammar())
+		}
+	}
 }
