@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -46,6 +47,48 @@ type dstate struct {
 	epoch  uint64
 	trans  []atomic.Pointer[dstate]
 	masks  atomic.Pointer[maskEntry]
+	loops  atomic.Pointer[selfLoops]
+}
+
+// selfLoops says which characters keep a state where it is: the ASCII
+// bytes, and whether every code point from U+0080 up does. FillMask
+// allows a trie subtree whole when all its bytes loop.
+type selfLoops struct {
+	ascii [2]uint64
+	high  bool
+}
+
+// wide reports whether s is worth computing selfLoops for: some stack
+// takes many characters next (inside a string, free text).
+func (g *Grammar) wide(s *dstate) bool {
+	for _, n := range s.stacks {
+		cs := &g.sets[g.elems[n.pos].arg]
+		if bits.OnesCount64(cs.ascii[0])+bits.OnesCount64(cs.ascii[1]) >= 16 {
+			return true
+		}
+	}
+	return false
+}
+
+// selfLoops computes (once) the characters that keep s where it is.
+func (g *Grammar) selfLoops(s *dstate) *selfLoops {
+	if l := s.loops.Load(); l != nil {
+		return l
+	}
+	l := &selfLoops{high: true}
+	for c := range rune(128) {
+		if g.next(s, int(g.asciiClass[c])) == s {
+			l.ascii[c>>6] |= 1 << (c & 63)
+		}
+	}
+	for k, c := range g.cuts {
+		if c >= 0x80 && g.next(s, k) != s {
+			l.high = false
+			break
+		}
+	}
+	s.loops.Store(l)
+	return l
 }
 
 // maskEntry is a cached token mask of a state for one vocabulary.

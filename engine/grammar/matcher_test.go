@@ -225,6 +225,8 @@ func propertyGrammars(t testing.TB) map[string]string {
 		"utf8":   `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
 		"parens": `root ::= "(" root ")" root | ""`,
 		"counts": `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
+		"ascii":  `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
+		"wide":   `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
 	}
 }
 
@@ -343,3 +345,45 @@ string ::= "\"" ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 ws ::= " "?
 `
+
+// TestMask32k: on the 32000-token vocabulary, along whole generations
+// (including a character split over byte tokens), the mask equals Allows
+// for every token at every step, cached or not, and the end is complete.
+func TestMask32k(t *testing.T) {
+	v := vocab32k(t)
+	g := mustParse(t, jsonGrammar(t))
+	gs := mustParse(t, schemaGrammar)
+	doc := `{"notes": "naïve café, 日本語 😀 \"q\" \\ \u00e9", "n": [1, -2.5e3]}`
+	toks := greedy(t, v, doc)
+	// The same text with é as its two byte tokens: the first token ends
+	// inside the character.
+	split := greedy(t, v, `{"x": "caf`)
+	split = append(split, 3+0xC3, 3+0xA9)
+	split = append(split, greedy(t, v, `!"}`)...)
+	for _, c := range []struct {
+		g    *Grammar
+		toks []int32
+	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)}} {
+		for pass := range 2 { // the second pass finds every mask cached
+			m := c.g.NewMatcher(v)
+			mask := make([]uint64, (v.Size()+63)/64)
+			for i, id := range c.toks {
+				m.FillMask(mask)
+				for x := range int32(v.Size()) {
+					if (mask[x>>6]>>(x&63)&1 != 0) != m.Allows(x) {
+						t.Fatalf("pass %d step %d: token %d %q: mask %v, Allows %v", pass, i, x, v.pieces[x], !m.Allows(x), m.Allows(x))
+					}
+				}
+				if mask[id>>6]>>(id&63)&1 == 0 {
+					t.Fatalf("pass %d step %d: the text's own token %q is masked out", pass, i, v.pieces[id])
+				}
+				if err := m.Accept(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !m.Complete() || !m.Allows(2) {
+				t.Fatal("the whole document is not complete")
+			}
+		}
+	}
+}
