@@ -236,6 +236,8 @@ func (m *Matcher) fill(bits []uint64) {
 			}
 		}
 	}
+	// Keep the buffer, not the states it pointed to.
+	clear(stack[:cap(stack)])
 	m.dfs = stack[:0]
 }
 

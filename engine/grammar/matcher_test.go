@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -287,7 +288,7 @@ func TestConcurrentMatchers(t *testing.T) {
 	v, pieces := smallVocab()
 	src := jsonGrammar(t)
 	shared := mustParse(t, src)
-	shared.cacheLimit = 64 << 10 // small: generations turn over during the test
+	shared.SetCacheLimit(64 << 10) // small: generations turn over during the test
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
@@ -331,8 +332,12 @@ func TestConcurrentMatchers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if _, _, _, resets := shared.CacheStats(); resets == 0 {
+	_, _, bytes, resets := shared.CacheStats()
+	if resets == 0 {
 		t.Error("the 64 KiB cache never started a new generation: the bound is not exercised")
+	}
+	if bytes > 2*64<<10 {
+		t.Errorf("the cache holds %d bytes, bound 64 KiB", bytes)
 	}
 }
 
@@ -385,5 +390,53 @@ func TestMask32k(t *testing.T) {
 				t.Fatal("the whole document is not complete")
 			}
 		}
+	}
+}
+
+// TestHostileGrammars: ambiguous and deeply nested grammars stay within
+// the state bounds (stacks per state, return addresses per stack) while
+// they are matched, and deep but legal nesting still works.
+func TestHostileGrammars(t *testing.T) {
+	v, pieces := smallVocab()
+	a := tokenID(t, pieces, "a")
+	for _, src := range []string{
+		`root ::= ("a"?){0,10000}`,
+		`root ::= ("a" | "a" "a" | "a"?)*`,
+		"root ::= (x | x x)*\nx ::= (\"a\" | \"aa\")+",
+		`root ::= ((("a"{1000}){1000}){1000})`,
+		"root ::= " + strings.Repeat("(", 500) + `"a"?` + strings.Repeat(")*", 500),
+	} {
+		g := mustParse(t, src)
+		m := g.NewMatcher(v)
+		for step := range 20 {
+			if len(m.st.stacks) > maxStacks {
+				t.Fatalf("%.30q step %d: %d stacks", src, step, len(m.st.stacks))
+			}
+			for _, n := range m.st.stacks {
+				if n.depth >= maxDepth {
+					t.Fatalf("%.30q: a stack of depth %d", src, n.depth)
+				}
+			}
+			checkMask(t, m, v)
+			if err := m.Accept(a); err != nil {
+				t.Fatalf("%.30q step %d: %v", src, step, err)
+			}
+		}
+	}
+	g := mustParse(t, jsonGrammar(t))
+	m := g.NewMatcher(v)
+	open, closing := tokenID(t, pieces, "["), tokenID(t, pieces, "]")
+	for range 1000 {
+		if err := m.Accept(open); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		if err := m.Accept(closing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.Complete() {
+		t.Error("1000 nested arrays are not complete")
 	}
 }
