@@ -86,7 +86,7 @@ func compile(p *parser) *Grammar {
 }
 
 func (g *Grammar) classes() {
-	cut := map[rune]bool{0: true}
+	cut := map[rune]bool{0: true, 0x80: true} // 0x80: classes are ASCII or not
 	for _, s := range g.sets {
 		for _, r := range s.ranges {
 			cut[r.lo] = true

@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -9,8 +10,17 @@ import (
 
 // DefaultCacheBytes bounds the memory one Grammar's automaton cache
 // (stack nodes, states, transitions and token masks) may hold before it
-// starts a new generation.
-const DefaultCacheBytes = 32 << 20
+// starts a new generation: about 2000 masks of a 32000-token vocabulary,
+// far more states than one schema's generations visit.
+const DefaultCacheBytes = 8 << 20
+
+// SetCacheLimit changes the bound on the Grammar's cache (bytes; values
+// below 64 KiB are raised to it). Safe to call at any time.
+func (g *Grammar) SetCacheLimit(bytes int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cacheLimit = max(bytes, 64<<10)
+}
 
 // Bounds on one parse state; paths beyond them are dropped (the text that
 // remains allowed is still in the grammar's language).
@@ -46,6 +56,48 @@ type dstate struct {
 	epoch  uint64
 	trans  []atomic.Pointer[dstate]
 	masks  atomic.Pointer[maskEntry]
+	loops  atomic.Pointer[selfLoops]
+}
+
+// selfLoops says which characters keep a state where it is: the ASCII
+// bytes, and whether every code point from U+0080 up does. FillMask
+// allows a trie subtree whole when all its bytes loop.
+type selfLoops struct {
+	ascii [2]uint64
+	high  bool
+}
+
+// wide reports whether s is worth computing selfLoops for: some stack
+// takes many characters next (inside a string, free text).
+func (g *Grammar) wide(s *dstate) bool {
+	for _, n := range s.stacks {
+		cs := &g.sets[g.elems[n.pos].arg]
+		if bits.OnesCount64(cs.ascii[0])+bits.OnesCount64(cs.ascii[1]) >= 16 {
+			return true
+		}
+	}
+	return false
+}
+
+// selfLoops computes (once) the characters that keep s where it is.
+func (g *Grammar) selfLoops(s *dstate) *selfLoops {
+	if l := s.loops.Load(); l != nil {
+		return l
+	}
+	l := &selfLoops{high: true}
+	for c := range rune(128) {
+		if g.next(s, int(g.asciiClass[c])) == s {
+			l.ascii[c>>6] |= 1 << (c & 63)
+		}
+	}
+	for k, c := range g.cuts {
+		if c >= 0x80 && g.next(s, k) != s {
+			l.high = false
+			break
+		}
+	}
+	s.loops.Store(l)
+	return l
 }
 
 // maskEntry is a cached token mask of a state for one vocabulary.
@@ -58,14 +110,15 @@ type maskEntry struct {
 // dfa holds the intern tables of the current generation. Guarded by
 // Grammar.mu.
 type dfa struct {
-	nodes  map[nodeKey]*snode
-	states map[string]*dstate
-	init   *dstate // the start state of the current generation
-	nextID uint64
-	bytes  int64
-	epoch  uint64
-	resets int64
-	keybuf []byte
+	nodes   map[nodeKey]*snode
+	states  map[string]*dstate
+	init    *dstate // the start state of the current generation
+	nextID  uint64
+	bytes   int64
+	epoch   uint64
+	resets  int64
+	keybuf  []byte
+	scratch closure
 }
 
 func (g *Grammar) lockedInit() {
@@ -108,7 +161,7 @@ func (g *Grammar) start() *dstate {
 	defer g.mu.Unlock()
 	g.locked()
 	if g.dfa.init == nil {
-		var c closure
+		c := &g.dfa.scratch
 		c.init(g)
 		for _, a := range g.alts[g.root] {
 			c.expand(a, nil)
@@ -133,61 +186,73 @@ func (g *Grammar) node(pos int32, parent *snode) *snode {
 	return n
 }
 
-// closure collects the stacks that expanding positions yields.
+// closure collects the stacks that expanding positions yields. One is
+// kept in the dfa and reused under Grammar.mu.
 type closure struct {
-	g       *Grammar
-	seen    map[nodeKey]bool
-	stacks  []*snode
-	present map[*snode]bool
-	accept  bool
+	g      *Grammar
+	seen   map[nodeKey]bool
+	stacks []*snode
+	accept bool
+	work   []nodeKey
 }
 
+// init readies c for a new set, keeping its buffers.
 func (c *closure) init(g *Grammar) {
 	c.g = g
-	c.seen = map[nodeKey]bool{}
-	c.present = map[*snode]bool{}
+	if c.seen == nil {
+		c.seen = map[nodeKey]bool{}
+	}
+	clear(c.seen)
+	clear(c.stacks)
+	c.stacks = c.stacks[:0]
+	c.accept = false
 }
 
 // expand adds every stack that results from being at pos with the return
 // stack parent: rule references are expanded into their alternatives, ends
 // of alternatives return to the parent, until a character set is on top.
 // A reference in tail position pushes no return address, so right
-// recursion (repetition) keeps the stack depth constant.
+// recursion (repetition) keeps the stack depth constant. The work list
+// (not recursion) keeps a long chain of optional symbols off the
+// goroutine stack; the order does not matter, the result is a set.
 func (c *closure) expand(pos int32, parent *snode) {
-	k := nodeKey{pos, parent}
-	if c.seen[k] {
-		return
-	}
-	c.seen[k] = true
 	g := c.g
-	switch e := g.elems[pos]; e.kind {
-	case kEnd:
-		if parent == nil {
-			c.accept = true
-			return
+	work := append(c.work[:0], nodeKey{pos, parent})
+	for len(work) > 0 {
+		k := work[len(work)-1]
+		work = work[:len(work)-1]
+		if c.seen[k] {
+			continue
 		}
-		c.expand(parent.pos, parent.parent)
-	case kChars:
-		if len(c.stacks) >= maxStacks {
-			return
-		}
-		n := g.node(pos, parent)
-		if !c.present[n] {
-			c.present[n] = true
-			c.stacks = append(c.stacks, n)
-		}
-	case kRef:
-		ret := parent
-		if g.elems[pos+1].kind != kEnd {
-			if parent != nil && parent.depth+1 >= maxDepth {
-				return
+		c.seen[k] = true
+		switch e := g.elems[k.pos]; e.kind {
+		case kEnd:
+			if k.parent == nil {
+				c.accept = true
+				continue
 			}
-			ret = g.node(pos+1, parent)
-		}
-		for _, a := range g.alts[e.arg] {
-			c.expand(a, ret)
+			work = append(work, nodeKey{k.parent.pos, k.parent.parent})
+		case kChars:
+			if len(c.stacks) >= maxStacks {
+				continue
+			}
+			// Each (pos, parent) is seen once and nodes are interned, so
+			// no stack is added twice.
+			c.stacks = append(c.stacks, g.node(k.pos, k.parent))
+		case kRef:
+			ret := k.parent
+			if g.elems[k.pos+1].kind != kEnd {
+				if k.parent != nil && k.parent.depth+1 >= maxDepth {
+					continue
+				}
+				ret = g.node(k.pos+1, k.parent)
+			}
+			for _, a := range g.alts[e.arg] {
+				work = append(work, nodeKey{a, ret})
+			}
 		}
 	}
+	c.work = work
 }
 
 // state interns the collected set; g.dead when it is empty.
@@ -258,7 +323,7 @@ func (g *Grammar) nextSlow(s *dstate, cls int) *dstate {
 		return t
 	}
 	rep := g.cuts[cls]
-	var cl closure
+	cl := &g.dfa.scratch
 	cl.init(g)
 	epoch := g.dfa.epoch
 	for _, n := range s.stacks {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -225,6 +226,8 @@ func propertyGrammars(t testing.TB) map[string]string {
 		"utf8":   `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
 		"parens": `root ::= "(" root ")" root | ""`,
 		"counts": `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
+		"ascii":  `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
+		"wide":   `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
 	}
 }
 
@@ -285,7 +288,7 @@ func TestConcurrentMatchers(t *testing.T) {
 	v, pieces := smallVocab()
 	src := jsonGrammar(t)
 	shared := mustParse(t, src)
-	shared.cacheLimit = 64 << 10 // small: generations turn over during the test
+	shared.SetCacheLimit(64 << 10) // small: generations turn over during the test
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
@@ -329,8 +332,12 @@ func TestConcurrentMatchers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if _, _, _, resets := shared.CacheStats(); resets == 0 {
+	_, _, bytes, resets := shared.CacheStats()
+	if resets == 0 {
 		t.Error("the 64 KiB cache never started a new generation: the bound is not exercised")
+	}
+	if bytes > 2*64<<10 {
+		t.Errorf("the cache holds %d bytes, bound 64 KiB", bytes)
 	}
 }
 
@@ -343,3 +350,93 @@ string ::= "\"" ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 ws ::= " "?
 `
+
+// TestMask32k: on the 32000-token vocabulary, along whole generations
+// (including a character split over byte tokens), the mask equals Allows
+// for every token at every step, cached or not, and the end is complete.
+func TestMask32k(t *testing.T) {
+	v := vocab32k(t)
+	g := mustParse(t, jsonGrammar(t))
+	gs := mustParse(t, schemaGrammar)
+	doc := `{"notes": "naïve café, 日本語 😀 \"q\" \\ \u00e9", "n": [1, -2.5e3]}`
+	toks := greedy(t, v, doc)
+	// The same text with é as its two byte tokens: the first token ends
+	// inside the character.
+	split := greedy(t, v, `{"x": "caf`)
+	split = append(split, 3+0xC3, 3+0xA9)
+	split = append(split, greedy(t, v, `!"}`)...)
+	for _, c := range []struct {
+		g    *Grammar
+		toks []int32
+	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)}} {
+		for pass := range 2 { // the second pass finds every mask cached
+			m := c.g.NewMatcher(v)
+			mask := make([]uint64, (v.Size()+63)/64)
+			for i, id := range c.toks {
+				m.FillMask(mask)
+				for x := range int32(v.Size()) {
+					if (mask[x>>6]>>(x&63)&1 != 0) != m.Allows(x) {
+						t.Fatalf("pass %d step %d: token %d %q: mask %v, Allows %v", pass, i, x, v.pieces[x], !m.Allows(x), m.Allows(x))
+					}
+				}
+				if mask[id>>6]>>(id&63)&1 == 0 {
+					t.Fatalf("pass %d step %d: the text's own token %q is masked out", pass, i, v.pieces[id])
+				}
+				if err := m.Accept(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !m.Complete() || !m.Allows(2) {
+				t.Fatal("the whole document is not complete")
+			}
+		}
+	}
+}
+
+// TestHostileGrammars: ambiguous and deeply nested grammars stay within
+// the state bounds (stacks per state, return addresses per stack) while
+// they are matched, and deep but legal nesting still works.
+func TestHostileGrammars(t *testing.T) {
+	v, pieces := smallVocab()
+	a := tokenID(t, pieces, "a")
+	for _, src := range []string{
+		`root ::= ("a"?){0,10000}`,
+		`root ::= ("a" | "a" "a" | "a"?)*`,
+		"root ::= (x | x x)*\nx ::= (\"a\" | \"aa\")+",
+		`root ::= ((("a"{1000}){1000}){1000})`,
+		"root ::= " + strings.Repeat("(", 500) + `"a"?` + strings.Repeat(")*", 500),
+	} {
+		g := mustParse(t, src)
+		m := g.NewMatcher(v)
+		for step := range 20 {
+			if len(m.st.stacks) > maxStacks {
+				t.Fatalf("%.30q step %d: %d stacks", src, step, len(m.st.stacks))
+			}
+			for _, n := range m.st.stacks {
+				if n.depth >= maxDepth {
+					t.Fatalf("%.30q: a stack of depth %d", src, n.depth)
+				}
+			}
+			checkMask(t, m, v)
+			if err := m.Accept(a); err != nil {
+				t.Fatalf("%.30q step %d: %v", src, step, err)
+			}
+		}
+	}
+	g := mustParse(t, jsonGrammar(t))
+	m := g.NewMatcher(v)
+	open, closing := tokenID(t, pieces, "["), tokenID(t, pieces, "]")
+	for range 1000 {
+		if err := m.Accept(open); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		if err := m.Accept(closing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.Complete() {
+		t.Error("1000 nested arrays are not complete")
+	}
+}

@@ -65,6 +65,7 @@ type compiler struct {
 	heads   map[string][]string // rule -> rules it may start with (no input consumed)
 	kindsOf map[string]uint8    // compiled $ref target -> the kinds it produces
 	budget  int                 // repetition counts spent
+	size    int                 // bytes of rules defined so far
 	out     strings.Builder
 }
 
@@ -163,6 +164,7 @@ func (c *compiler) newName(hint string) string {
 }
 
 func (c *compiler) define(name string, r result) {
+	c.size += len(name) + len(r.expr)
 	c.rules = append(c.rules, rule{name, r.expr})
 	c.heads[name] = r.heads
 }
@@ -260,6 +262,9 @@ var (
 
 // schema compiles the subschema n found at path.
 func (c *compiler) schema(n *node, path string) (result, error) {
+	if c.size > MaxGrammarBytes {
+		return result{}, errorf(path, "", "the grammar would be more than %d bytes", MaxGrammarBytes)
+	}
 	switch n.kind {
 	case kBool:
 		if !n.b {
