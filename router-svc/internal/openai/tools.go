@@ -264,17 +264,16 @@ func parseTool(i int, raw json.RawMessage) (ToolDef, string, *httpError) {
 	return def, g, nil
 }
 
-// toolsPreamble is the system text that shows the tools to a model whose
-// template cannot (the plain default, or a template that never mentions
-// tools): the tools as JSON, one a line, and the generic answer format.
+// toolsPreamble is the text that shows the tools to a model whose template
+// cannot (the plain default, or a template that never mentions tools): the
+// answer format, then each tool's function as compact JSON, one a line —
+// kept short, for small context windows.
 func toolsPreamble(tools []ToolDef) string {
 	var b strings.Builder
-	b.WriteString("You can call the following tools. To call one, answer with only a JSON object " +
-		`{"name": <tool name>, "arguments": <arguments as a JSON object>}` +
-		"; to call several, a JSON array of such objects. Tools:\n")
+	b.WriteString(`Tools: to call one, answer only {"name": <name>, "arguments": <JSON object>}; for several, a JSON array of those.` + "\n")
 	for _, t := range tools {
 		name, _ := marshal(t.Name)
-		b.WriteString(`{"type": "function", "function": {"name": ` + string(name))
+		b.WriteString(`{"name": ` + string(name))
 		if t.Description != nil {
 			d, _ := marshal(*t.Description)
 			b.WriteString(`, "description": ` + string(d))
@@ -287,7 +286,7 @@ func toolsPreamble(tools []ToolDef) string {
 			}
 			b.WriteString(`, "parameters": ` + c.String())
 		}
-		b.WriteString("}}\n")
+		b.WriteString("}\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -349,29 +350,34 @@ func validator(t *testing.T, schema string) *santhosh.Schema {
 // makes the constrained decoder produce a call: the reply is tool_calls
 // whose arguments parse and validate against the tool's schema, and the
 // stream's deltas reassemble to the same call. (With parallel_tool_calls
-// true the grammar lets the model go on calling, and this toy model does to
-// max_tokens; TestForcingGrammar covers several calls.)
+// true the grammar lets the model decide how many calls to make, and this
+// toy model goes on calling to max_tokens; TestForcingGrammar covers
+// several calls.)
 func TestToolChoiceRequiredEngine(t *testing.T) {
-	eg := newEngineGen(t)
-	// stories260K's context window is 128 tokens, too small for any tools
-	// prompt: this template (a template decides how it shows tools) leaves
-	// the tools out, so that the whole window is left for the call.
-	tmpl, err := openai.NewChatTemplate("{# tools: not shown #}{% for message in messages %}{{ message['content'] }}{% endfor %}", "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := apiServer(t, eg, nil, func(o *openai.Options) { o.Template = tmpl })
+	// The plain default template: the tools reach the model through the
+	// generic preamble, in a 512-token window as the e2e clusters run it.
+	eg := newEngineGenCtx(t, 512)
+	srv := apiServer(t, eg, nil, nil)
 	schemas := map[string]*santhosh.Schema{"get_weather": validator(t, weatherParams), "get_time": validator(t, timeParams)}
+	// The tool the SDK acceptance test (tests/sdk/tools.test.mjs) declares.
+	sdkParams := `{"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}`
+	schemas["sdk_weather"] = validator(t, sdkParams)
+	sdkTools := `"tools": [{"type": "function", "function": {"name": "sdk_weather", "description": "The weather in a city", "parameters": ` + sdkParams + `, "strict": true}}]`
 	for _, c := range []struct {
-		name, choice, want string
-		parallel           bool
+		name, tools, choice, want string
+		maxTokens                 int
+		parallel                  bool
 	}{
-		{"required", `"required"`, "", false},
-		{"named", `{"type": "function", "function": {"name": "get_time"}}`, "get_time", false},
+		{"required", weatherTools, `"required"`, "", 80, false},
+		{"named", weatherTools, `{"type": "function", "function": {"name": "get_time"}}`, "get_time", 80, false},
+		{"as the SDK test asks", sdkTools, `"required"`, "sdk_weather", 160, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			body := `{"temperature": 0, "max_tokens": 120, "messages": [{"role": "user", "content": "Once upon a time"}],` + weatherTools +
-				`,"tool_choice": ` + c.choice + `,"parallel_tool_calls": ` + map[bool]string{false: "false", true: "true"}[c.parallel] + `}`
+			body := `{"temperature": 0, "max_tokens": ` + strconv.Itoa(c.maxTokens) + `, ` + askWeather + `,` + c.tools + `,"tool_choice": ` + c.choice
+			if !c.parallel {
+				body += `,"parallel_tool_calls": false`
+			}
+			body += `}`
 			resp, b := post(t, srv.URL+"/v1/chat/completions", body)
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("%d %s", resp.StatusCode, b)

@@ -118,8 +118,8 @@ func TestGenericToolsPreamble(t *testing.T) {
 	if got != want {
 		t.Errorf("rendered\n%q\nwant\n%q", got, want)
 	}
-	for _, frag := range []string{`{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`,
-		`"arguments": <arguments as a JSON object>`} {
+	for _, frag := range []string{"\n" + `{"name": "get_weather", "description": "Current weather in a city", "parameters": {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}` + "\n",
+		`{"name": <name>, "arguments": <JSON object>}`} {
 		if !strings.Contains(got, frag) {
 			t.Errorf("the preamble lacks %q", frag)
 		}
