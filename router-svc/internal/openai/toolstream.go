@@ -1,0 +1,219 @@
+package openai
+
+import "strings"
+
+// toolStream splits a streamed output into content, sent as it comes, and
+// tool calls, sent when the output ends. Text that may be the start of a
+// call is held back, as a stop string's prefix is: for the Hermes family a
+// suffix that is a prefix of <tool_call> (and the whitespace before it),
+// for the JSON families an output whose first non-space character opens
+// JSON (or a marker) — all of it, until the end shows whether it parses.
+type toolStream struct {
+	ts   *toolSetup
+	held string // text not yet sent
+	// calling: the held text is a call (or may be one) to the end.
+	calling bool
+	// plain: the output is known to hold no call (JSON families).
+	plain bool
+}
+
+func newToolStream(ts *toolSetup) *toolStream { return &toolStream{ts: ts} }
+
+// push takes the next piece of output and returns the content to send now.
+func (s *toolStream) push(text string) string {
+	if s.plain {
+		return text
+	}
+	s.held += text
+	if s.calling {
+		return ""
+	}
+	if s.ts.family == familyHermes {
+		if i := strings.Index(s.held, hermesOpen); i >= 0 {
+			// The whitespace before the call stays held: dropped if
+			// the call parses, content if it does not.
+			out := strings.TrimRight(s.held[:i], " \t\r\n")
+			s.held, s.calling = s.held[len(out):], true
+			return out
+		}
+		keep := markerPrefixLen(s.held, hermesOpen)
+		body := s.held[:len(s.held)-keep]
+		ws := len(body) - len(strings.TrimRight(body, " \t\r\n"))
+		keep += ws
+		out := s.held[:len(s.held)-keep]
+		s.held = s.held[len(s.held)-keep:]
+		return out
+	}
+	t := strings.TrimLeft(s.held, " \t\r\n")
+	switch {
+	case t == "":
+		return ""
+	case t[0] == '{' || t[0] == '[' || strings.HasPrefix(t, llamaPyTag):
+		s.calling = true
+		return ""
+	case strings.HasPrefix(llamaPyTag, t):
+		return "" // may still become the tag
+	}
+	out := s.held
+	s.held, s.plain = "", true
+	return out
+}
+
+// markerPrefixLen is the length of the longest suffix of s that is a proper
+// prefix of marker.
+func markerPrefixLen(s, marker string) int {
+	for n := min(len(s), len(marker)-1); n > 0; n-- {
+		if strings.HasSuffix(s, marker[:n]) {
+			return n
+		}
+	}
+	return 0
+}
+
+// finish ends the output: the content still to send and the calls.
+func (s *toolStream) finish() (string, []parsedCall) {
+	held := s.held
+	s.held = ""
+	if !s.calling {
+		return held, nil
+	}
+	content, calls, ok := parseToolCalls(s.ts.family, held, s.ts.declared)
+	if !ok {
+		return held, nil
+	}
+	if s.ts.family == familyHermes {
+		// The text before the call was sent already.
+		content = ""
+	}
+	return content, calls
+}
+
+// forcedStream streams the calls of a forced reply (tool_choice required
+// or a named function) as they are generated, as OpenAI does: the grammar
+// fixes their syntax — {"name": "<name>", "<arguments|parameters>": <object>}
+// inside the family's wrapping — so a call's first delta (index, id, type,
+// name) goes out once its name is complete, and its arguments in fragments
+// as they come. The fragments of a call put together are the arguments the
+// whole reply would carry.
+type forcedStream struct {
+	ts    *toolSetup
+	text  string // everything so far
+	pos   int    // how far text has been read
+	state int    // forcedSeek, forcedName, forcedKey, forcedArgs
+	name  string
+	calls int // calls begun
+	// In the arguments: nesting depth, and inside a string (esc: after a
+	// backslash).
+	depth     int
+	inStr     bool
+	esc       bool
+	complete  bool // the last call begun is complete
+	fragStart int
+}
+
+const (
+	forcedSeek = iota
+	forcedName
+	forcedKey
+	forcedArgs
+)
+
+const callOpen = `{"name": "`
+
+// push takes the next piece of output and returns the deltas it completes.
+func (s *forcedStream) push(text string) []toolCallDelta {
+	s.text += text
+	var out []toolCallDelta
+	for {
+		switch s.state {
+		case forcedSeek:
+			i := strings.Index(s.text[s.pos:], callOpen)
+			if i < 0 || s.calls == maxToolCalls {
+				return out
+			}
+			s.pos += i + len(callOpen)
+			s.state = forcedName
+		case forcedName:
+			i := strings.IndexByte(s.text[s.pos:], '"')
+			if i < 0 {
+				return out
+			}
+			s.name = s.text[s.pos : s.pos+i]
+			s.pos += i + 1
+			s.state = forcedKey
+		case forcedKey:
+			rest := s.text[s.pos:]
+			key := ""
+			for _, k := range []string{`, "arguments": `, `, "parameters": `} {
+				if strings.HasPrefix(rest, k) {
+					key = k
+				} else if strings.HasPrefix(k, rest) {
+					return out // not all there yet
+				}
+			}
+			if key == "" {
+				s.state = forcedSeek // not a call after all
+				continue
+			}
+			s.pos += len(key)
+			out = append(out, toolCallDelta{Index: s.calls, ID: callID(s.ts.family), Type: "function", Function: functionCall{Name: s.name}})
+			s.calls++
+			s.state, s.depth, s.inStr, s.esc, s.complete, s.fragStart = forcedArgs, 0, false, false, false, s.pos
+		case forcedArgs:
+			end := -1
+			for i := s.pos; i < len(s.text) && end < 0; i++ {
+				c := s.text[i]
+				switch {
+				case s.esc:
+					s.esc = false
+				case s.inStr && c == '\\':
+					s.esc = true
+				case s.inStr:
+					s.inStr = c != '"'
+				case c == '"':
+					s.inStr = true
+				case c == '{' || c == '[':
+					s.depth++
+				case c == '}' || c == ']':
+					s.depth--
+				}
+				if s.depth == 0 && !s.inStr && c != ' ' && c != '\n' && c != '\t' && c != '\r' {
+					end = i + 1
+				}
+			}
+			if end < 0 {
+				s.pos = len(s.text)
+				if s.pos > s.fragStart {
+					out = append(out, toolCallDelta{Index: s.calls - 1, Function: functionCall{Arguments: s.text[s.fragStart:s.pos]}})
+					s.fragStart = s.pos
+				}
+				return out
+			}
+			s.pos = end
+			out = append(out, toolCallDelta{Index: s.calls - 1, Function: functionCall{Arguments: s.text[s.fragStart:end]}})
+			s.state, s.complete = forcedSeek, true
+		}
+	}
+}
+
+// finish ends the reply: the calls begun, and whether the last is
+// complete. A reply in which no call began (a worker that did not follow
+// the grammar) is read as tool_choice auto would read it: content, or the
+// calls it holds.
+func (s *forcedStream) finish() (content string, deltas []toolCallDelta, calls int, complete bool) {
+	if s.calls > 0 {
+		return "", nil, s.calls, s.complete
+	}
+	c, parsed := s.ts.parse(s.text)
+	if len(parsed) == 0 {
+		return s.text, nil, 0, true
+	}
+	if c != nil {
+		content = *c
+	}
+	for i, p := range parsed {
+		deltas = append(deltas, toolCallDelta{Index: i, ID: callID(s.ts.family), Type: "function", Function: functionCall{Name: p.Name}},
+			toolCallDelta{Index: i, Function: functionCall{Arguments: p.Arguments}})
+	}
+	return content, deltas, len(parsed), true
+}
