@@ -384,6 +384,7 @@ type chatFormat struct {
 	// request has no tools to parse for); forced streams forced calls.
 	calls  *toolStream
 	forced *forcedStream
+	sent   int // tool calls streamed
 }
 
 func (f *chatFormat) object(object string, choices []chatChoice) *chatObject {
@@ -444,8 +445,9 @@ func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
 	if f.calls == nil && f.j.tools.parses() {
 		f.calls = newToolStream(f.j.tools)
 	}
+	var calls []parsedCall
 	if f.calls != nil {
-		text = f.calls.push(text)
+		text, calls = f.calls.push(text)
 	}
 	if text != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
 		d := &chatDelta{}
@@ -454,6 +456,7 @@ func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
 		}
 		out = append(out, f.chunk(chatChoice{Delta: d, Logprobs: f.convert(ev.GetLogprobs())}))
 	}
+	out = f.callChunks(out, calls)
 	fr := finishReason(ev.GetFinishReason())
 	if fr == nil {
 		return out
@@ -463,15 +466,24 @@ func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
 		if rest != "" {
 			out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &rest}}))
 		}
-		for i, c := range calls {
-			out = append(out,
-				f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, ID: callID(f.j.tools.family), Type: "function",
-					Function: functionCall{Name: c.Name}}}}}),
-				f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, Function: functionCall{Arguments: c.Arguments}}}}}))
-		}
-		fr = toolCallsFinish(ev.GetFinishReason(), len(calls))
+		out = f.callChunks(out, calls)
+		fr = toolCallsFinish(ev.GetFinishReason(), f.sent)
 	}
 	return append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
+}
+
+// callChunks appends the chunks of whole calls: for each, one delta with
+// index, id, type and name (arguments ""), then one with its arguments.
+func (f *chatFormat) callChunks(out []any, calls []parsedCall) []any {
+	for _, c := range calls {
+		i := f.sent
+		f.sent++
+		out = append(out,
+			f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, ID: callID(f.j.tools.family), Type: "function",
+				Function: functionCall{Name: c.Name}}}}}),
+			f.chunk(chatChoice{Delta: &chatDelta{ToolCalls: []toolCallDelta{{Index: i, Function: functionCall{Arguments: c.Arguments}}}}}))
+	}
+	return out
 }
 
 func (f *chatFormat) usage(u *usageObject) any {

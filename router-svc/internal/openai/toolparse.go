@@ -21,8 +21,7 @@ type parsedCall struct {
 func parseToolCalls(fam toolFamily, text string, declared func(string) bool) (content string, calls []parsedCall, ok bool) {
 	switch fam {
 	case familyHermes:
-		calls, before, ok := parseHermes(text)
-		if ok && allDeclared(calls, declared) {
+		if calls, before, ok := parseHermes(text, declared); ok {
 			return strings.TrimRight(before, " \t\r\n"), calls, true
 		}
 		return text, nil, false
@@ -58,38 +57,57 @@ const (
 	maxToolCalls = 128
 )
 
-// parseHermes reads <tool_call>{json}</tool_call> blocks; the last may lack
-// its closing tag (the generation ended at it).
-func parseHermes(text string) ([]parsedCall, string, bool) {
+// parseHermes reads <tool_call>{json}</tool_call> blocks from the first
+// <tool_call> on; the last may lack its closing tag (the generation ended
+// at it). The calls end at the first thing that is not a block holding a
+// call to a declared tool; the output has calls when its first block does.
+func parseHermes(text string, declared func(string) bool) ([]parsedCall, string, bool) {
 	i := strings.Index(text, hermesOpen)
 	if i < 0 {
 		return nil, "", false
 	}
 	before, rest := text[:i], text[i:]
 	var calls []parsedCall
-	for {
-		rest = strings.TrimSpace(rest)
-		if rest == "" {
+	for len(calls) < maxToolCalls {
+		c, r, st := hermesNext(rest, declared, true)
+		if st != hermesCall {
 			break
 		}
-		if !strings.HasPrefix(rest, hermesOpen) || len(calls) == maxToolCalls {
-			// Text after the calls: not part of them.
-			break
-		}
-		rest = rest[len(hermesOpen):]
-		body := rest
-		if j := strings.Index(rest, hermesClose); j >= 0 {
-			body, rest = rest[:j], rest[j+len(hermesClose):]
-		} else {
-			rest = ""
-		}
-		c, ok := decodeCall([]byte(strings.TrimSpace(body)))
-		if !ok {
-			return nil, "", false
-		}
-		calls = append(calls, c)
+		calls, rest = append(calls, c), r
 	}
 	return calls, before, len(calls) > 0
+}
+
+// What hermesNext found.
+const (
+	hermesCall = iota // a block holding a call
+	hermesMore        // maybe a block: more text will tell
+	hermesEnd         // no block, or one that holds no call
+)
+
+// hermesNext reads the <tool_call> block at the start of rest (after
+// whitespace): the call and what follows the block. Unless final (the
+// output has ended), an unclosed block or a prefix of <tool_call> is
+// hermesMore.
+func hermesNext(rest string, declared func(string) bool, final bool) (parsedCall, string, int) {
+	t := strings.TrimLeft(rest, " \t\r\n")
+	if !strings.HasPrefix(t, hermesOpen) {
+		if !final && strings.HasPrefix(hermesOpen, t) {
+			return parsedCall{}, rest, hermesMore
+		}
+		return parsedCall{}, rest, hermesEnd
+	}
+	body, after := t[len(hermesOpen):], ""
+	if j := strings.Index(body, hermesClose); j >= 0 {
+		body, after = body[:j], body[j+len(hermesClose):]
+	} else if !final {
+		return parsedCall{}, rest, hermesMore
+	}
+	c, ok := decodeCall([]byte(strings.TrimSpace(body)))
+	if !ok || (declared != nil && !declared(c.Name)) {
+		return parsedCall{}, rest, hermesEnd
+	}
+	return c, after, hermesCall
 }
 
 // parseMistral reads [TOOL_CALLS][{...}, ...] or [TOOL_CALLS]name[ARGS]{...}

@@ -62,6 +62,8 @@ func TestParseToolCalls(t *testing.T) {
 		{"hermes text before", familyHermes, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "Let me look.", []parsedCall{w}},
 		{"hermes two, last unclosed", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":\"CET\"}}", "", []parsedCall{w, tm}},
 		{"hermes broken", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", "<tool_call>{\"name\": \"get_weather\", \"arguments\": {</tool_call>", nil},
+		{"hermes broken second block", familyHermes, "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":\"CET\"}}</tool_call> <tool_call>{oops</tool_call> bye", "", []parsedCall{tm}},
+		{"hermes undeclared first block", familyHermes, "<tool_call>{\"name\": \"launch\"}</tool_call><tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":\"CET\"}}</tool_call>", "<tool_call>{\"name\": \"launch\"}</tool_call><tool_call>{\"name\": \"get_time\", \"arguments\": {\"tz\":\"CET\"}}</tool_call>", nil},
 		{"hermes arguments as string", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>", "", []parsedCall{w}},
 		{"mistral array", familyMistral, `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz":"CET"}}]`, "", []parsedCall{w, tm}},
 		{"mistral marker decoded to nothing", familyMistral, ` [{"name": "get_weather", "arguments": {"city": "Paris"}}]`, "", []parsedCall{w}},
@@ -102,12 +104,15 @@ func streamSplit(fam toolFamily, text string, size int, declared ...string) (str
 	}
 	s := newToolStream(ts)
 	var b strings.Builder
+	var calls []parsedCall
 	for i := 0; i < len(text); i += size {
-		b.WriteString(s.push(text[i:min(i+size, len(text))]))
+		content, cs := s.push(text[i:min(i+size, len(text))])
+		b.WriteString(content)
+		calls = append(calls, cs...)
 	}
-	rest, calls := s.finish()
+	rest, cs := s.finish()
 	b.WriteString(rest)
-	return b.String(), calls
+	return b.String(), append(calls, cs...)
 }
 
 // FuzzParseToolCalls: no input panics the parsers; a call they return names
@@ -259,24 +264,42 @@ func TestForcingGrammar(t *testing.T) {
 }
 
 // TestToolStreamHoldsMarkerPrefix: content is streamed as it comes except a
-// tail that may open a call.
+// tail that may open a call; a Hermes call goes out as its block closes.
 func TestToolStreamHoldsMarkerPrefix(t *testing.T) {
+	push := func(s *toolStream, text string) string {
+		t.Helper()
+		content, calls := s.push(text)
+		if calls != nil {
+			t.Errorf("push(%q) sent calls %+v", text, calls)
+		}
+		return content
+	}
 	s := newToolStream(&toolSetup{family: familyHermes, choice: "auto", tools: []ToolDef{{Name: "f"}}})
-	if got := s.push("Sure. <tool"); got != "Sure." {
+	if got := push(s, "Sure. <tool"); got != "Sure." {
 		t.Errorf("push = %q, want the text before the marker's prefix", got)
 	}
-	if got := s.push("box> is a word"); got != " <toolbox> is a word" {
+	if got := push(s, "box> is a word"); got != " <toolbox> is a word" {
 		t.Errorf("push = %q: a prefix that did not become the marker is content", got)
 	}
+	h := newToolStream(&toolSetup{family: familyHermes, choice: "auto", tools: []ToolDef{{Name: "f"}}})
+	if got := push(h, "Let me see. <tool_call>\n{\"name\": \"f\", \"argu"); got != "Let me see." {
+		t.Errorf("push = %q", got)
+	}
+	if content, calls := h.push("ments\": {}}\n</tool_call>\n<tool_"); content != "" || len(calls) != 1 || calls[0].Name != "f" {
+		t.Errorf("the closed block was not sent: %q %+v", content, calls)
+	}
+	if content, calls := h.finish(); content != "" || calls != nil {
+		t.Errorf("finish = %q %+v", content, calls)
+	}
 	g := newToolStream(&toolSetup{family: familyGeneric, choice: "auto", tools: []ToolDef{{Name: "f"}}})
-	if g.push("  ") != "" || g.push(` {"na`) != "" || g.push(`me": "f"}`) != "" {
+	if push(g, "  ") != "" || push(g, ` {"na`) != "" || push(g, `me": "f"}`) != "" {
 		t.Error("a JSON start was streamed as content")
 	}
 	if content, calls := g.finish(); content != "" || len(calls) != 1 || calls[0].Name != "f" {
 		t.Errorf("finish = %q %+v", content, calls)
 	}
 	p := newToolStream(&toolSetup{family: familyGeneric, choice: "auto", tools: []ToolDef{{Name: "f"}}})
-	if got := p.push(" Once"); got != " Once" {
+	if got := push(p, " Once"); got != " Once" {
 		t.Errorf("prose held back: %q", got)
 	}
 }

@@ -3,60 +3,103 @@ package openai
 import "strings"
 
 // toolStream splits a streamed output into content, sent as it comes, and
-// tool calls, sent when the output ends. Text that may be the start of a
-// call is held back, as a stop string's prefix is: for the Hermes family a
-// suffix that is a prefix of <tool_call> (and the whitespace before it),
-// for the JSON families an output whose first non-space character opens
-// JSON (or a marker) — all of it, until the end shows whether it parses.
+// tool calls. Text that may be the start of a call is held back, as a stop
+// string's prefix is. For the Hermes family that is a suffix that is a
+// prefix of <tool_call> (and the whitespace before it); after the marker,
+// each call goes out as its block closes. For the JSON families it is an
+// output whose first non-space character opens JSON (or a marker): all of
+// it, until the end shows whether it parses. What it sends is what the
+// whole output parses to (parseToolCalls).
 type toolStream struct {
 	ts   *toolSetup
 	held string // text not yet sent
-	// calling: the held text is a call (or may be one) to the end.
+	// calling: the held text is a call (or may be one).
 	calling bool
-	// plain: the output is known to hold no call (JSON families).
+	// plain: the output holds no call; the rest is content.
 	plain bool
+	// done: the calls have ended; the rest is dropped (Hermes).
+	done  bool
+	calls int // calls sent
 }
 
 func newToolStream(ts *toolSetup) *toolStream { return &toolStream{ts: ts} }
 
-// push takes the next piece of output and returns the content to send now.
-func (s *toolStream) push(text string) string {
-	if s.plain {
-		return text
+// push takes the next piece of output and returns the content and the
+// calls to send now.
+func (s *toolStream) push(text string) (string, []parsedCall) {
+	switch {
+	case s.plain:
+		return text, nil
+	case s.done:
+		return "", nil
 	}
 	s.held += text
-	if s.calling {
-		return ""
-	}
 	if s.ts.family == familyHermes {
-		if i := strings.Index(s.held, hermesOpen); i >= 0 {
+		if !s.calling {
+			i := strings.Index(s.held, hermesOpen)
+			if i < 0 {
+				keep := markerPrefixLen(s.held, hermesOpen)
+				body := s.held[:len(s.held)-keep]
+				keep += len(body) - len(strings.TrimRight(body, " \t\r\n"))
+				out := s.held[:len(s.held)-keep]
+				s.held = s.held[len(s.held)-keep:]
+				return out, nil
+			}
 			// The whitespace before the call stays held: dropped if
 			// the call parses, content if it does not.
 			out := strings.TrimRight(s.held[:i], " \t\r\n")
 			s.held, s.calling = s.held[len(out):], true
-			return out
+			content, calls := s.hermes(false)
+			return out + content, calls
 		}
-		keep := markerPrefixLen(s.held, hermesOpen)
-		body := s.held[:len(s.held)-keep]
-		ws := len(body) - len(strings.TrimRight(body, " \t\r\n"))
-		keep += ws
-		out := s.held[:len(s.held)-keep]
-		s.held = s.held[len(s.held)-keep:]
-		return out
+		return s.hermes(false)
+	}
+	if s.calling {
+		return "", nil
 	}
 	t := strings.TrimLeft(s.held, " \t\r\n")
 	switch {
 	case t == "":
-		return ""
+		return "", nil
 	case t[0] == '{' || t[0] == '[' || strings.HasPrefix(t, llamaPyTag):
 		s.calling = true
-		return ""
+		return "", nil
 	case strings.HasPrefix(llamaPyTag, t):
-		return "" // may still become the tag
+		return "", nil // may still become the tag
 	}
 	out := s.held
 	s.held, s.plain = "", true
-	return out
+	return out, nil
+}
+
+// hermes reads the held <tool_call> blocks (final: the output has ended),
+// as parseHermes reads them.
+func (s *toolStream) hermes(final bool) (string, []parsedCall) {
+	var calls []parsedCall
+	for !s.done {
+		if s.calls == maxToolCalls {
+			s.done, s.held = true, ""
+			break
+		}
+		c, rest, st := hermesNext(s.held, s.ts.declared, final)
+		switch st {
+		case hermesCall:
+			calls = append(calls, c)
+			s.calls++
+			s.held = rest
+			continue
+		case hermesMore:
+			return "", calls
+		}
+		if s.calls == 0 {
+			// The first block holds no call: the output is content.
+			out := s.held
+			s.held, s.plain = "", true
+			return out, nil
+		}
+		s.done, s.held = true, ""
+	}
+	return "", calls
 }
 
 // markerPrefixLen is the length of the longest suffix of s that is a proper
@@ -72,18 +115,19 @@ func markerPrefixLen(s, marker string) int {
 
 // finish ends the output: the content still to send and the calls.
 func (s *toolStream) finish() (string, []parsedCall) {
+	switch {
+	case s.plain || !s.calling:
+		held := s.held
+		s.held = ""
+		return held, nil
+	case s.ts.family == familyHermes:
+		return s.hermes(true)
+	}
 	held := s.held
 	s.held = ""
-	if !s.calling {
-		return held, nil
-	}
 	content, calls, ok := parseToolCalls(s.ts.family, held, s.ts.declared)
 	if !ok {
 		return held, nil
-	}
-	if s.ts.family == familyHermes {
-		// The text before the call was sent already.
-		content = ""
 	}
 	return content, calls
 }
