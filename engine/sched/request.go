@@ -146,6 +146,12 @@ type Request struct {
 	// IgnoreEOS keeps generating through end-of-generation tokens
 	// (benchmarks).
 	IgnoreEOS bool
+	// PromptLogprobs asks for the log-probability of every prompt token
+	// after the first under the logits after the token before it (natural
+	// log, the raw distribution at temperature 1), with Params.TopLogprobs
+	// alternatives: Event.PromptLogprobs. ModeDecodeImported ignores it
+	// (the prefill worker computed the prompt and reports them).
+	PromptLogprobs bool
 }
 
 // EventKind tells the events of a Stream apart.
@@ -183,6 +189,12 @@ type Event struct {
 	Kind EventKind
 	// Token is the sampled token (EventToken).
 	Token sample.Token
+	// PromptLogprobs (Request.PromptLogprobs): entry i is prompt token
+	// i+1, with its log-probability and top alternatives, len(prompt)-1
+	// entries. It comes once, on the request's first EventToken, or on its
+	// EventDone when it ends without a token (an end-of-generation token
+	// first).
+	PromptLogprobs []sample.Token
 	// Text is the text that became safe to emit: EventToken's delta (""
 	// while bytes of a character or a possible stop string are held back,
 	// and always "" in ModePrefillOnly), or on EventDone the held-back text
@@ -282,6 +294,7 @@ type request struct {
 	starved bool
 
 	logits []float32
+	plp    *promptLogprobs // Request.PromptLogprobs until they are sent; else nil
 
 	sampler *sample.Sampler
 	stopper *sample.Stopper
