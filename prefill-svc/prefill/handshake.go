@@ -73,6 +73,9 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
+	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n); err != nil {
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
+	}
 	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
-		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs}, nil
+		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, PromptLogprobs: hs.GetSampling().GetPromptLogprobs()}, nil
 }

@@ -42,6 +42,9 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
+	if err := apiconv.CheckPromptLogprobs(r.GetSampling(), len(prompt)); err != nil {
+		return sched.Request{}, bad(err)
+	}
 	mode := sched.ModeDecodeImported
 	switch ep := in.GetPrefillEndpoint(); {
 	case ep == localPrefill:
@@ -54,7 +57,9 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		}
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
-		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil
+		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos(),
+		// Colocated, the scheduler computes them; PD, prefill does (pull).
+		PromptLogprobs: r.GetSampling().GetPromptLogprobs()}, nil
 }
 
 // submitErr is the status of the scheduler's refusal (svckit's one table:
