@@ -144,7 +144,8 @@ type Request struct {
 	Stop    []string
 	StopIDs []int32
 	// IgnoreEOS keeps generating through end-of-generation tokens
-	// (benchmarks).
+	// (benchmarks); under a Constraint it only forbids them until the
+	// grammar is finished, which still ends the request.
 	IgnoreEOS bool
 	// PromptLogprobs asks for the log-probability of every prompt token
 	// after the first under the logits after the token before it (natural
@@ -152,6 +153,11 @@ type Request struct {
 	// alternatives: Event.PromptLogprobs. ModeDecodeImported ignores it
 	// (the prefill worker computed the prompt and reports them).
 	PromptLogprobs bool
+	// Constraint, when set, restricts every generated token (a grammar's
+	// matcher, fresh for this request): see sample.Sampler.Constrain. Its
+	// end-of-generation ids are the tokenizer's. It survives preemption,
+	// since it only depends on the accepted tokens.
+	Constraint sample.Constraint
 }
 
 // EventKind tells the events of a Stream apart.
