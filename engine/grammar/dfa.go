@@ -79,9 +79,15 @@ func (g *Grammar) wide(s *dstate) bool {
 	return false
 }
 
-// selfLoops computes (once) the characters that keep s where it is.
+// selfLoops computes (once) the characters that keep s where it is; none
+// for a state that is not wide.
 func (g *Grammar) selfLoops(s *dstate) *selfLoops {
 	if l := s.loops.Load(); l != nil {
+		return l
+	}
+	if !g.wide(s) {
+		l := &selfLoops{} // not worth it: the shortcut never applies
+		s.loops.Store(l)
 		return l
 	}
 	l := &selfLoops{high: true}
@@ -190,7 +196,7 @@ func (g *Grammar) node(pos int32, parent *snode) *snode {
 // kept in the dfa and reused under Grammar.mu.
 type closure struct {
 	g      *Grammar
-	seen   map[nodeKey]bool
+	seen   keySet
 	stacks []*snode
 	accept bool
 	work   []nodeKey
@@ -199,13 +205,66 @@ type closure struct {
 // init readies c for a new set, keeping its buffers.
 func (c *closure) init(g *Grammar) {
 	c.g = g
-	if c.seen == nil {
-		c.seen = map[nodeKey]bool{}
-	}
-	clear(c.seen)
+	c.seen.reset()
 	clear(c.stacks)
 	c.stacks = c.stacks[:0]
 	c.accept = false
+}
+
+// keySet is a set of (position, parent) pairs packed in a uint64 (the
+// parent's id above the position's 24 bits; ids start at 1, nil is 0):
+// open addressing, cleared by undoing only the slots used, so a closure
+// costs what it touches even after a large one grew the table.
+type keySet struct {
+	slots []uint64 // key+1; 0 is empty
+	used  []uint32
+}
+
+// Positions stay below 1<<24: at most MaxElements symbols, one end per
+// alternative (fewer than MaxSourceBytes written, two per synthesized
+// rule).
+func packKey(k nodeKey) uint64 {
+	var id uint64
+	if k.parent != nil {
+		id = k.parent.id
+	}
+	return id<<24 | uint64(k.pos)
+}
+
+func (s *keySet) reset() {
+	if len(s.slots) > 1<<16 && len(s.used) < len(s.slots)/64 {
+		s.slots, s.used = nil, s.used[:0] // give back a table a hostile closure grew
+		return
+	}
+	for _, i := range s.used {
+		s.slots[i] = 0
+	}
+	s.used = s.used[:0]
+}
+
+// add inserts k and reports whether it was absent.
+func (s *keySet) add(k uint64) bool {
+	if 2*(len(s.used)+1) > len(s.slots) {
+		old := s.slots
+		s.slots = make([]uint64, max(64, 2*len(old)))
+		s.used = s.used[:0]
+		for _, v := range old {
+			if v != 0 {
+				s.add(v - 1)
+			}
+		}
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (k * 0x9E3779B97F4A7C15) >> 20 & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case 0:
+			s.slots[i] = k + 1
+			s.used = append(s.used, uint32(i))
+			return true
+		case k + 1:
+			return false
+		}
+	}
 }
 
 // expand adds every stack that results from being at pos with the return
@@ -221,10 +280,9 @@ func (c *closure) expand(pos int32, parent *snode) {
 	for len(work) > 0 {
 		k := work[len(work)-1]
 		work = work[:len(work)-1]
-		if c.seen[k] {
+		if !c.seen.add(packKey(k)) {
 			continue
 		}
-		c.seen[k] = true
 		switch e := g.elems[k.pos]; e.kind {
 		case kEnd:
 			if k.parent == nil {

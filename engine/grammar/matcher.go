@@ -200,15 +200,20 @@ func (m *Matcher) fill(bits []uint64) {
 	// The shortcut needs the trie's own UTF-8 bookkeeping to match the
 	// walk's, true when the walk starts at a character boundary.
 	shortcut := m.part.need == 0
-	if shortcut && g.wide(m.st) {
-		g.selfLoops(m.st)
-	}
 	stack := append(m.dfs[:0], frame{0, m.st, m.part})
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if l := f.st.loops.Load(); l != nil && shortcut && f.part.need == 0 && v.clean[f.node] &&
-			v.subASCII[f.node][0]&^l.ascii[0] == 0 && v.subASCII[f.node][1]&^l.ascii[1] == 0 &&
+		var l *selfLoops
+		if shortcut && f.part.need == 0 && v.clean[f.node] {
+			// Working out a state's loops costs a transition per class:
+			// worth it for a big subtree (at the root, always), not to
+			// save walking a small one.
+			if l = f.st.loops.Load(); l == nil && v.end[f.node]-f.node >= 1024 {
+				l = g.selfLoops(f.st)
+			}
+		}
+		if l != nil && v.subASCII[f.node][0]&^l.ascii[0] == 0 && v.subASCII[f.node][1]&^l.ascii[1] == 0 &&
 			(l.high || !v.subHigh[f.node]) {
 			// Every byte below keeps the state: the whole subtree is allowed.
 			for _, id := range v.toks[v.tokFirst[f.node]:v.tokFirst[v.end[f.node]]] {
