@@ -97,7 +97,10 @@ func (g *Grammar) selfLoops(s *dstate) *selfLoops {
 		}
 	}
 	for k, c := range g.cuts {
-		if c >= 0x80 && g.next(s, k) != s {
+		// Surrogates never occur in UTF-8 text, so a set that leaves
+		// them out (as JSON Schema compilers write) still loops on
+		// every character a token can hold.
+		if c >= 0x80 && !isSurrogate(c) && g.next(s, k) != s {
 			l.high = false
 			break
 		}
@@ -442,3 +445,5 @@ func (g *Grammar) CacheStats() (states, nodes int, bytes, resets int64) {
 	defer g.mu.Unlock()
 	return len(g.dfa.states), len(g.dfa.nodes), g.dfa.bytes, g.dfa.resets
 }
+
+func isSurrogate(c rune) bool { return 0xD800 <= c && c <= 0xDFFF }

@@ -58,8 +58,8 @@ func (g *Grammar) stepByte(s *dstate, p partial, b byte) (*dstate, partial, bool
 	}
 	shift := 6 * uint(p.need)
 	lo := max(p.val<<shift, minRune[p.n])
-	hi := p.val<<shift | (1<<shift - 1)
-	if lo > hi || !g.allowsRange(s, lo, hi) {
+	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	if lo > hi || isSurrogate(lo) && isSurrogate(hi) || !g.allowsRange(s, lo, hi) {
 		return nil, partial{}, false
 	}
 	return s, p, true
@@ -73,6 +73,8 @@ type Matcher struct {
 	st   *dstate
 	part partial
 	dfs  []frame
+
+	visited int // trie nodes the last fill visited (for tests)
 }
 
 type frame struct {
@@ -201,9 +203,11 @@ func (m *Matcher) fill(bits []uint64) {
 	// walk's, true when the walk starts at a character boundary.
 	shortcut := m.part.need == 0
 	stack := append(m.dfs[:0], frame{0, m.st, m.part})
+	visited := 0
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		visited++
 		var l *selfLoops
 		if shortcut && f.part.need == 0 && v.clean[f.node] {
 			// Working out a state's loops costs a transition per class:
@@ -241,6 +245,7 @@ func (m *Matcher) fill(bits []uint64) {
 			}
 		}
 	}
+	m.visited = visited
 	// Keep the buffer, not the states it pointed to.
 	clear(stack[:cap(stack)])
 	m.dfs = stack[:0]

@@ -3,6 +3,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -342,11 +343,12 @@ func TestConcurrentMatchers(t *testing.T) {
 }
 
 // schemaGrammar is what a JSON Schema compiler emits for an object with
-// required and optional properties, an enum and an array.
+// required and optional properties, an enum and an array; its strings
+// leave out the surrogates, as engine/jsonschema writes them.
 const schemaGrammar = `root ::= "{" ws "\"name\"" ws ":" ws string ("," ws "\"age\"" ws ":" ws integer)? "," ws "\"tags\"" ws ":" ws tags "," ws "\"kind\"" ws ":" ws kind ws "}"
 tags ::= "[" ws (string (ws "," ws string)*)? ws "]"
 kind ::= "\"a\"" | "\"b\"" | "\"xyz\""
-string ::= "\"" ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])* "\""
+string ::= "\"" ([^"\\\x00-\x1F\uD800-\uDFFF] | "\\" ["\\/bfnrt])* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 ws ::= " "?
 `
@@ -438,5 +440,36 @@ func TestHostileGrammars(t *testing.T) {
 	}
 	if !m.Complete() {
 		t.Error("1000 nested arrays are not complete")
+	}
+}
+
+// TestShortcutApplies: inside a string, the mask walk allows most of the
+// trie whole instead of visiting it, also when the string's character set
+// leaves out the surrogates (engine/jsonschema's strings do; UTF-8 text
+// never holds them).
+func TestShortcutApplies(t *testing.T) {
+	v := vocab32k(t)
+	for _, c := range []struct{ name, src, prefix string }{
+		{"json", jsonGrammar(t), `{"notes": "She`},
+		{"no surrogates", schemaGrammar, `{"name": "Ada`},
+		{"any", `root ::= "<" .* ">"`, `<x`},
+	} {
+		m := mustParse(t, c.src).NewMatcher(v)
+		if err := m.AcceptBytes([]byte(c.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		mask := make([]uint64, (v.Size()+63)/64)
+		m.fill(mask)
+		allowed := 0
+		for _, w := range mask {
+			allowed += bits.OnesCount64(w)
+		}
+		t.Logf("%s: visited %d of %d trie nodes, %d tokens allowed", c.name, m.visited, v.Nodes(), allowed)
+		if m.visited > v.Nodes()/4 {
+			t.Errorf("%s: the walk visited %d of %d trie nodes: the shortcut did not apply", c.name, m.visited, v.Nodes())
+		}
+		if allowed < v.Size()/2 {
+			t.Errorf("%s: only %d tokens allowed inside a string", c.name, allowed)
+		}
 	}
 }

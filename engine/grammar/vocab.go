@@ -193,5 +193,5 @@ func utf8Next(p partial, b byte) (partial, bool) {
 	shift := 6 * uint(p.need)
 	lo := max(p.val<<shift, minRune[p.n])
 	hi := min(p.val<<shift|(1<<shift-1), maxRune)
-	return p, lo <= hi
+	return p, lo <= hi && !(isSurrogate(lo) && isSurrogate(hi))
 }
