@@ -59,13 +59,27 @@ type dstate struct {
 	loops  atomic.Pointer[selfLoops]
 }
 
-// selfLoops says which characters keep a state where it is: the ASCII
-// bytes, and whether every code point from U+0080 up does. FillMask
-// allows a trie subtree whole when all its bytes loop.
+// selfLoops describes a run of characters from a state that is always
+// allowed: every string of at most n characters from the set (the ASCII
+// bytes in ascii, and every code point from U+0080 up when high) is
+// allowed from the state; n = runForever for any length. FillMask allows
+// a trie subtree whole when all its bytes are in the set and its longest
+// token is at most n characters. Inside a JSON string the set is the
+// characters that keep the state where it is (n unbounded); in a
+// counted repetition such as [a-z]{0,40} it is the characters that move
+// one step on, and n what is left of the count.
 type selfLoops struct {
 	ascii [2]uint64
 	high  bool
+	n     uint8
 }
+
+// runForever is selfLoops.n for runs of any length; runs are followed at
+// most this many characters (more than any token holds).
+const runForever = 255
+
+// maxRunStates bounds the states one level of the run search may hold.
+const maxRunStates = 16
 
 // wide reports whether s is worth computing selfLoops for: some stack
 // takes many characters next (inside a string, free text).
@@ -79,33 +93,92 @@ func (g *Grammar) wide(s *dstate) bool {
 	return false
 }
 
-// selfLoops computes (once) the characters that keep s where it is; none
-// for a state that is not wide.
+// selfLoops computes (once) the allowed run from s; an empty one for a
+// state that is not wide. The set is the characters that lead from s to
+// the state most ASCII characters lead to (surrogates aside: UTF-8 text
+// never holds them); n is how many levels of the states the set reaches
+// stay alive for every character of the set, searched breadth first: a
+// level that brings no new state closes the search with n unbounded.
 func (g *Grammar) selfLoops(s *dstate) *selfLoops {
 	if l := s.loops.Load(); l != nil {
 		return l
 	}
-	if !g.wide(s) {
-		l := &selfLoops{} // not worth it: the shortcut never applies
-		s.loops.Store(l)
-		return l
-	}
-	l := &selfLoops{high: true}
-	for c := range rune(128) {
-		if g.next(s, int(g.asciiClass[c])) == s {
-			l.ascii[c>>6] |= 1 << (c & 63)
-		}
-	}
-	for k, c := range g.cuts {
-		// Surrogates never occur in UTF-8 text, so a set that leaves
-		// them out (as JSON Schema compilers write) still loops on
-		// every character a token can hold.
-		if c >= 0x80 && !isSurrogate(c) && g.next(s, k) != s {
-			l.high = false
-			break
-		}
+	l := &selfLoops{}
+	if g.wide(s) {
+		l = g.run(s)
 	}
 	s.loops.Store(l)
+	return l
+}
+
+func (g *Grammar) run(s *dstate) *selfLoops {
+	l := &selfLoops{}
+	count := map[*dstate]int{}
+	var tgt *dstate
+	for c := range rune(128) {
+		if t := g.next(s, int(g.asciiClass[c])); t != nil {
+			count[t]++
+			if tgt == nil || count[t] > count[tgt] {
+				tgt = t
+			}
+		}
+	}
+	if tgt == nil {
+		return l
+	}
+	var classes []int // the classes of the set, each once
+	seenCls := map[int]bool{}
+	for c := range rune(128) {
+		cls := int(g.asciiClass[c])
+		if g.next(s, cls) == tgt {
+			l.ascii[c>>6] |= 1 << (c & 63)
+			if !seenCls[cls] {
+				seenCls[cls] = true
+				classes = append(classes, cls)
+			}
+		}
+	}
+	l.high = true
+	var high []int
+	for k, c := range g.cuts {
+		if c >= 0x80 && !isSurrogate(c) {
+			if g.next(s, k) != tgt {
+				l.high = false
+				break
+			}
+			high = append(high, k)
+		}
+	}
+	if l.high {
+		classes = append(classes, high...)
+	}
+	l.n = 1
+	level := []*dstate{tgt}
+	seen := map[*dstate]bool{tgt: true}
+	for l.n < runForever {
+		var next []*dstate
+		for _, t := range level {
+			for _, cls := range classes {
+				u := g.next(t, cls)
+				if u == nil {
+					return l
+				}
+				if !seen[u] {
+					seen[u] = true
+					next = append(next, u)
+				}
+			}
+		}
+		l.n++
+		if len(next) == 0 {
+			l.n = runForever
+			return l
+		}
+		if len(next) > maxRunStates {
+			return l
+		}
+		level = next
+	}
 	return l
 }
 

@@ -68,7 +68,7 @@ func FuzzMatch(f *testing.F) {
 	f.Add([]byte("\xe6\x97\xa5\xe6\x9c\xac"), uint64(7))
 	v, _ := smallVocab()
 	var grammars []*Grammar
-	for _, src := range []string{jsonGrammar(f), schemaGrammar, propertyGrammars(f)["parens"], propertyGrammars(f)["utf8"]} {
+	for _, src := range []string{jsonGrammar(f), schemaGrammar, propertyGrammars(f)["parens"], propertyGrammars(f)["utf8"], propertyGrammars(f)["bounded"]} {
 		grammars = append(grammars, mustParse(f, src))
 	}
 	f.Fuzz(func(t *testing.T, text []byte, cuts uint64) {

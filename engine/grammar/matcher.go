@@ -81,6 +81,8 @@ type frame struct {
 	node int32
 	st   *dstate
 	part partial
+	run  *selfLoops // a run known to hold from st, with n characters left
+	n    uint8
 }
 
 // NewMatcher starts a sequence at the beginning of the grammar.
@@ -204,24 +206,28 @@ func (m *Matcher) fill(bits []uint64) {
 	// character boundary; then a node inside a character qualifies too:
 	// its state is the one before the character.
 	shortcut := m.part.need == 0
-	stack := append(m.dfs[:0], frame{0, m.st, m.part})
+	stack := append(m.dfs[:0], frame{node: 0, st: m.st, part: m.part})
 	visited := 0
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		visited++
-		var l *selfLoops
-		if shortcut && v.clean[f.node] {
-			// Working out a state's loops costs a transition per class:
+		run, n := f.run, f.n
+		if run == nil && shortcut {
+			// Working out a state's run costs a transition per class:
 			// worth it for a big subtree (at the root, always), not to
 			// save walking a small one.
-			if l = f.st.loops.Load(); l == nil && v.end[f.node]-f.node >= 1024 {
-				l = g.selfLoops(f.st)
+			if run = f.st.loops.Load(); run == nil && v.end[f.node]-f.node >= 1024 {
+				run = g.selfLoops(f.st)
+			}
+			if run != nil {
+				n = run.n
 			}
 		}
-		if l != nil && v.subASCII[f.node][0]&^l.ascii[0] == 0 && v.subASCII[f.node][1]&^l.ascii[1] == 0 &&
-			(l.high || !v.subHigh[f.node]) {
-			// Every byte below keeps the state: the whole subtree is allowed.
+		if run != nil && v.clean[f.node] && v.chars[f.node] <= n &&
+			v.subASCII[f.node][0]&^run.ascii[0] == 0 && v.subASCII[f.node][1]&^run.ascii[1] == 0 &&
+			(run.high || !v.subHigh[f.node]) {
+			// Every string below is in the run: the whole subtree is allowed.
 			for _, id := range v.toks[v.tokFirst[f.node]:v.tokFirst[v.end[f.node]]] {
 				bits[id>>6] |= 1 << (id & 63)
 			}
@@ -242,9 +248,23 @@ func (m *Matcher) fill(bits []uint64) {
 					s = nil
 				}
 			}
-			if s != nil {
-				stack = append(stack, frame{v.child[e], s, p})
+			if s == nil {
+				continue
 			}
+			// The child inherits the run: inside a character the state
+			// has not moved; a character of the run's set uses one up.
+			c := frame{node: v.child[e], st: s, part: p}
+			switch {
+			case run == nil:
+			case p.need > 0:
+				c.run, c.n = run, n
+			case n > 0 && (b < 0x80 && run.ascii[b>>6]>>(b&63)&1 != 0 || b >= 0x80 && run.high):
+				c.run, c.n = run, n
+				if n != runForever {
+					c.n--
+				}
+			}
+			stack = append(stack, c)
 		}
 	}
 	m.visited = visited

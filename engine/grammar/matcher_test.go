@@ -222,13 +222,14 @@ func TestCompleteFinished(t *testing.T) {
 // propertyGrammars are walked by the property tests.
 func propertyGrammars(t testing.TB) map[string]string {
 	return map[string]string{
-		"json":   jsonGrammar(t),
-		"schema": schemaGrammar,
-		"utf8":   `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
-		"parens": `root ::= "(" root ")" root | ""`,
-		"counts": `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
-		"ascii":  `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
-		"wide":   `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
+		"json":    jsonGrammar(t),
+		"schema":  schemaGrammar,
+		"utf8":    `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
+		"parens":  `root ::= "(" root ")" root | ""`,
+		"counts":  `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
+		"ascii":   `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
+		"wide":    `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
+		"bounded": `root ::= "\"" [^"\\\x00-\x1F]{0,6} "\"" | "<" [a-z ]{2,5} ">"`,
 	}
 }
 
@@ -360,6 +361,8 @@ func TestMask32k(t *testing.T) {
 	v := vocab32k(t)
 	g := mustParse(t, jsonGrammar(t))
 	gs := mustParse(t, schemaGrammar)
+	// Counted strings (maxLength): the run shortcut has a length to respect.
+	gb := mustParse(t, `root ::= "{\"s\": \"" [^"\\\x00-\x1F]{0,30} "\", \"t\": \"" [^"\\]{1,3} "\"}"`)
 	doc := `{"notes": "naïve café, 日本語 😀 \"q\" \\ \u00e9", "n": [1, -2.5e3]}`
 	toks := greedy(t, v, doc)
 	// The same text with é as its two byte tokens: the first token ends
@@ -370,7 +373,8 @@ func TestMask32k(t *testing.T) {
 	for _, c := range []struct {
 		g    *Grammar
 		toks []int32
-	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)}} {
+	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)},
+		{gb, greedy(t, v, `{"s": "naïve café, 日本語 😀 and more", "t": "x"}`)}} {
 		for pass := range 2 { // the second pass finds every mask cached
 			m := c.g.NewMatcher(v)
 			mask := make([]uint64, (v.Size()+63)/64)
@@ -453,6 +457,7 @@ func TestShortcutApplies(t *testing.T) {
 		{"json", jsonGrammar(t), `{"notes": "She`},
 		{"no surrogates", schemaGrammar, `{"name": "Ada`},
 		{"any", `root ::= "<" .* ">"`, `<x`},
+		{"bounded", `root ::= "\"" [^"\\\x00-\x1F\uD800-\uDFFF]{0,40} "\""`, `"ab`},
 	} {
 		m := mustParse(t, c.src).NewMatcher(v)
 		if err := m.AcceptBytes([]byte(c.prefix)); err != nil {
