@@ -353,16 +353,21 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 	case err != nil && !s.started:
 		s.refuse(func() { h.fail(w, r, j, fromStatus(err, j.promptParam)) })
 	case err != nil:
-		// A request ended by its deadline or an Abort is answered with
-		// an error event (the writer has a grace for it, see interrupt);
-		// one whose client left, or could not be written, is not.
+		// A request ended by its deadline, an Abort, the router's drain
+		// or a worker's death is answered with an error event and then
+		// [DONE] (the writer has a grace for them, see interrupt), so that
+		// a cut-off answer never reads as a finished one; one whose
+		// client left, or could not be written, is not. (The router's
+		// run logs who ended the request.)
 		if r.Context().Err() != nil || s.failed() {
 			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId(), "err", err)
 			return
 		}
 		herr := fromStatus(err, j.promptParam)
 		h.log.WarnContext(r.Context(), "openai stream failed", "request_id", j.req.GetRequestId(), "status", herr.status, "err", herr.message)
-		_ = s.send(herr.body())
+		if s.send(herr.body()) == nil {
+			_ = s.done()
+		}
 	default:
 		if j.includeUsage {
 			if err := s.send(f.usage(out.usage(j.req))); err != nil {

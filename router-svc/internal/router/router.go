@@ -175,6 +175,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 func (s *Service) Register(srv *svckit.Server) error {
 	s.logger = srv.Logger
 	s.Draining = srv.Draining
+	srv.OnDrain(s.drain) // drain.go: no stream ends silently at shutdown
 	s.metrics = newMetrics(srv.Registry, s.inflight)
 	if err := s.startFleet(srv); err != nil {
 		return err
