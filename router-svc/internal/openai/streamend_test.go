@@ -127,6 +127,11 @@ func TestRouterStreamEndAnswered(t *testing.T) {
 				t.Errorf("error %v, want code %q", e, c.code)
 			}
 			tr.idle(t)
+			// The router's log names who ended it.
+			wantBy := map[string]string{"timeout": "deadline", "aborted": "abort"}[c.code]
+			if !hasLogLine(tr.logs.String(), id, `"ended_by":"`+wantBy+`"`) {
+				t.Errorf("no log line with ended_by %s for %s", wantBy, id)
+			}
 			t.Logf("%s: %s", c.name, fmt.Sprint(e["message"]))
 		})
 	}

@@ -1,0 +1,44 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestEndedBy: the log of a request that ended early names who ended it,
+// from the request's context and what its attempt recorded.
+func TestEndedBy(t *testing.T) {
+	worker := "10.0.0.7:8084"
+	cancelled := func(cause error) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		return ctx
+	}
+	expired, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer stop()
+	for _, c := range []struct {
+		name       string
+		ctx        context.Context
+		sendFailed bool
+		worker     *string
+		want       string
+	}{
+		{"drain refused", cancelled(errDrainRefused), false, nil, "drain"},
+		{"drain cut", cancelled(errDrainCut), true, &worker, "drain"},
+		{"abort", cancelled(fmt.Errorf("%w: test", errAborted)), false, nil, "abort"},
+		{"client left", cancelled(context.Canceled), false, &worker, "client"},
+		{"client fell behind", context.Background(), true, &worker, "client"},
+		{"deadline", expired, false, &worker, "deadline"},
+		{"worker", context.Background(), false, &worker, "worker " + worker},
+		{"no pair", context.Background(), false, nil, "router"},
+	} {
+		r := &request{}
+		r.sendFailed.Store(c.sendFailed)
+		r.endedBy.Store(c.worker)
+		if got := endedBy(c.ctx, r); got != c.want {
+			t.Errorf("%s: endedBy %q, want %q", c.name, got, c.want)
+		}
+	}
+}
