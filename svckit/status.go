@@ -7,8 +7,10 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/tlsconf"
@@ -84,6 +86,11 @@ var codeTable = []struct {
 	{sched.ErrQueueFull, codes.ResourceExhausted},
 	{sched.ErrDuplicateID, codes.AlreadyExists},
 	{sched.ErrSlowConsumer, codes.Aborted},
+	// A grammar that allows no next token: this request cannot go on
+	// (retrying elsewhere gives the same), the server is healthy.
+	{sample.ErrNoAllowedToken, codes.Aborted},
+	// A token or text the request's grammar does not allow (Accept).
+	{grammar.ErrRejected, codes.InvalidArgument},
 	{model.ErrClosed, codes.Unavailable},
 
 	{kvtransfer.ErrAborted, codes.Aborted},

@@ -16,8 +16,10 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/modelfile"
+	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/tlsconf"
@@ -43,6 +45,8 @@ var sentinelValues = map[string]error{
 	"engine/sched.ErrDuplicateID":       sched.ErrDuplicateID,
 	"engine/sched.ErrQueueFull":         sched.ErrQueueFull,
 	"engine/sched.ErrStepHung":          sched.ErrStepHung,
+	"engine/sample.ErrNoAllowedToken":   sample.ErrNoAllowedToken,
+	"engine/grammar.ErrRejected":        grammar.ErrRejected,
 	"engine/model.ErrClosed":            model.ErrClosed,
 	"engine/modelfile.ErrUnreachable":   modelfile.ErrUnreachable,
 	"engine/modelfile.ErrStalled":       modelfile.ErrStalled,

@@ -5,11 +5,14 @@
 //
 // The filters run in llama.cpp's default order — penalties, top-k, top-p,
 // min-p, temperature, then a random draw — so that a request gives the same
-// distribution here as in llama.cpp with the same parameters.
+// distribution here as in llama.cpp with the same parameters. A logit bias
+// is added before all of them (OpenAI's logit_bias), and a Constraint (a
+// grammar) restricts the draw to the tokens it allows.
 package sample
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -20,6 +23,15 @@ import (
 
 // MaxTopLogprobs bounds Params.TopLogprobs (the OpenAI API's limit).
 const MaxTopLogprobs = 20
+
+// MaxLogitBias bounds the magnitude of a Params.LogitBias value (OpenAI's
+// range: -100 bans a token in effect, +100 forces it).
+const MaxLogitBias = 100
+
+// ErrNoAllowedToken: a Constraint allows no token at all where it is not
+// complete (a grammar that cannot go on). The request cannot continue; the
+// sampler returns this instead of looping.
+var ErrNoAllowedToken = errors.New("sample: the grammar allows no next token")
 
 // Params configures the sampler of one request. The zero value is not
 // usable (TopP 0 is invalid); start from Defaults.
@@ -53,9 +65,15 @@ type Params struct {
 	Seed uint64
 	// Logprobs asks for the chosen token's log-probability; TopLogprobs > 0
 	// also asks for that many most likely tokens. Both are computed from the
-	// raw logits (before penalties, filters and temperature).
+	// raw logits (before the bias, penalties, filters, temperature and a
+	// grammar's mask): the model's own probabilities, as OpenAI reports them.
 	Logprobs    bool
 	TopLogprobs int
+	// LogitBias is added to the logits of its token ids before the
+	// penalties and filters (OpenAI's logit_bias). Values must be finite in
+	// [-MaxLogitBias, MaxLogitBias]; ids outside the vocabulary are ignored
+	// here (the API layer refuses them).
+	LogitBias map[int32]float32
 }
 
 // Defaults returns parameters that leave the model's distribution unchanged:
@@ -92,7 +110,33 @@ func (p Params) Validate() error {
 	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
 		return bad("top_logprobs", p.TopLogprobs, fmt.Sprintf("a value in [0, %d]", MaxTopLogprobs))
 	}
+	for id, v := range p.LogitBias {
+		if id < 0 {
+			return bad(fmt.Sprintf("logit_bias[%d]", id), v, "a token id ≥ 0")
+		}
+		if !finite(v) || v < -MaxLogitBias || v > MaxLogitBias {
+			return bad(fmt.Sprintf("logit_bias[%d]", id), v, fmt.Sprintf("a value in [-%d, %d]", MaxLogitBias, MaxLogitBias))
+		}
+	}
 	return nil
+}
+
+// Constraint restricts which token may come next: a grammar's matcher
+// (*grammar.Matcher satisfies it) following one sequence. End-of-generation
+// tokens are the sampler's business: they are allowed exactly where
+// Complete holds, and chosen at once when Finished does.
+type Constraint interface {
+	// Allows reports whether Accept(id) would succeed; it must be cheap.
+	Allows(id int32) bool
+	// FillMask sets bit id of mask ((vocab+63)/64 words) exactly when
+	// Allows(id).
+	FillMask(mask []uint64)
+	// Accept advances past id.
+	Accept(id int32) error
+	// Complete: the text so far is a whole sentence (EOG allowed).
+	Complete() bool
+	// Finished: a whole sentence after which nothing can follow.
+	Finished() bool
 }
 
 // TokenLogprob is a token and its natural-log probability.
@@ -125,8 +169,15 @@ type Sampler struct {
 
 	history []int32 // accepted tokens, oldest first; trimmed to the window
 	counts  map[int32]int
-	work    []float32   // penalized copy of the logits
+	work    []float32   // biased, penalized or masked copy of the logits
 	cand    []candidate // filter scratch
+
+	// c, when set, constrains every token (Constrain); eog are the
+	// end-of-generation ids, noEOG forbids them until c is Finished.
+	c     Constraint
+	eog   []int32
+	noEOG bool
+	mask  []uint64
 }
 
 type candidate struct {
@@ -166,6 +217,89 @@ func (s *Sampler) Accept(ids ...int32) {
 	}
 }
 
+// Constrain makes every later token one that c allows. eog are the model's
+// end-of-generation ids: one is allowed exactly where c is Complete (never,
+// with ignoreEOS, until c is Finished), and the first is chosen at once when
+// c is Finished, whatever the logits say. The draw is made as without c; only
+// when it picks a token c does not allow are the others masked out (-Inf)
+// and the draw repeated, continuing the same position's random stream. For
+// greedy decoding this is the arg-max of the allowed tokens; with
+// temperature and no filters it is exactly the distribution restricted to
+// them (llama.cpp samples grammars the same way). Chosen tokens other than
+// EOG are Accepted into c.
+func (s *Sampler) Constrain(c Constraint, eog []int32, ignoreEOS bool) {
+	s.c, s.eog, s.noEOG = c, slices.Clone(eog), ignoreEOS
+}
+
+// Constrained reports whether Constrain was called.
+func (s *Sampler) Constrained() bool { return s.c != nil }
+
+// Ends reports whether id ends a constrained sequence: an end-of-generation
+// id under a Constraint, which ends it even when EOS is otherwise ignored.
+func (s *Sampler) Ends(id int32) bool { return s.c != nil && slices.Contains(s.eog, id) }
+
+// Follow advances the sampler past one token chosen elsewhere (the first
+// token a prefill worker sampled): like Skip(1), and the constraint Accepts
+// it. A token the constraint refuses wraps engine.ErrInvalidInput.
+func (s *Sampler) Follow(id int32) error {
+	s.draws++
+	if s.c == nil || slices.Contains(s.eog, id) {
+		return nil
+	}
+	if err := s.c.Accept(id); err != nil {
+		return fmt.Errorf("sample: token %d chosen elsewhere does not follow the grammar: %w: %w", id, err, engine.ErrInvalidInput)
+	}
+	return nil
+}
+
+// allowed reports whether the constraint lets id come next.
+func (s *Sampler) allowed(id int32) bool {
+	if slices.Contains(s.eog, id) {
+		return !s.noEOG && s.c.Complete()
+	}
+	return s.c.Allows(id)
+}
+
+// masked copies l into s.work (unless inWork: it is s.work already) with
+// every token the constraint does not allow at -Inf.
+func (s *Sampler) masked(l []float32, inWork bool) []float32 {
+	words := (len(l) + 63) / 64
+	if cap(s.mask) < words {
+		s.mask = make([]uint64, words)
+	}
+	m := s.mask[:words]
+	clear(m)
+	s.c.FillMask(m)
+	eogOK := !s.noEOG && s.c.Complete()
+	for _, id := range s.eog {
+		if id >= 0 && int(id) < len(l) {
+			if eogOK {
+				m[id/64] |= 1 << (id % 64)
+			} else {
+				m[id/64] &^= 1 << (id % 64)
+			}
+		}
+	}
+	if !inWork {
+		s.work = append(s.work[:0], l...)
+		l = s.work
+	}
+	inf := float32(math.Inf(-1))
+	for w, bits := range m {
+		base := w * 64
+		if bits == ^uint64(0) {
+			continue
+		}
+		end := min(base+64, len(l))
+		for i := base; i < end; i++ {
+			if bits&(1<<(i-base)) == 0 {
+				l[i] = inf
+			}
+		}
+	}
+	return l
+}
+
 func (s *Sampler) penalizes() bool {
 	return s.p.RepeatPenalty != 1 || s.p.FrequencyPenalty != 0 || s.p.PresencePenalty != 0
 }
@@ -186,9 +320,18 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 		return Token{}, fmt.Errorf("sample: empty logits: %w", engine.ErrInvalidInput)
 	}
 	l := logits
-	if s.penalizes() && s.p.PenaltyLastN != 0 && len(s.history) > 0 {
+	penalize := s.penalizes() && s.p.PenaltyLastN != 0 && len(s.history) > 0
+	inWork := len(s.p.LogitBias) > 0 || penalize
+	if inWork {
 		s.work = append(s.work[:0], logits...)
-		s.applyPenalties(s.work)
+		for id, b := range s.p.LogitBias {
+			if id >= 0 && int(id) < len(s.work) {
+				s.work[id] += b
+			}
+		}
+		if penalize {
+			s.applyPenalties(s.work)
+		}
 		l = s.work
 	}
 	// Seed, stream: the request's seed, and a stream per token position
@@ -197,22 +340,51 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 	s.pcg.Seed(s.p.Seed, s.draws*0x9e3779b97f4a7c15+0x632be59bd9b4e019)
 	s.draws++
 	var id int32
-	if s.p.Temperature == 0 {
-		id = Greedy(l)
-	} else {
+	switch {
+	case s.c != nil && s.c.Finished():
+		// Only the end can follow.
+		if len(s.eog) == 0 {
+			return Token{}, fmt.Errorf("sample: the grammar is finished but the model has no end-of-generation token: %w", ErrNoAllowedToken)
+		}
+		id = s.eog[0]
+	default:
 		var err error
-		if id, err = s.draw(l); err != nil {
+		if id, err = s.choose(l); err != nil {
 			return Token{}, err
+		}
+		if id >= 0 && s.c != nil && !s.allowed(id) {
+			// Mask and draw again from the same position's stream.
+			if id, err = s.choose(s.masked(l, inWork)); err != nil {
+				return Token{}, err
+			}
+			if id < 0 {
+				return Token{}, fmt.Errorf("sample: %d tokens, none allowed by the grammar (complete: %v): %w",
+					len(logits), s.c.Complete(), ErrNoAllowedToken)
+			}
 		}
 	}
 	if id < 0 {
 		return Token{}, fmt.Errorf("sample: no finite logit among %d: %w", len(logits), engine.ErrInvalidInput)
+	}
+	if s.c != nil && !slices.Contains(s.eog, id) {
+		if err := s.c.Accept(id); err != nil {
+			return Token{}, fmt.Errorf("sample: the grammar refused token %d it allowed: %w: %w", id, err, ErrNoAllowedToken)
+		}
 	}
 	tok := Token{ID: id}
 	if s.p.Logprobs || s.p.TopLogprobs > 0 {
 		tok.Logprob, tok.Top = Logprobs(logits, id, s.p.TopLogprobs)
 	}
 	return tok, nil
+}
+
+// choose is greedy or a draw, as the temperature says; -1 when no logit is
+// finite.
+func (s *Sampler) choose(l []float32) (int32, error) {
+	if s.p.Temperature == 0 {
+		return Greedy(l), nil
+	}
+	return s.draw(l)
 }
 
 func (s *Sampler) applyPenalties(l []float32) {

@@ -144,8 +144,14 @@ type Request struct {
 	Stop    []string
 	StopIDs []int32
 	// IgnoreEOS keeps generating through end-of-generation tokens
-	// (benchmarks).
+	// (benchmarks); under a Constraint it only forbids them until the
+	// grammar is finished, which still ends the request.
 	IgnoreEOS bool
+	// Constraint, when set, restricts every generated token (a grammar's
+	// matcher, fresh for this request): see sample.Sampler.Constrain. Its
+	// end-of-generation ids are the tokenizer's. It survives preemption,
+	// since it only depends on the accepted tokens.
+	Constraint sample.Constraint
 }
 
 // EventKind tells the events of a Stream apart.

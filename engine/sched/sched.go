@@ -256,6 +256,13 @@ func (s *Scheduler) newRequest(ctx context.Context, req Request) (*request, erro
 	if err != nil {
 		return nil, err
 	}
+	if req.Constraint != nil {
+		var eog []int32
+		if s.cfg.Tokenizer != nil {
+			eog = s.cfg.Tokenizer.EOGs()
+		}
+		smp.Constrain(req.Constraint, eog, req.IgnoreEOS)
+	}
 	stopper, err := sample.NewStopper(req.Stop, req.StopIDs)
 	if err != nil {
 		return nil, err

@@ -352,7 +352,7 @@ func (s *Scheduler) sample(r *request, logits []float32) (sample.Token, bool) {
 // and finishes the request on a stop, at MaxTokens or at the end of the
 // context window.
 func (s *Scheduler) accept(p *plan, r *request, tok sample.Token, now time.Time) {
-	if !r.req.IgnoreEOS && s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOG(tok.ID) {
+	if r.sampler.Ends(tok.ID) || !r.req.IgnoreEOS && s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOG(tok.ID) {
 		s.finish(r, FinishStop)
 		return
 	}
@@ -417,17 +417,12 @@ func (s *Scheduler) activate(r *request, first sample.Token, now time.Time) {
 	r.computed = r.nPrompt
 	r.activated = true
 	r.lastProgress = now
-	if r.req.Params.Temperature > 0 {
-		// Prefill drew one random number for the first token; draw one too,
-		// so that this sampler continues exactly as a colocated one would.
-		if r.logits == nil {
-			r.logits = make([]float32, s.mcfg.Vocab)
-		}
-		clear(r.logits)
-		if _, err := r.sampler.Sample(r.logits); err != nil {
-			s.release(r, FinishError, fmt.Errorf("sched: request %q: %w", r.id, err))
-			return
-		}
+	// Prefill drew the first token: move past its draw, and past it in
+	// the grammar, so that this sampler continues exactly as a colocated
+	// one would.
+	if err := r.sampler.Follow(first.ID); err != nil {
+		s.release(r, FinishError, fmt.Errorf("sched: request %q: %w", r.id, err))
+		return
 	}
 	s.setState(r, StateRunning)
 	s.accept(nil, r, first, now)

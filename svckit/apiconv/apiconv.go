@@ -21,6 +21,8 @@ const (
 	MaxStopTokenIDs = 64
 	MaxRequestIDLen = 128
 	MaxTopLogprobs  = sample.MaxTopLogprobs
+	MaxLogitBias    = 1024 // entries of sampling.logit_bias
+	MaxGrammarBytes = 1 << 20
 	penaltyWindow   = 64 // llama.cpp's repeat_last_n default
 )
 
@@ -80,6 +82,29 @@ func Sampling(p *batonv1.SamplingParams) (sample.Params, error) {
 	out.TopLogprobs = int(p.GetTopLogprobs())
 	out.Logprobs = p.GetLogprobs() || p.GetTopLogprobs() > 0
 	out.Seed = p.GetSeed()
+	if n := len(p.GetLogitBias()); n > MaxLogitBias {
+		return out, invalid("sampling.logit_bias", fmt.Sprintf("%d entries", n), fmt.Sprintf("at most %d", MaxLogitBias))
+	}
+	if len(p.GetLogitBias()) > 0 {
+		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
+		for id, v := range p.GetLogitBias() {
+			if !finite(v) || v < -sample.MaxLogitBias || v > sample.MaxLogitBias {
+				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), v, fmt.Sprintf("a value in [-%d, %d]", sample.MaxLogitBias, sample.MaxLogitBias))
+			}
+			if id > math.MaxInt32 {
+				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), "a token id", "an id in the vocabulary")
+			}
+			out.LogitBias[int32(id)] = v
+		}
+	}
+	if p.GetGrammar() != "" && p.GetJsonSchema() != "" {
+		return out, invalid("sampling.grammar", "set with sampling.json_schema", "at most one of grammar and json_schema")
+	}
+	for field, src := range map[string]string{"sampling.grammar": p.GetGrammar(), "sampling.json_schema": p.GetJsonSchema()} {
+		if len(src) > MaxGrammarBytes {
+			return out, invalid(field, fmt.Sprintf("%d bytes", len(src)), fmt.Sprintf("at most %d", MaxGrammarBytes))
+		}
+	}
 	if len(p.GetStop()) > MaxStopStrings {
 		return out, invalid("sampling.stop", fmt.Sprintf("%d strings", len(p.GetStop())), fmt.Sprintf("at most %d", MaxStopStrings))
 	}
@@ -95,6 +120,30 @@ func Sampling(p *batonv1.SamplingParams) (sample.Params, error) {
 		return out, fmt.Errorf("sampling: %w", err)
 	}
 	return out, nil
+}
+
+// SamplingVocab is Sampling with the logit_bias ids checked against the
+// vocabulary (the workers know it; Sampling alone checks everything else).
+func SamplingVocab(p *batonv1.SamplingParams, vocab int) (sample.Params, error) {
+	out, err := Sampling(p)
+	if err != nil {
+		return out, err
+	}
+	if err := LogitBiasIDs(p, vocab); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// LogitBiasIDs checks that every sampling.logit_bias id is in the
+// vocabulary.
+func LogitBiasIDs(p *batonv1.SamplingParams, vocab int) error {
+	for id := range p.GetLogitBias() {
+		if int64(id) >= int64(vocab) {
+			return invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), id, fmt.Sprintf("an id below the vocabulary size %d", vocab))
+		}
+	}
+	return nil
 }
 
 // StopTokenIDs returns p's stop token ids checked against the vocabulary.

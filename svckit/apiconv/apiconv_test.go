@@ -2,6 +2,7 @@ package apiconv
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -78,5 +79,42 @@ func TestValidRequestID(t *testing.T) {
 		if err := ValidRequestID(id); (err == nil) != ok {
 			t.Errorf("ValidRequestID(%q) = %v, want ok=%v", id, err, ok)
 		}
+	}
+}
+
+// TestLogitBias: sampling.logit_bias becomes Params.LogitBias; a value out
+// of [-100, 100] or not finite, too many entries, an id beyond the
+// vocabulary and grammar with json_schema are INVALID_ARGUMENT naming the
+// field.
+func TestLogitBias(t *testing.T) {
+	p, err := SamplingVocab(&batonv1.SamplingParams{LogitBias: map[uint32]float32{7: -100, 9: 100, 3: 0.5}}, 512)
+	if err != nil || len(p.LogitBias) != 3 || p.LogitBias[7] != -100 || p.LogitBias[9] != 100 || p.LogitBias[3] != 0.5 {
+		t.Fatalf("SamplingVocab = %v, %v", p.LogitBias, err)
+	}
+	many := make(map[uint32]float32, MaxLogitBias+1)
+	for i := range MaxLogitBias + 1 {
+		many[uint32(i)] = 1
+	}
+	cases := []struct {
+		in   *batonv1.SamplingParams
+		want string
+	}{
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: 101}}, "sampling.logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: -100.5}}, "sampling.logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.NaN())}}, "sampling.logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.Inf(1))}}, "sampling.logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: many}, "sampling.logit_bias"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{512: 1}}, "sampling.logit_bias[512]"},
+		{&batonv1.SamplingParams{Grammar: `root ::= "a"`, JsonSchema: `{}`}, "sampling.grammar"},
+	}
+	for _, c := range cases {
+		_, err := SamplingVocab(c.in, 512)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, engine.ErrInvalidInput) {
+			t.Errorf("SamplingVocab(%v) = %v, want an invalid-input error naming %s", c.in, err, c.want)
+		}
+	}
+	// Sampling alone does not know the vocabulary.
+	if _, err := Sampling(&batonv1.SamplingParams{LogitBias: map[uint32]float32{512: 1}}); err != nil {
+		t.Errorf("Sampling refused an id it cannot check: %v", err)
 	}
 }

@@ -121,6 +121,9 @@ var wireParams = map[string]string{
 	"sampling.stop_token_ids":     "stop",
 	"sampling.top_logprobs":       "top_logprobs",
 	"sampling.seed":               "seed",
+	"sampling.logit_bias":         "logit_bias",
+	"sampling.grammar":            "grammar",
+	"sampling.json_schema":        "response_format",
 }
 
 const promptParam = "\x00prompt"

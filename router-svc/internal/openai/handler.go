@@ -85,6 +85,9 @@ type Options struct {
 	// Refused, when not nil, counts the refusals the handler answers
 	// without running the request (see CountRefusals).
 	Refused func(codes.Code)
+	// Lenient (--openai-lenient) logs and ignores request fields Baton
+	// does not know instead of refusing them with 400.
+	Lenient bool
 }
 
 // Handler serves the OpenAI-compatible API.
@@ -97,6 +100,7 @@ type Handler struct {
 	log         *slog.Logger
 	fingerprint string
 	refused     func(codes.Code)
+	lenient     bool
 }
 
 // New returns a Handler that runs requests on gen.
@@ -113,7 +117,7 @@ func New(gen Generator, opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("openai: invalid limits %+v", opts.Limits)
 	}
 	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger,
-		refused: opts.Refused}
+		refused: opts.Refused, lenient: opts.Lenient}
 	if h.tmpl == nil {
 		var err error
 		if h.tmpl, err = ChatTemplateFor(m.Tokenizer, ""); err != nil {
@@ -200,6 +204,13 @@ type job struct {
 	includeUsage bool
 	promptParam  string // "prompt" or "messages"
 	created      int64
+	// echo (completions): the response's text and logprobs start with the
+	// prompt's; SamplingParams.prompt_logprobs asks the workers for them.
+	echo bool
+	// promptOnly (completions, max_tokens 0 with echo): the workers
+	// generate one token, which the response drops, so that only the
+	// prompt's text and logprobs are returned, finish_reason "length".
+	promptOnly bool
 }
 
 // completions serves POST /v1/completions.
@@ -243,7 +254,15 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *
 	if herr != nil {
 		return j, herr
 	}
-	return j, decodeJSON(body, v)
+	if herr := decodeJSON(body, v); herr != nil {
+		return j, herr
+	}
+	ignored, herr := checkFields(body, v, h.lenient)
+	if len(ignored) > 0 {
+		h.log.InfoContext(r.Context(), "openai request: ignoring unknown fields (--openai-lenient)", "path", r.URL.Path,
+			"request_id", id, "fields", ignored)
+	}
+	return j, herr
 }
 
 // fail answers a request that produced no output with herr.

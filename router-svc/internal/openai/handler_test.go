@@ -566,16 +566,15 @@ func TestBadRequests(t *testing.T) {
 		{"n 2", cmpl, `{"prompt":"x","n":2}`, 400, "n", nil},
 		{"n 0", chat, `{` + user + `,"n":0}`, 400, "n", nil},
 		{"best_of", cmpl, `{"prompt":"x","best_of":3}`, 400, "best_of", nil},
-		{"echo", cmpl, `{"prompt":"x","echo":true}`, 400, "echo", nil},
 		{"stream_options without stream", cmpl, `{"prompt":"x","stream_options":{"include_usage":true}}`, 400, "stream_options", nil},
 		{"too many stops", cmpl, `{"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`, 400, "stop", nil},
 		{"empty stop", cmpl, `{"prompt":"x","stop":[""]}`, 400, "stop", nil},
 		{"logprobs beyond 20", cmpl, `{"prompt":"x","logprobs":21}`, 400, "logprobs", nil},
 		{"chat logprobs wrong type", chat, `{` + user + `,"logprobs":5}`, 400, "logprobs", nil},
 		{"top_logprobs without logprobs", chat, `{` + user + `,"top_logprobs":2}`, 400, "top_logprobs", nil},
-		{"logit_bias", cmpl, `{"prompt":"x","logit_bias":{"1":5}}`, 400, "logit_bias", nil},
+		{"logit_bias beyond 100", cmpl, `{"prompt":"x","logit_bias":{"1":500}}`, 400, "logit_bias", nil},
 		{"tools", chat, `{` + user + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "tools", nil},
-		{"response_format json", chat, `{` + user + `,"response_format":{"type":"json_object"}}`, 400, "response_format", nil},
+		{"response_format unknown type", chat, `{` + user + `,"response_format":{"type":"xml"}}`, 400, "response_format.type", nil},
 		{"body over the limit", cmpl, `{"prompt":"` + strings.Repeat("a", 70<<10) + `"}`, 413, nil, "request_too_large"},
 	}
 	for _, c := range cases {

@@ -14,31 +14,58 @@ import (
 )
 
 // commonRequest holds the fields completions and chat completions share.
-// Pointers tell an absent (or null) field from a zero one.
+// Pointers tell an absent (or null) field from a zero one. The JSON names of
+// these structs' fields are the only ones a request may carry (see
+// unknownField): every field here is honoured, or checked and refused when
+// its value asks for what Baton does not do, or (user, metadata, store
+// false, service_tier auto) accepted as the no-op a client expects.
 type commonRequest struct {
-	Model            string             `json:"model"`
-	MaxTokens        *int64             `json:"max_tokens"`
-	Temperature      *float64           `json:"temperature"`
-	TopP             *float64           `json:"top_p"`
-	N                *int64             `json:"n"`
-	Stream           bool               `json:"stream"`
-	StreamOptions    *streamOptions     `json:"stream_options"`
-	Stop             json.RawMessage    `json:"stop"`
-	Seed             *int64             `json:"seed"`
-	PresencePenalty  *float64           `json:"presence_penalty"`
-	FrequencyPenalty *float64           `json:"frequency_penalty"`
-	LogitBias        map[string]float64 `json:"logit_bias"`
-	User             string             `json:"user"`
+	Model            string          `json:"model"`
+	MaxTokens        *int64          `json:"max_tokens"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	N                *int64          `json:"n"`
+	Stream           bool            `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options"`
+	Stop             json.RawMessage `json:"stop"`
+	Seed             *int64          `json:"seed"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	// LogitBias is read by parseLogitBias, so that every fault in it
+	// names logit_bias.
+	LogitBias      json.RawMessage `json:"logit_bias"`
+	ResponseFormat *responseFormat `json:"response_format"`
+	// User identifies the end user to OpenAI's abuse monitoring; Baton
+	// accepts it and does nothing with it.
+	User string `json:"user"`
 
 	// Extensions many OpenAI-compatible servers accept.
 	TopK              *int64   `json:"top_k"`
 	MinP              *float64 `json:"min_p"`
 	RepetitionPenalty *float64 `json:"repetition_penalty"`
 	IgnoreEOS         bool     `json:"ignore_eos"`
+	// Grammar is llama.cpp's GBNF grammar field (start rule "root").
+	Grammar *string `json:"grammar"`
 }
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+}
+
+// responseFormat is response_format: "text", "json_object" or
+// "json_schema" with its json_schema.
+type responseFormat struct {
+	Type       *string           `json:"type"`
+	JSONSchema *jsonSchemaFormat `json:"json_schema"`
+}
+
+type jsonSchemaFormat struct {
+	Name        *string         `json:"name"`
+	Description *string         `json:"description"`
+	Schema      json.RawMessage `json:"schema"`
+	// Strict is accepted either way: Baton always constrains the output
+	// to the schema.
+	Strict *bool `json:"strict"`
 }
 
 // completionRequest is the body of POST /v1/completions.
@@ -60,16 +87,33 @@ type chatRequest struct {
 	TopLogprobs         *int64          `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	Functions           json.RawMessage `json:"functions"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	FunctionCall        json.RawMessage `json:"function_call"`
+	// Metadata (at most 16 string pairs) and Store (false only) are
+	// OpenAI's stored-completions fields; Baton stores nothing.
+	Metadata json.RawMessage `json:"metadata"`
+	Store    *bool           `json:"store"`
+	// ServiceTier "auto" or "default": Baton has one tier.
+	ServiceTier *string `json:"service_tier"`
+	// Modalities ["text"] only; Audio (output audio) is refused.
+	Modalities json.RawMessage `json:"modalities"`
+	Audio      json.RawMessage `json:"audio"`
 }
 
+// chatMessage is one of messages. Refusal and Annotations, which the SDKs
+// return in an assistant message and clients send back in the history, are
+// accepted and ignored; Audio and FunctionCall are refused unless null.
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role         string          `json:"role"`
+	Content      json.RawMessage `json:"content"`
+	Name         string          `json:"name"`
+	ToolCalls    json.RawMessage `json:"tool_calls"`
+	ToolCallID   string          `json:"tool_call_id"`
+	Refusal      json.RawMessage `json:"refusal"`
+	Annotations  json.RawMessage `json:"annotations"`
+	Audio        json.RawMessage `json:"audio"`
+	FunctionCall json.RawMessage `json:"function_call"`
 }
 
 // readBody reads a request body of at most limit bytes: 413 beyond it, 408

@@ -33,9 +33,6 @@ func (h *Handler) prepareCommon(c *commonRequest, j *job) *httpError {
 	if c.N != nil && *c.N != 1 {
 		return invalid("n", "n = %d: only n = 1 is supported; send separate requests for more choices", *c.N)
 	}
-	if len(c.LogitBias) > 0 {
-		return invalid("logit_bias", "logit_bias is not supported")
-	}
 	if c.StreamOptions != nil && !c.Stream {
 		return invalid("stream_options", "stream_options is only allowed when stream is true")
 	}
@@ -46,6 +43,14 @@ func (h *Handler) prepareCommon(c *commonRequest, j *job) *httpError {
 
 	sp := &batonv1.SamplingParams{IgnoreEos: c.IgnoreEOS}
 	j.req.Sampling = sp
+	bias, herr := h.parseLogitBias(c.LogitBias)
+	if herr != nil {
+		return herr
+	}
+	sp.LogitBias = bias
+	if herr := h.constrain(c, sp); herr != nil {
+		return herr
+	}
 	if v := c.Temperature; v != nil {
 		if *v < 0 || *v > 2 {
 			return invalid("temperature", "temperature = %g: want a value in [0, 2]", *v)
@@ -135,10 +140,23 @@ func (h *Handler) prepareCompletion(in *completionRequest, j *job) *httpError {
 	switch {
 	case in.BestOf != nil && *in.BestOf != 1:
 		return invalid("best_of", "best_of = %d: only 1 is supported", *in.BestOf)
-	case in.Echo:
-		return invalid("echo", "echo is not supported")
 	case in.Suffix != nil && *in.Suffix != "":
-		return invalid("suffix", "suffix is not supported")
+		return invalid("suffix", "suffix is not supported (Baton does not insert text between a prompt and a suffix)")
+	}
+	maxTokens := in.MaxTokens
+	if in.Echo {
+		// The response starts with the prompt's text and, when logprobs
+		// are asked for, its tokens' logprobs (from the workers).
+		j.echo = true
+		j.req.Sampling.PromptLogprobs = in.Logprobs != nil
+		if maxTokens != nil && *maxTokens == 0 {
+			// Only the prompt is scored (an eval harness's loglikelihood
+			// request): one token is generated, which the response drops.
+			j.promptOnly = true
+			maxTokens = proto.Int64(1)
+		}
+	} else if maxTokens != nil && *maxTokens == 0 {
+		return invalid("max_tokens", "max_tokens = 0: want at least 1 (0 is allowed only with echo: true, which returns the prompt and its logprobs)")
 	}
 	if v := in.Logprobs; v != nil {
 		if *v < 0 || *v > maxCompletionLogp {
@@ -152,7 +170,7 @@ func (h *Handler) prepareCompletion(in *completionRequest, j *job) *httpError {
 		return herr
 	}
 	j.req.PromptTokenIds = ids
-	return h.budget(j, in.MaxTokens, "max_tokens")
+	return h.budget(j, maxTokens, "max_tokens")
 }
 
 // completionPrompt reads "prompt": a string, an array holding one string, an
@@ -227,8 +245,9 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 		return invalid("functions", "functions are not supported")
 	case !isNull(in.ToolChoice) && !bytes.Equal(bytes.TrimSpace(in.ToolChoice), []byte(`"none"`)) && !bytes.Equal(bytes.TrimSpace(in.ToolChoice), []byte(`"auto"`)):
 		return invalid("tool_choice", "tool_choice: only \"none\" and \"auto\" are accepted (tools are not supported)")
-	case in.ResponseFormat != nil && in.ResponseFormat.Type != "" && in.ResponseFormat.Type != "text":
-		return invalid("response_format", "response_format %q is not supported; only \"text\"", in.ResponseFormat.Type)
+	}
+	if herr := chatExtras(in); herr != nil {
+		return herr
 	}
 	logprobs := in.Logprobs != nil && *in.Logprobs
 	if v := in.TopLogprobs; v != nil {
@@ -286,6 +305,12 @@ func parseMessages(in []chatMessage) ([]Message, *httpError) {
 		content, herr := messageContent(i, m.Content)
 		if herr != nil {
 			return nil, herr
+		}
+		switch {
+		case !isNull(m.Audio):
+			return nil, invalid(fmt.Sprintf("messages[%d].audio", i), "messages[%d].audio: audio is not supported", i)
+		case !isNull(m.FunctionCall):
+			return nil, invalid(fmt.Sprintf("messages[%d].function_call", i), "messages[%d].function_call: functions are not supported", i)
 		}
 		if content == nil {
 			if role != "assistant" {

@@ -27,6 +27,7 @@ type limitFlags struct {
 	apiKeysFile        string
 	chatTemplateFile   string
 	corsOrigins        string
+	openaiLenient      bool
 	cors               *openai.CORS // set by validate; nil: CORS off
 }
 
@@ -50,6 +51,7 @@ func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&l.maxBodyBytes, "max-body-bytes", defaultMaxBodyBytes, "largest HTTP request body (REST and OpenAI APIs); larger ones get 413")
 	fs.StringVar(&l.apiKeysFile, "api-keys-file", "", `file of API keys, one per line ('#' comments); when set, every API call needs "Authorization: Bearer KEY" (gRPC: the authorization metadata)`)
 	fs.StringVar(&l.chatTemplateFile, "chat-template-file", "", "Jinja chat template to use instead of the model's tokenizer.chat_template")
+	fs.BoolVar(&l.openaiLenient, "openai-lenient", false, "OpenAI API: log and ignore request fields Baton does not know instead of refusing them with 400 'Unrecognized request argument supplied: NAME' (default: strict, as OpenAI is)")
 	fs.StringVar(&l.corsOrigins, "cors-allowed-origins", "", `origins whose web pages may call the HTTP APIs (OpenAI and REST) from a browser: a comma-separated list of exact origins (https://app.example.com,http://localhost:3000) or "*"; their answers get CORS headers and their preflights (OPTIONS) are answered 204 without a key; other origins get no CORS headers and 403 on preflight; never on the admin listener (default none: no CORS)`)
 }
 

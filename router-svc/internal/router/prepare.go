@@ -76,7 +76,7 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 	case n+maxNew > ctxLen:
 		return nil, bad("sampling.max_new_tokens: %d tokens of prompt + %d new tokens exceed the context window of %d", n, maxNew, ctxLen)
 	}
-	if _, err := apiconv.Sampling(sp); err != nil {
+	if _, err := apiconv.SamplingVocab(sp, vocab); err != nil {
 		return nil, bad("%v", err)
 	}
 	if _, err := apiconv.StopTokenIDs(sp, vocab); err != nil {

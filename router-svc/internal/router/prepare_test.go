@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -84,6 +85,10 @@ func TestPrepareRejects(t *testing.T) {
 		{"too many new tokens", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{MaxNewTokens: 500}}, codes.InvalidArgument, "sampling.max_new_tokens"},
 		{"bad temperature", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{Temperature: proto.Float32(3)}}, codes.InvalidArgument, "sampling.temperature"},
 		{"stop id beyond vocabulary", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{StopTokenIds: []uint32{512}}}, codes.InvalidArgument, "sampling.stop_token_ids[0]"},
+		{"logit_bias id beyond vocabulary", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: 1, 512: 1}}}, codes.InvalidArgument, "sampling.logit_bias[512]"},
+		{"logit_bias above 100", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: 100.5}}}, codes.InvalidArgument, "sampling.logit_bias[3]"},
+		{"logit_bias NaN", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: float32(math.NaN())}}}, codes.InvalidArgument, "sampling.logit_bias[3]"},
+		{"logit_bias too many", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: manyBiases(1025)}}, codes.InvalidArgument, "sampling.logit_bias = 1025 entries"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,5 +117,27 @@ func TestInflightRejectsDuplicates(t *testing.T) {
 	}
 	if _, err := inf.add(&request{id: "a"}); err != nil {
 		t.Errorf("re-adding a finished id: %v", err)
+	}
+}
+
+// manyBiases is a logit_bias of n entries (ids beyond the vocabulary from
+// 512 on: the count is checked first).
+func manyBiases(n int) map[uint32]float32 {
+	m := make(map[uint32]float32, n)
+	for i := range n {
+		m[uint32(i)] = 1
+	}
+	return m
+}
+
+// TestPrepareKeepsLogitBias: a valid logit_bias reaches the workers as sent.
+func TestPrepareKeepsLogitBias(t *testing.T) {
+	s := testRouter(t)
+	req, err := s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{0: -100, 511: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := req.GetSampling().GetLogitBias(); len(b) != 2 || b[0] != -100 || b[511] != 100 {
+		t.Errorf("logit_bias = %v", b)
 	}
 }

@@ -1,0 +1,70 @@
+// Package grammar constrains generation to a formal grammar: it compiles
+// GBNF (llama.cpp's notation) and, at every decode step, tells which tokens
+// of a model's vocabulary may come next, so that every output is a sentence
+// of the grammar. JSON Schemas reach it compiled to GBNF (engine/jsonschema).
+//
+// # Notation
+//
+// A grammar is a list of rules `name ::= alternatives`; the start rule is
+// "root". Names are letters, digits, '-' (and '_'). A rule ends at the end
+// of its line; inside parentheses, and after '|', newlines continue it.
+//
+//   - "text": a literal, with the escapes \n \t \r \\ \" \[ \] \xNN \uNNNN
+//     \UNNNNNNNN (also \- and \^); any other escape is an error.
+//   - [a-z0-9_], [^"\\]: a character class, negated with ^; the escapes
+//     above work inside it.
+//   - . any one character (code point).
+//   - name: another rule; ( ... ): a group; a | b: alternatives.
+//   - x* x+ x? x{m} x{m,} x{m,n}: repetition of the symbol before.
+//   - # comment to the end of the line.
+//
+// Terminals are Unicode code points; the output is UTF-8. Parse errors
+// (*Error) wrap engine.ErrInvalidInput and name the rule and byte offset:
+// undefined rules, a missing root, unbalanced brackets or quotes, bad
+// escapes, rules defined twice, and left recursion this engine cannot run
+// (a rule reaching itself before any character with a return address on
+// the stack, e.g. `expr ::= expr "+" term`; tail repetition such as
+// `list ::= item ("," item)*` is fine).
+//
+// # Algorithm
+//
+// Rules compile to a flat array of elements (character set, rule
+// reference, end of alternative); repetitions expand into right-recursive
+// or nested-optional helper rules, as in llama.cpp. The parse state is the
+// set-of-stacks of llama.cpp's pushdown matcher: every stack's top is the
+// character set that must match next, below it the return addresses.
+// Stacks are persistent linked lists whose nodes are interned, and a
+// reference in tail position pushes nothing, so repetition runs in constant
+// depth. Unlike llama.cpp, the sets of stacks are themselves interned into
+// the states of a lazily built deterministic automaton: each state has one
+// transition per code-point class (the classes are the pieces into which
+// the grammar's character sets cut Unicode), computed on first use and
+// then shared by every Matcher of the Grammar. Stepping a character is
+// then one atomic load. A Matcher's state is a state pointer plus the
+// bytes of a UTF-8 character a token left unfinished: a token that ends
+// inside a character is allowed when some character the grammar allows
+// here starts with those bytes, and the next token must complete it.
+//
+// # Masks
+//
+// Vocab holds a byte trie of the tokens, built once per model. FillMask
+// walks it once from the current state, following only the bytes the
+// automaton allows, so rejected subtrees are never visited, and caches the
+// result on the state (per Vocab). Inside a JSON string, or any repeated
+// context, the state recurs, so masks are nearly always a copy. Allows
+// walks a single token's bytes; a sampler should try the unconstrained
+// choice with Allows first and build a mask only when it is rejected.
+// Tokens with nil or empty pieces are never allowed; the end-of-generation
+// ids are allowed exactly when Complete().
+//
+// # Limits
+//
+// Source at most MaxSourceBytes, at most MaxElements compiled elements and
+// MaxRules rules, repetition counts at most MaxRepeat, parentheses nested
+// at most 512 deep. At run time a stack holds at most 4096 return
+// addresses and a state at most 4096 stacks; paths beyond are dropped
+// (what stays allowed is still in the language). A Grammar's cache
+// (nodes, states, transitions, masks) is bounded by DefaultCacheBytes;
+// when full it starts a new generation and the old one is freed when no
+// Matcher holds it.
+package grammar
