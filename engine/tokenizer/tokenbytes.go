@@ -19,3 +19,25 @@ func (t *Tokenizer) TokenBytes(id int32) []byte {
 	}
 	return []byte(p)
 }
+
+// PromptBytes returns the bytes of each of a prompt's tokens as the text
+// that was encoded shows them: TokenBytes, except that, when this
+// vocabulary adds a space prefix, the first token with bytes after nothing
+// but tokens without (control tokens such as BOS) loses the one leading
+// space Encode put there. Joined they give back the encoded text, for text
+// that encodes losslessly; an echo of a prompt shows the prompt so.
+func (t *Tokenizer) PromptBytes(ids []int32) [][]byte {
+	out := make([][]byte, len(ids))
+	strip := t.addSpacePrefix
+	for i, id := range ids {
+		b := t.TokenBytes(id)
+		if strip && len(b) > 0 {
+			strip = false
+			if b[0] == ' ' {
+				b = b[1:]
+			}
+		}
+		out[i] = b
+	}
+	return out
+}

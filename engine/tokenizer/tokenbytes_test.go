@@ -82,3 +82,39 @@ func TestTokenBytesMatchStream(t *testing.T) {
 		}
 	}
 }
+
+// PromptBytes joined give back the encoded text: the space prefix Encode
+// adds is dropped from the first token that has bytes, BOS or not.
+func TestPromptBytes(t *testing.T) {
+	sv := newSPMVocab(t, true, map[string]float32{"▁": -1, "a": -1, "b": -1, "▁a": -0.5}, nil)
+	toks := []*Tokenizer{mustNew(t, sv.v)}
+	if st := storiesTokenizer(t); st != nil {
+		toks = append(toks, st)
+	}
+	for _, tok := range toks {
+		for _, text := range []string{"ab", " a", "naïve 東京 🙂", "Once upon a time, Lily\n\tsaw"} {
+			for _, opts := range []EncodeOptions{{}, {AddSpecial: true}} {
+				var joined []byte
+				for _, b := range tok.PromptBytes(tok.Encode(text, opts)) {
+					joined = append(joined, b...)
+				}
+				if string(joined) != text {
+					t.Errorf("%q %+v: PromptBytes join to %q", text, opts, joined)
+				}
+			}
+		}
+	}
+	// Only the first token with bytes loses a space, and only one.
+	tok := toks[0]
+	got := tok.PromptBytes(sv.idsOf(t, "<s>", "▁", "▁a"))
+	if got[0] != nil || string(got[1]) != "" || string(got[2]) != " a" {
+		t.Errorf("PromptBytes(<s> ▁ ▁a) = %q", got)
+	}
+	// A vocabulary without a space prefix keeps every byte.
+	bv := newBPEVocab(t, "qwen2")
+	btok := mustNew(t, bv.v)
+	sp := string(byteRunes[' '])
+	if got := btok.PromptBytes(bv.idsOf(t, sp)); string(got[0]) != " " {
+		t.Errorf("BPE PromptBytes(space) = %q", got)
+	}
+}

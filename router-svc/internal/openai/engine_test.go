@@ -201,11 +201,9 @@ func (g *engineGen) generate(ctx context.Context, req *batonv1.GenerateRequest, 
 		smp.Accept(t.ID)
 		ev.TokenIds = []uint32{uint32(t.ID)}
 		if params.Logprobs {
-			lp := &batonv1.TokenLogprob{TokenId: uint32(t.ID), Token: g.tok.Piece(t.ID), Logprob: t.Logprob}
-			for _, top := range t.Top {
-				lp.TopLogprobs = append(lp.TopLogprobs, &batonv1.TopLogprob{TokenId: uint32(top.ID), Token: g.tok.Piece(top.ID), Logprob: top.Logprob})
-			}
-			ev.Logprobs = []*batonv1.TokenLogprob{lp}
+			// As the decode worker sends them: ids and logprobs, no text
+			// (the router fills it from its tokenizer).
+			ev.Logprobs = []*batonv1.TokenLogprob{apiconv.WireLogprob(t)}
 		}
 		text, stop := stopper.Push(t.ID, dec.Next(t.ID))
 		ev.Text = text

@@ -427,8 +427,9 @@ func TestLogprobs(t *testing.T) {
 	}
 	var joined strings.Builder
 	for i, tk := range tokens {
-		if int(off[i].(float64)) != joined.Len() {
-			t.Errorf("text_offset[%d] = %v, want %d", i, off[i], joined.Len())
+		// OpenAI's offsets count from the prompt's start (ASCII here).
+		if int(off[i].(float64)) != len(g.Prompt)+joined.Len() {
+			t.Errorf("text_offset[%d] = %v, want %d", i, off[i], len(g.Prompt)+joined.Len())
 		}
 		joined.WriteString(tk.(string))
 	}

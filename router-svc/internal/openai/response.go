@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"encoding/json"
 	"strings"
 
@@ -13,8 +14,10 @@ type output struct {
 	ids       []uint32
 	text      strings.Builder
 	logprobs  []*batonv1.TokenLogprob
-	finish    batonv1.FinishReason
-	evUsage   *batonv1.Usage
+	// promptLogprobs are the prompt's tokens' after the first (echo).
+	promptLogprobs []*batonv1.TokenLogprob
+	finish         batonv1.FinishReason
+	evUsage        *batonv1.Usage
 }
 
 func (o *output) add(ev *batonv1.GenerateEvent) {
@@ -24,6 +27,7 @@ func (o *output) add(ev *batonv1.GenerateEvent) {
 	o.ids = append(o.ids, ev.GetTokenIds()...)
 	o.text.WriteString(ev.GetText())
 	o.logprobs = append(o.logprobs, ev.GetLogprobs()...)
+	o.promptLogprobs = append(o.promptLogprobs, ev.GetPromptLogprobs()...)
 	if f := ev.GetFinishReason(); f != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
 		o.finish = f
 		o.evUsage = ev.GetUsage()
@@ -104,18 +108,43 @@ type completionChoice struct {
 }
 
 // completionLogprobs is the legacy completions log-probability object.
+// An echoed prompt's first token has a null token_logprobs and top_logprobs
+// entry, as OpenAI answers: nothing comes before it.
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
 }
+
+func newCompletionLogprobs() *completionLogprobs {
+	return &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+}
+
+// join appends b's entries to a's; either may be nil (no logprobs asked).
+func (a *completionLogprobs) join(b *completionLogprobs) *completionLogprobs {
+	if a == nil || b == nil {
+		return cmp.Or(a, b)
+	}
+	a.Tokens = append(a.Tokens, b.Tokens...)
+	a.TokenLogprobs = append(a.TokenLogprobs, b.TokenLogprobs...)
+	a.TopLogprobs = append(a.TopLogprobs, b.TopLogprobs...)
+	a.TextOffset = append(a.TextOffset, b.TextOffset...)
+	return a
+}
+
+func (a *completionLogprobs) empty() bool { return a == nil || len(a.Tokens) == 0 }
 
 type completionFormat struct {
 	h        *Handler
 	j        *job
 	logprobs bool
-	offset   int // text offset of the next token
+	// chars counts the text before the next token, the prompt's included:
+	// OpenAI's text_offset counts characters from the prompt's start, echoed
+	// or not (see charCounter).
+	chars charCounter
+	// begun: the prompt has been counted (and, with echo, rendered).
+	begun bool
 }
 
 func (f *completionFormat) object(choices []completionChoice) *completionObject {
@@ -123,28 +152,118 @@ func (f *completionFormat) object(choices []completionChoice) *completionObject 
 		Model: f.h.model.ID, SystemFingerprint: f.h.fingerprint, Choices: choices}
 }
 
+// entry adds one token's logprobs to out, at the current text offset.
+func (f *completionFormat) entry(out *completionLogprobs, v tokenView, lp *batonv1.TokenLogprob) {
+	out.Tokens = append(out.Tokens, v.completion())
+	out.TextOffset = append(out.TextOffset, f.chars.n)
+	f.chars.add(v.bytes)
+	if lp == nil {
+		out.TokenLogprobs = append(out.TokenLogprobs, nil)
+		out.TopLogprobs = append(out.TopLogprobs, nil)
+		return
+	}
+	l := float64(lp.GetLogprob())
+	out.TokenLogprobs = append(out.TokenLogprobs, &l)
+	top := make(map[string]float64, len(lp.GetTopLogprobs()))
+	for _, t := range lp.GetTopLogprobs() {
+		// Two ids can show as one text (a byte token and a normal one,
+		// a control token's name and its text): the map keeps the most
+		// likely, which comes first.
+		k := viewOf(f.h.model.Tokenizer, t.GetTokenId()).completion()
+		if _, dup := top[k]; !dup {
+			top[k] = float64(t.GetLogprob())
+		}
+	}
+	out.TopLogprobs = append(out.TopLogprobs, top)
+}
+
+// convert renders generated tokens' logprobs; nil when none were asked.
 func (f *completionFormat) convert(lps []*batonv1.TokenLogprob) *completionLogprobs {
 	if !f.logprobs {
 		return nil
 	}
-	out := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	out := newCompletionLogprobs()
 	for _, lp := range lps {
-		out.Tokens = append(out.Tokens, lp.GetToken())
-		out.TokenLogprobs = append(out.TokenLogprobs, float64(lp.GetLogprob()))
-		top := make(map[string]float64, len(lp.GetTopLogprobs()))
-		for _, t := range lp.GetTopLogprobs() {
-			top[t.GetToken()] = float64(t.GetLogprob())
-		}
-		out.TopLogprobs = append(out.TopLogprobs, top)
-		out.TextOffset = append(out.TextOffset, f.offset)
-		f.offset += len(lp.GetToken())
+		f.entry(out, viewOf(f.h.model.Tokenizer, lp.GetTokenId()), lp)
 	}
 	return out
 }
 
+// begin counts the prompt's characters and, with echo, renders its part:
+// its text (the prompt's tokens' bytes, which give back a text prompt) and
+// one logprob entry per prompt token, the first null, the others from lps,
+// the workers' prompt_logprobs (one per token after the first; an entry
+// they did not send is null too).
+func (f *completionFormat) begin(lps []*batonv1.TokenLogprob) (string, *completionLogprobs) {
+	f.begun = true
+	ids := f.j.req.GetPromptTokenIds()
+	ints := make([]int32, len(ids))
+	for i, id := range ids {
+		ints[i] = int32(min(id, 1<<31-1))
+	}
+	pieces := f.h.model.Tokenizer.PromptBytes(ints)
+	if !f.j.echo {
+		for _, b := range pieces {
+			f.chars.add(b)
+		}
+		return "", nil
+	}
+	var text []byte
+	var out *completionLogprobs
+	if f.logprobs {
+		out = newCompletionLogprobs()
+	}
+	for i, b := range pieces {
+		text = append(text, b...)
+		if out == nil {
+			continue
+		}
+		v := viewOf(f.h.model.Tokenizer, ids[i])
+		if v.bytes != nil {
+			v.bytes = b // the first token's space prefix is not the prompt's
+		}
+		var lp *batonv1.TokenLogprob
+		if i > 0 && i-1 < len(lps) {
+			lp = lps[i-1]
+		}
+		f.entry(out, v, lp)
+	}
+	return validText(text), out
+}
+
+// generated is what the response shows of the generated part: nothing for
+// a prompt-only request (max_tokens 0 with echo), whose one token the
+// workers generate only because they must.
+func (f *completionFormat) generated(text string, lps []*batonv1.TokenLogprob) (string, []*batonv1.TokenLogprob) {
+	if f.j.promptOnly {
+		return "", nil
+	}
+	return text, lps
+}
+
+func (f *completionFormat) finishReason(fr batonv1.FinishReason) *string {
+	if f.j.promptOnly && fr != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+		fr = batonv1.FinishReason_FINISH_REASON_LENGTH
+	}
+	return finishReason(fr)
+}
+
+// usageOf is u as the response counts it: a prompt-only request completed
+// nothing.
+func (f *completionFormat) usageOf(u *usageObject) *usageObject {
+	if f.j.promptOnly {
+		c := *u
+		c.CompletionTokens, c.TotalTokens = 0, c.PromptTokens
+		return &c
+	}
+	return u
+}
+
 func (f *completionFormat) whole(o *output) any {
-	obj := f.object([]completionChoice{{Text: o.text.String(), Logprobs: f.convert(o.logprobs), FinishReason: finishReason(o.finish)}})
-	obj.Usage = o.usage(f.j.req)
+	prefix, lp := f.begin(o.promptLogprobs)
+	text, lps := f.generated(o.text.String(), o.logprobs)
+	obj := f.object([]completionChoice{{Text: prefix + text, Logprobs: lp.join(f.convert(lps)), FinishReason: f.finishReason(o.finish)}})
+	obj.Usage = f.usageOf(o.usage(f.j.req))
 	return obj
 }
 
@@ -152,12 +271,23 @@ func (f *completionFormat) opening() any { return nil }
 
 func (f *completionFormat) chunks(ev *batonv1.GenerateEvent) []any {
 	var out []any
-	if ev.GetText() != "" || (f.logprobs && len(ev.GetLogprobs()) > 0) {
-		c := f.object([]completionChoice{{Text: ev.GetText(), Logprobs: f.convert(ev.GetLogprobs())}})
+	var prefix string
+	var lp *completionLogprobs
+	done := ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED
+	// The prompt's part goes in the first chunk, with the prompt's logprobs
+	// when they were asked (they come in the first event).
+	if !f.begun && (!(f.j.echo && f.logprobs) || len(ev.GetPromptLogprobs()) > 0 || len(ev.GetTokenIds()) > 0 || done) {
+		prefix, lp = f.begin(ev.GetPromptLogprobs())
+	}
+	text, lps := f.generated(ev.GetText(), ev.GetLogprobs())
+	text = prefix + text
+	lp = lp.join(f.convert(lps))
+	if text != "" || !lp.empty() {
+		c := f.object([]completionChoice{{Text: text, Logprobs: lp}})
 		c.Usage = streamUsage(f.j)
 		out = append(out, c)
 	}
-	if fr := finishReason(ev.GetFinishReason()); fr != nil {
+	if fr := f.finishReason(ev.GetFinishReason()); fr != nil {
 		c := f.object([]completionChoice{{FinishReason: fr}})
 		c.Usage = streamUsage(f.j)
 		out = append(out, c)
@@ -167,7 +297,7 @@ func (f *completionFormat) chunks(ev *batonv1.GenerateEvent) []any {
 
 func (f *completionFormat) usage(u *usageObject) any {
 	c := f.object([]completionChoice{})
-	c.Usage = u
+	c.Usage = f.usageOf(u)
 	return c
 }
 
@@ -212,16 +342,6 @@ type chatTopLogprob struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// tokenBytes is a token's text as byte values: a token may be part of a
-// UTF-8 character, which its "token" string cannot show.
-func tokenBytes(s string) []int {
-	out := make([]int, len(s))
-	for i := range len(s) {
-		out[i] = int(s[i])
-	}
-	return out
-}
-
 type chatFormat struct {
 	h        *Handler
 	j        *job
@@ -239,10 +359,12 @@ func (f *chatFormat) convert(lps []*batonv1.TokenLogprob) *chatLogprobs {
 	}
 	out := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for _, lp := range lps {
-		t := chatTokenLogprob{Token: lp.GetToken(), Logprob: float64(lp.GetLogprob()), Bytes: tokenBytes(lp.GetToken()),
+		v := viewOf(f.h.model.Tokenizer, lp.GetTokenId())
+		t := chatTokenLogprob{Token: v.chat(), Logprob: float64(lp.GetLogprob()), Bytes: v.chatBytes(),
 			TopLogprobs: []chatTopLogprob{}}
 		for _, top := range lp.GetTopLogprobs() {
-			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{Token: top.GetToken(), Logprob: float64(top.GetLogprob()), Bytes: tokenBytes(top.GetToken())})
+			v := viewOf(f.h.model.Tokenizer, top.GetTokenId())
+			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{Token: v.chat(), Logprob: float64(top.GetLogprob()), Bytes: v.chatBytes()})
 		}
 		out.Content = append(out.Content, t)
 	}

@@ -109,6 +109,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 	if err != nil {
 		return err
 	}
+	send = s.withTokenText(req, send) // token text beside token_id (tokentext.go)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r := &request{id: req.GetRequestId(), start: start, cancel: cancel, promptTokens: len(req.GetPromptTokenIds())}
