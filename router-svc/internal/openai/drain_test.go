@@ -134,3 +134,40 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// TestRouterCheapRefusalsFirst: with the router's limiter full
+// (--max-concurrent-requests 1, one request held in prefill), a prompt
+// whose byte length cannot fit is still refused at once (400 naming its
+// bytes: no tokenizing, no slot needed), while one that needs tokenizing to
+// be judged — 200 words for a 128-token window — waits for no tokenizer:
+// it is refused by the limiter (429) before it is tokenized or rendered.
+func TestRouterCheapRefusalsFirst(t *testing.T) {
+	tr := startRouter(t, "--max-concurrent-requests", "1")
+	url := tr.http + "/v1/completions"
+	tr.gen.prefillDelay.Store(int64(time.Minute))
+	held := make(chan answer, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); <-held; tr.gen.prefillDelay.Store(0); tr.idle(t) }()
+	go func() {
+		held <- postStream(ctx, url, "held", `{"prompt":"Once upon a time","max_tokens":4,"stream":true}`)
+	}()
+	waitUntil(t, 10*time.Second, "the held request in flight", func() bool { return tr.gen.inFlight() == 1 })
+
+	words := strings.Repeat("cat ", 200)
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"oversized completion", "/v1/completions", `{"prompt":"` + strings.Repeat("a", 4000) + `"}`, http.StatusBadRequest, "bytes"},
+		{"completion over the window in tokens", "/v1/completions", `{"prompt":"` + words + `"}`, http.StatusTooManyRequests, "--max-concurrent-requests"},
+		{"chat over the window in tokens", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + words + `"}]}`, http.StatusTooManyRequests, "--max-concurrent-requests"},
+	} {
+		a := postStream(context.Background(), tr.http+c.path, "cheap-"+strings.ReplaceAll(c.name, " ", "-"), c.body)
+		if a.err != nil {
+			t.Errorf("%s: %v", c.name, a.err)
+		} else if a.resp.StatusCode != c.status || !strings.Contains(string(a.body), c.want) {
+			t.Errorf("%s with the limiter full: %s %s; want %d mentioning %q", c.name, a.resp.Status, a.body, c.status, c.want)
+		}
+	}
+}

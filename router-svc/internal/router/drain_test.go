@@ -3,8 +3,13 @@ package router
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestEndedBy: the log of a request that ended early names who ended it,
@@ -40,5 +45,21 @@ func TestEndedBy(t *testing.T) {
 		if got := endedBy(c.ctx, r); got != c.want {
 			t.Errorf("%s: endedBy %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestPrepareRefusesOversizedBytes: a native prompt longer than the
+// context window times the vocabulary's longest token is refused for its
+// bytes, before any tokenizing; one at the bound is judged by its tokens.
+func TestPrepareRefusesOversizedBytes(t *testing.T) {
+	s := testRouter(t)
+	limit := (s.cfg.ContextLength - 1) * s.maxTokenBytes
+	_, err := s.prepare(&batonv1.GenerateRequest{Prompt: strings.Repeat("a", limit+1)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bytes") || !strings.HasPrefix(status.Convert(err).Message(), "prompt: ") {
+		t.Errorf("a prompt of %d bytes: %v; want INVALID_ARGUMENT naming prompt and its bytes", limit+1, err)
+	}
+	_, err = s.prepare(&batonv1.GenerateRequest{Prompt: strings.Repeat("a", limit)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "tokens") || strings.Contains(err.Error(), "bytes") {
+		t.Errorf("a prompt at the byte bound: %v; want it judged by its tokens", err)
 	}
 }

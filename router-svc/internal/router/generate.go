@@ -105,6 +105,11 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		return err
 	}
 	probe.setStage(stagePrepare)
+	// The OpenAI API renders and tokenizes its prompt only now, admitted
+	// (openai/admit.go), as prepare tokenizes a native prompt.
+	if err := openai.Admitted(ctx); err != nil {
+		return err
+	}
 	req, err := s.prepareRun(in, probe)
 	if err != nil {
 		return err
