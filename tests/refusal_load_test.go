@@ -28,11 +28,17 @@ const floodPromptBytes = 3 << 20
 // never asserted; the test asserts what the flood gets: every oversized
 // prompt refused with 400 context_length_exceeded naming "prompt", and
 // every normal request served. BATON_FLOOD_REQUESTS sets how many normal
-// requests each phase measures (default 20).
+// requests each phase measures (default 20); BATON_FLOOD_INTERVAL how often
+// each flooding client starts a request (default 250ms, when its previous
+// one has been answered; 0: as fast as it is answered).
 func TestOversizedPromptFlood(t *testing.T) {
 	n := 20
 	if v, err := strconv.Atoi(os.Getenv("BATON_FLOOD_REQUESTS")); err == nil && v > 0 {
 		n = v
+	}
+	interval := 250 * time.Millisecond // each flooding client's pace
+	if v, err := time.ParseDuration(os.Getenv("BATON_FLOOD_INTERVAL")); err == nil && v >= 0 {
+		interval = v
 	}
 	c := startCluster(t, workerFlags) // the default --max-body-bytes (4 MiB) takes the flood's bodies
 	url := "http://" + c.colocated.http + "/v1/completions"
@@ -51,6 +57,7 @@ func TestOversizedPromptFlood(t *testing.T) {
 				t.Fatalf("a normal request: %s %s", resp.Status, b)
 			}
 			lat = append(lat, time.Since(start))
+			time.Sleep(50 * time.Millisecond) // the normal client's pace: the phase spans the flood
 		}
 		return lat
 	}
@@ -67,6 +74,7 @@ func TestOversizedPromptFlood(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
+				next := time.Now().Add(interval)
 				resp, err := postNoFatal(ctx, url, flood, "")
 				if err != nil {
 					continue // the flood's end cancels its last request
@@ -80,6 +88,10 @@ func TestOversizedPromptFlood(t *testing.T) {
 				} else {
 					s := fmt.Sprintf("%s %.300s", resp.Status, b)
 					bad.Store(&s)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(next)):
 				}
 			}
 		}()
@@ -99,6 +111,6 @@ func TestOversizedPromptFlood(t *testing.T) {
 		slices.Sort(s)
 		return s[min(len(s)-1, len(s)*p/100)].Round(100 * time.Microsecond)
 	}
-	t.Logf("normal requests (%d per phase), p50 / p99: alone %v / %v; with 8 clients flooding %d-byte prompts %v / %v (%d oversized prompts refused)",
-		n, pct(alone, 50), pct(alone, 99), floodPromptBytes, pct(flooded, 50), pct(flooded, 99), refused.Load())
+	t.Logf("normal requests (%d per phase), p50 / p99: alone %v / %v; with 8 clients flooding %d-byte prompts (one per %v each) %v / %v (%d oversized prompts refused)",
+		n, pct(alone, 50), pct(alone, 99), floodPromptBytes, interval, pct(flooded, 50), pct(flooded, 99), refused.Load())
 }

@@ -9,7 +9,9 @@ package openai
 // of the router's CPU.
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -89,4 +91,151 @@ func (h *Handler) checkPromptBytes(param string, n int) *httpError {
 	}
 	return invalid(param, "the prompt has %d bytes, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); "+limit,
 		n, tokens, h.maxTokenBytes, tokens).withCode(code)
+}
+
+// maxEscapeRatio bounds the JSON bytes of one decoded byte of a string:
+// "\u0001" is six bytes for one (a surrogate pair, twelve for four).
+const maxEscapeRatio = 6
+
+// precheckCompletion refuses, before the body is decoded — several passes
+// of encoding/json over megabytes — a completions body whose "prompt" holds
+// a string literal so long that, even decoded, it is past the byte bound:
+// it names the field and its size, as checkPromptBytes does once decoded.
+// It never refuses what the decoder would accept as a fitting prompt: a
+// literal of n raw bytes decodes to at least n / maxEscapeRatio bytes, and
+// a body it cannot read plainly (malformed, an escaped key, a key that
+// only matches "prompt" without regard to case, as encoding/json matches
+// it) is left to the decoder.
+func (h *Handler) precheckCompletion(body []byte) *httpError {
+	v := rawMember(body, "prompt")
+	if v == nil {
+		return nil
+	}
+	if n := longestString(v); int64(n-2) > maxEscapeRatio*h.maxPromptBytes {
+		return invalid("prompt", "the prompt is a %d-byte JSON string, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); this model's context window is %d tokens",
+			n, h.model.ContextLength-1, h.maxTokenBytes, h.model.ContextLength).withCode("context_length_exceeded")
+	}
+	return nil
+}
+
+// rawMember is the raw value of the last member name of the JSON object
+// body, or nil when body is not plainly such an object or a key might also
+// decode to name (an escape, or name in other letter case).
+func rawMember(body []byte, name string) []byte {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil
+	}
+	i = skipSpace(body, i+1)
+	var found []byte
+	for i < len(body) && body[i] != '}' {
+		end := skipString(body, i)
+		if end < 0 {
+			return nil
+		}
+		key := body[i+1 : end-1]
+		if strings.IndexByte(string(key), '\\') >= 0 {
+			return nil
+		}
+		i = skipSpace(body, end)
+		if i >= len(body) || body[i] != ':' {
+			return nil
+		}
+		start := skipSpace(body, i+1)
+		stop := skipValue(body, start)
+		if stop < 0 {
+			return nil
+		}
+		switch {
+		case string(key) == name:
+			found = body[start:stop]
+		case strings.EqualFold(string(key), name):
+			return nil
+		}
+		i = skipSpace(body, stop)
+		if i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return found
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal at i, or -1.
+func skipString(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for i++; ; {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		i += q
+		esc := 0 // the quote is escaped after an odd run of backslashes
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			esc++
+		}
+		i++
+		if esc%2 == 0 {
+			return i
+		}
+	}
+}
+
+// skipValue returns the index after the JSON value at i, or -1.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; {
+		case c == '"':
+			if i = skipString(b, i); i < 0 {
+				return -1
+			}
+		case c == '{' || c == '[':
+			depth++
+			i++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return i // the end of the enclosing object
+			}
+			depth--
+			i++
+		case c == ',' && depth == 0:
+			return i
+		default:
+			i++
+		}
+		if depth == 0 && i > 0 && (b[i-1] == '"' || b[i-1] == '}' || b[i-1] == ']') {
+			return i
+		}
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
+}
+
+// longestString is the raw length, quotes included, of the longest string
+// literal in the JSON value v.
+func longestString(v []byte) int {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if v[i] != '"' {
+			continue
+		}
+		end := skipString(v, i)
+		if end < 0 {
+			return n
+		}
+		n = max(n, end-i)
+		i = end - 1
+	}
+	return n
 }

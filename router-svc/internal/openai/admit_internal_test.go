@@ -38,7 +38,7 @@ func countingHandler(t *testing.T, gen Generator, admits bool) (*http.ServeMux, 
 	t.Helper()
 	tok := storiesTokenizer(t)
 	h, err := New(gen, Options{Model: Model{ID: "stories260K", ContextLength: 128, Tokenizer: tok},
-		Limits: Limits{MaxBodyBytes: 1 << 20, DefaultMaxTokens: 8}, Admits: admits})
+		Limits: Limits{MaxBodyBytes: 4 << 20, DefaultMaxTokens: 8}, Admits: admits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,4 +209,49 @@ func TestMaxTokenBytesBound(t *testing.T) {
 		}
 	}
 	t.Logf("MaxTokenBytes %d over %d tokens", maxB, tok.VocabSize())
+}
+
+// TestRawMember: the skimmer finds the member encoding/json would decode,
+// or gives up (nil) where it could differ.
+func TestRawMember(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"prompt":"abc"}`, `"abc"`},
+		{` { "model" : "m", "prompt" : ["a\"b", [1,2]] , "n":1}`, `["a\"b", [1,2]]`},
+		{`{"a":{"prompt":"inner"},"prompt":"outer"}`, `"outer"`},
+		{`{"prompt":"first","prompt":"last"}`, `"last"`},
+		{`{"prompt":12,"x":true}`, `12`},
+		{`{"prompt":"a\\","b":"c"}`, `"a\\"`},
+		{`{"x":"}{\"prompt\":1","prompt":null}`, `null`},
+		{`{"prompt":"big","Prompt":"small"}`, ``}, // encoding/json matches either
+		{`{"pr\u006fmpt":"x"}`, ``},
+		{`{"prompt":"unterminated}`, ``},
+		{`["prompt"]`, ``},
+		{`{"other":1}`, ``},
+	} {
+		if got := string(rawMember([]byte(c.body), "prompt")); got != c.want {
+			t.Errorf("rawMember(%s) = %q, want %q", c.body, got, c.want)
+		}
+	}
+}
+
+// TestPrecheckNeverRefusesAFit: a prompt within the byte bound passes the
+// pre-decode check however it is escaped (six JSON bytes per byte), and
+// one past the bound in raw and decoded bytes alike is refused before
+// decoding.
+func TestPrecheckNeverRefusesAFit(t *testing.T) {
+	mux, h, calls := countingHandler(t, GeneratorFunc(finish), true)
+	limit := int(h.maxPromptBytes)
+	escaped := `{"prompt":"` + strings.Repeat(`\u0061`, limit) + `","max_tokens":1}`
+	if herr := h.precheckCompletion([]byte(escaped)); herr != nil {
+		t.Fatalf("a %d-byte prompt written with \\u escapes was refused: %s", limit, herr.message)
+	}
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(escaped)))
+	if calls.Load() != 1 {
+		t.Errorf("the escaped prompt at the bound was not tokenized: %d %s", rec.Code, rec.Body)
+	}
+	over := `{"prompt":"` + strings.Repeat("a", maxEscapeRatio*limit+1) + `"}`
+	if herr := h.precheckCompletion([]byte(over)); herr == nil || herr.param != "prompt" || herr.code != "context_length_exceeded" {
+		t.Errorf("a prompt of %d raw bytes passed the pre-decode check: %v", maxEscapeRatio*limit+1, herr)
+	}
 }

@@ -272,6 +272,11 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *
 	if herr != nil {
 		return j, herr
 	}
+	if _, ok := v.(*completionRequest); ok { // a hopeless prompt costs no decoding (admit.go)
+		if herr := h.precheckCompletion(body); herr != nil {
+			return j, herr
+		}
+	}
 	if herr := decodeJSON(body, v); herr != nil {
 		return j, herr
 	}
