@@ -113,6 +113,9 @@ done
 listening "$JAEGER_QUERY_PORT" || { echo "jaeger not listening after 10 s" >&2; exit 1; }
 export BATON_JAEGER_QUERY="http://127.0.0.1:$JAEGER_QUERY_PORT"
 export BATON_JAEGER_OTLP="http://127.0.0.1:$JAEGER_OTLP_GRPC_PORT"
+# The official openai npm package for TestOpenAISDK (tests/sdk), exactly
+# as tests/sdk/package-lock.json pins it.
+npm ci --prefix tests/sdk --no-audit --no-fund
 go test -tags e2e -count=1 -v ./tests/...
 
 # The whole suite again with mutual TLS between the services

@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -9,8 +10,17 @@ import (
 
 // DefaultCacheBytes bounds the memory one Grammar's automaton cache
 // (stack nodes, states, transitions and token masks) may hold before it
-// starts a new generation.
-const DefaultCacheBytes = 32 << 20
+// starts a new generation: about 2000 masks of a 32000-token vocabulary,
+// far more states than one schema's generations visit.
+const DefaultCacheBytes = 8 << 20
+
+// SetCacheLimit changes the bound on the Grammar's cache (bytes; values
+// below 64 KiB are raised to it). Safe to call at any time.
+func (g *Grammar) SetCacheLimit(bytes int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cacheLimit = max(bytes, 64<<10)
+}
 
 // Bounds on one parse state; paths beyond them are dropped (the text that
 // remains allowed is still in the grammar's language).
@@ -46,6 +56,57 @@ type dstate struct {
 	epoch  uint64
 	trans  []atomic.Pointer[dstate]
 	masks  atomic.Pointer[maskEntry]
+	loops  atomic.Pointer[selfLoops]
+}
+
+// selfLoops says which characters keep a state where it is: the ASCII
+// bytes, and whether every code point from U+0080 up does. FillMask
+// allows a trie subtree whole when all its bytes loop.
+type selfLoops struct {
+	ascii [2]uint64
+	high  bool
+}
+
+// wide reports whether s is worth computing selfLoops for: some stack
+// takes many characters next (inside a string, free text).
+func (g *Grammar) wide(s *dstate) bool {
+	for _, n := range s.stacks {
+		cs := &g.sets[g.elems[n.pos].arg]
+		if bits.OnesCount64(cs.ascii[0])+bits.OnesCount64(cs.ascii[1]) >= 16 {
+			return true
+		}
+	}
+	return false
+}
+
+// selfLoops computes (once) the characters that keep s where it is; none
+// for a state that is not wide.
+func (g *Grammar) selfLoops(s *dstate) *selfLoops {
+	if l := s.loops.Load(); l != nil {
+		return l
+	}
+	if !g.wide(s) {
+		l := &selfLoops{} // not worth it: the shortcut never applies
+		s.loops.Store(l)
+		return l
+	}
+	l := &selfLoops{high: true}
+	for c := range rune(128) {
+		if g.next(s, int(g.asciiClass[c])) == s {
+			l.ascii[c>>6] |= 1 << (c & 63)
+		}
+	}
+	for k, c := range g.cuts {
+		// Surrogates never occur in UTF-8 text, so a set that leaves
+		// them out (as JSON Schema compilers write) still loops on
+		// every character a token can hold.
+		if c >= 0x80 && !isSurrogate(c) && g.next(s, k) != s {
+			l.high = false
+			break
+		}
+	}
+	s.loops.Store(l)
+	return l
 }
 
 // maskEntry is a cached token mask of a state for one vocabulary.
@@ -58,14 +119,15 @@ type maskEntry struct {
 // dfa holds the intern tables of the current generation. Guarded by
 // Grammar.mu.
 type dfa struct {
-	nodes  map[nodeKey]*snode
-	states map[string]*dstate
-	init   *dstate // the start state of the current generation
-	nextID uint64
-	bytes  int64
-	epoch  uint64
-	resets int64
-	keybuf []byte
+	nodes   map[nodeKey]*snode
+	states  map[string]*dstate
+	init    *dstate // the start state of the current generation
+	nextID  uint64
+	bytes   int64
+	epoch   uint64
+	resets  int64
+	keybuf  []byte
+	scratch closure
 }
 
 func (g *Grammar) lockedInit() {
@@ -108,7 +170,7 @@ func (g *Grammar) start() *dstate {
 	defer g.mu.Unlock()
 	g.locked()
 	if g.dfa.init == nil {
-		var c closure
+		c := &g.dfa.scratch
 		c.init(g)
 		for _, a := range g.alts[g.root] {
 			c.expand(a, nil)
@@ -133,61 +195,125 @@ func (g *Grammar) node(pos int32, parent *snode) *snode {
 	return n
 }
 
-// closure collects the stacks that expanding positions yields.
+// closure collects the stacks that expanding positions yields. One is
+// kept in the dfa and reused under Grammar.mu.
 type closure struct {
-	g       *Grammar
-	seen    map[nodeKey]bool
-	stacks  []*snode
-	present map[*snode]bool
-	accept  bool
+	g      *Grammar
+	seen   keySet
+	stacks []*snode
+	accept bool
+	work   []nodeKey
 }
 
+// init readies c for a new set, keeping its buffers.
 func (c *closure) init(g *Grammar) {
 	c.g = g
-	c.seen = map[nodeKey]bool{}
-	c.present = map[*snode]bool{}
+	c.seen.reset()
+	clear(c.stacks)
+	c.stacks = c.stacks[:0]
+	c.accept = false
+}
+
+// keySet is a set of (position, parent) pairs packed in a uint64 (the
+// parent's id above the position's 24 bits; ids start at 1, nil is 0):
+// open addressing, cleared by undoing only the slots used, so a closure
+// costs what it touches even after a large one grew the table.
+type keySet struct {
+	slots []uint64 // key+1; 0 is empty
+	used  []uint32
+}
+
+// Positions stay below 1<<24: at most MaxElements symbols, one end per
+// alternative (fewer than MaxSourceBytes written, two per synthesized
+// rule).
+func packKey(k nodeKey) uint64 {
+	var id uint64
+	if k.parent != nil {
+		id = k.parent.id
+	}
+	return id<<24 | uint64(k.pos)
+}
+
+func (s *keySet) reset() {
+	if len(s.slots) > 1<<16 && len(s.used) < len(s.slots)/64 {
+		s.slots, s.used = nil, s.used[:0] // give back a table a hostile closure grew
+		return
+	}
+	for _, i := range s.used {
+		s.slots[i] = 0
+	}
+	s.used = s.used[:0]
+}
+
+// add inserts k and reports whether it was absent.
+func (s *keySet) add(k uint64) bool {
+	if 2*(len(s.used)+1) > len(s.slots) {
+		old := s.slots
+		s.slots = make([]uint64, max(64, 2*len(old)))
+		s.used = s.used[:0]
+		for _, v := range old {
+			if v != 0 {
+				s.add(v - 1)
+			}
+		}
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (k * 0x9E3779B97F4A7C15) >> 20 & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case 0:
+			s.slots[i] = k + 1
+			s.used = append(s.used, uint32(i))
+			return true
+		case k + 1:
+			return false
+		}
+	}
 }
 
 // expand adds every stack that results from being at pos with the return
 // stack parent: rule references are expanded into their alternatives, ends
 // of alternatives return to the parent, until a character set is on top.
 // A reference in tail position pushes no return address, so right
-// recursion (repetition) keeps the stack depth constant.
+// recursion (repetition) keeps the stack depth constant. The work list
+// (not recursion) keeps a long chain of optional symbols off the
+// goroutine stack; the order does not matter, the result is a set.
 func (c *closure) expand(pos int32, parent *snode) {
-	k := nodeKey{pos, parent}
-	if c.seen[k] {
-		return
-	}
-	c.seen[k] = true
 	g := c.g
-	switch e := g.elems[pos]; e.kind {
-	case kEnd:
-		if parent == nil {
-			c.accept = true
-			return
+	work := append(c.work[:0], nodeKey{pos, parent})
+	for len(work) > 0 {
+		k := work[len(work)-1]
+		work = work[:len(work)-1]
+		if !c.seen.add(packKey(k)) {
+			continue
 		}
-		c.expand(parent.pos, parent.parent)
-	case kChars:
-		if len(c.stacks) >= maxStacks {
-			return
-		}
-		n := g.node(pos, parent)
-		if !c.present[n] {
-			c.present[n] = true
-			c.stacks = append(c.stacks, n)
-		}
-	case kRef:
-		ret := parent
-		if g.elems[pos+1].kind != kEnd {
-			if parent != nil && parent.depth+1 >= maxDepth {
-				return
+		switch e := g.elems[k.pos]; e.kind {
+		case kEnd:
+			if k.parent == nil {
+				c.accept = true
+				continue
 			}
-			ret = g.node(pos+1, parent)
-		}
-		for _, a := range g.alts[e.arg] {
-			c.expand(a, ret)
+			work = append(work, nodeKey{k.parent.pos, k.parent.parent})
+		case kChars:
+			if len(c.stacks) >= maxStacks {
+				continue
+			}
+			// Each (pos, parent) is seen once and nodes are interned, so
+			// no stack is added twice.
+			c.stacks = append(c.stacks, g.node(k.pos, k.parent))
+		case kRef:
+			ret := k.parent
+			if g.elems[k.pos+1].kind != kEnd {
+				if k.parent != nil && k.parent.depth+1 >= maxDepth {
+					continue
+				}
+				ret = g.node(k.pos+1, k.parent)
+			}
+			for _, a := range g.alts[e.arg] {
+				work = append(work, nodeKey{a, ret})
+			}
 		}
 	}
+	c.work = work
 }
 
 // state interns the collected set; g.dead when it is empty.
@@ -258,7 +384,7 @@ func (g *Grammar) nextSlow(s *dstate, cls int) *dstate {
 		return t
 	}
 	rep := g.cuts[cls]
-	var cl closure
+	cl := &g.dfa.scratch
 	cl.init(g)
 	epoch := g.dfa.epoch
 	for _, n := range s.stacks {
@@ -319,3 +445,5 @@ func (g *Grammar) CacheStats() (states, nodes int, bytes, resets int64) {
 	defer g.mu.Unlock()
 	return len(g.dfa.states), len(g.dfa.nodes), g.dfa.bytes, g.dfa.resets
 }
+
+func isSurrogate(c rune) bool { return 0xD800 <= c && c <= 0xDFFF }

@@ -47,15 +47,22 @@
 //
 // # Masks
 //
-// Vocab holds a byte trie of the tokens, built once per model. FillMask
-// walks it once from the current state, following only the bytes the
-// automaton allows, so rejected subtrees are never visited, and caches the
-// result on the state (per Vocab). Inside a JSON string, or any repeated
-// context, the state recurs, so masks are nearly always a copy. Allows
-// walks a single token's bytes; a sampler should try the unconstrained
-// choice with Allows first and build a mask only when it is rejected.
-// Tokens with nil or empty pieces are never allowed; the end-of-generation
-// ids are allowed exactly when Complete().
+// Vocab holds a byte trie of the tokens, built once per model and shared,
+// numbered in pre-order so a subtree's tokens are one run. FillMask walks
+// it once from the current state, following only the bytes the automaton
+// allows, so rejected subtrees are never visited; and where every byte
+// below a trie node keeps the automaton in the state it is in (inside a
+// JSON string almost every byte does), the subtree's tokens are allowed
+// whole without visiting it: each node records the ASCII bytes below it,
+// whether bytes >= 0x80 occur and whether all paths below are well-formed
+// UTF-8, and each wide state (one taking many characters) records which
+// characters loop back to it. The result is cached on the state (per
+// Vocab); inside a JSON string, or any repeated context, the state recurs,
+// so masks are nearly always one copy. Allows walks a single token's
+// bytes; a sampler should try the unconstrained choice with Allows first
+// and build a mask only when it is rejected. Tokens with nil or empty
+// pieces are never allowed; the end-of-generation ids are allowed exactly
+// when Complete().
 //
 // # Limits
 //
@@ -64,7 +71,8 @@
 // at most 512 deep. At run time a stack holds at most 4096 return
 // addresses and a state at most 4096 stacks; paths beyond are dropped
 // (what stays allowed is still in the language). A Grammar's cache
-// (nodes, states, transitions, masks) is bounded by DefaultCacheBytes;
-// when full it starts a new generation and the old one is freed when no
-// Matcher holds it.
+// (nodes, states, transitions, masks) is bounded by DefaultCacheBytes
+// (SetCacheLimit changes it); when full it starts a new generation and the
+// old one is freed when no Matcher holds it. Share one Grammar between the
+// requests that use the same source: they then share its cache.
 package grammar

@@ -58,8 +58,8 @@ func (g *Grammar) stepByte(s *dstate, p partial, b byte) (*dstate, partial, bool
 	}
 	shift := 6 * uint(p.need)
 	lo := max(p.val<<shift, minRune[p.n])
-	hi := p.val<<shift | (1<<shift - 1)
-	if lo > hi || !g.allowsRange(s, lo, hi) {
+	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	if lo > hi || isSurrogate(lo) && isSurrogate(hi) || !g.allowsRange(s, lo, hi) {
 		return nil, partial{}, false
 	}
 	return s, p, true
@@ -73,6 +73,8 @@ type Matcher struct {
 	st   *dstate
 	part partial
 	dfs  []frame
+
+	visited int // trie nodes the last fill visited (for tests)
 }
 
 type frame struct {
@@ -197,10 +199,32 @@ func (m *Matcher) fill(bits []uint64) {
 	if m.Complete() {
 		copy(bits, v.eog)
 	}
+	// The shortcut needs the trie's own UTF-8 bookkeeping to match the
+	// walk's, true when the walk starts at a character boundary.
+	shortcut := m.part.need == 0
 	stack := append(m.dfs[:0], frame{0, m.st, m.part})
+	visited := 0
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		visited++
+		var l *selfLoops
+		if shortcut && f.part.need == 0 && v.clean[f.node] {
+			// Working out a state's loops costs a transition per class:
+			// worth it for a big subtree (at the root, always), not to
+			// save walking a small one.
+			if l = f.st.loops.Load(); l == nil && v.end[f.node]-f.node >= 1024 {
+				l = g.selfLoops(f.st)
+			}
+		}
+		if l != nil && v.subASCII[f.node][0]&^l.ascii[0] == 0 && v.subASCII[f.node][1]&^l.ascii[1] == 0 &&
+			(l.high || !v.subHigh[f.node]) {
+			// Every byte below keeps the state: the whole subtree is allowed.
+			for _, id := range v.toks[v.tokFirst[f.node]:v.tokFirst[v.end[f.node]]] {
+				bits[id>>6] |= 1 << (id & 63)
+			}
+			continue
+		}
 		for _, id := range v.toks[v.tokFirst[f.node]:v.tokFirst[f.node+1]] {
 			bits[id>>6] |= 1 << (id & 63)
 		}
@@ -221,6 +245,9 @@ func (m *Matcher) fill(bits []uint64) {
 			}
 		}
 	}
+	m.visited = visited
+	// Keep the buffer, not the states it pointed to.
+	clear(stack[:cap(stack)])
 	m.dfs = stack[:0]
 }
 

@@ -3,7 +3,9 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -225,6 +227,8 @@ func propertyGrammars(t testing.TB) map[string]string {
 		"utf8":   `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
 		"parens": `root ::= "(" root ")" root | ""`,
 		"counts": `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
+		"ascii":  `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
+		"wide":   `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
 	}
 }
 
@@ -285,7 +289,7 @@ func TestConcurrentMatchers(t *testing.T) {
 	v, pieces := smallVocab()
 	src := jsonGrammar(t)
 	shared := mustParse(t, src)
-	shared.cacheLimit = 64 << 10 // small: generations turn over during the test
+	shared.SetCacheLimit(64 << 10) // small: generations turn over during the test
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {
@@ -329,17 +333,143 @@ func TestConcurrentMatchers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if _, _, _, resets := shared.CacheStats(); resets == 0 {
+	_, _, bytes, resets := shared.CacheStats()
+	if resets == 0 {
 		t.Error("the 64 KiB cache never started a new generation: the bound is not exercised")
+	}
+	if bytes > 2*64<<10 {
+		t.Errorf("the cache holds %d bytes, bound 64 KiB", bytes)
 	}
 }
 
 // schemaGrammar is what a JSON Schema compiler emits for an object with
-// required and optional properties, an enum and an array.
+// required and optional properties, an enum and an array; its strings
+// leave out the surrogates, as engine/jsonschema writes them.
 const schemaGrammar = `root ::= "{" ws "\"name\"" ws ":" ws string ("," ws "\"age\"" ws ":" ws integer)? "," ws "\"tags\"" ws ":" ws tags "," ws "\"kind\"" ws ":" ws kind ws "}"
 tags ::= "[" ws (string (ws "," ws string)*)? ws "]"
 kind ::= "\"a\"" | "\"b\"" | "\"xyz\""
-string ::= "\"" ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])* "\""
+string ::= "\"" ([^"\\\x00-\x1F\uD800-\uDFFF] | "\\" ["\\/bfnrt])* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 ws ::= " "?
 `
+
+// TestMask32k: on the 32000-token vocabulary, along whole generations
+// (including a character split over byte tokens), the mask equals Allows
+// for every token at every step, cached or not, and the end is complete.
+func TestMask32k(t *testing.T) {
+	v := vocab32k(t)
+	g := mustParse(t, jsonGrammar(t))
+	gs := mustParse(t, schemaGrammar)
+	doc := `{"notes": "naïve café, 日本語 😀 \"q\" \\ \u00e9", "n": [1, -2.5e3]}`
+	toks := greedy(t, v, doc)
+	// The same text with é as its two byte tokens: the first token ends
+	// inside the character.
+	split := greedy(t, v, `{"x": "caf`)
+	split = append(split, 3+0xC3, 3+0xA9)
+	split = append(split, greedy(t, v, `!"}`)...)
+	for _, c := range []struct {
+		g    *Grammar
+		toks []int32
+	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)}} {
+		for pass := range 2 { // the second pass finds every mask cached
+			m := c.g.NewMatcher(v)
+			mask := make([]uint64, (v.Size()+63)/64)
+			for i, id := range c.toks {
+				m.FillMask(mask)
+				for x := range int32(v.Size()) {
+					if (mask[x>>6]>>(x&63)&1 != 0) != m.Allows(x) {
+						t.Fatalf("pass %d step %d: token %d %q: mask %v, Allows %v", pass, i, x, v.pieces[x], !m.Allows(x), m.Allows(x))
+					}
+				}
+				if mask[id>>6]>>(id&63)&1 == 0 {
+					t.Fatalf("pass %d step %d: the text's own token %q is masked out", pass, i, v.pieces[id])
+				}
+				if err := m.Accept(id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !m.Complete() || !m.Allows(2) {
+				t.Fatal("the whole document is not complete")
+			}
+		}
+	}
+}
+
+// TestHostileGrammars: ambiguous and deeply nested grammars stay within
+// the state bounds (stacks per state, return addresses per stack) while
+// they are matched, and deep but legal nesting still works.
+func TestHostileGrammars(t *testing.T) {
+	v, pieces := smallVocab()
+	a := tokenID(t, pieces, "a")
+	for _, src := range []string{
+		`root ::= ("a"?){0,10000}`,
+		`root ::= ("a" | "a" "a" | "a"?)*`,
+		"root ::= (x | x x)*\nx ::= (\"a\" | \"aa\")+",
+		`root ::= ((("a"{1000}){1000}){1000})`,
+		"root ::= " + strings.Repeat("(", 500) + `"a"?` + strings.Repeat(")*", 500),
+	} {
+		g := mustParse(t, src)
+		m := g.NewMatcher(v)
+		for step := range 20 {
+			if len(m.st.stacks) > maxStacks {
+				t.Fatalf("%.30q step %d: %d stacks", src, step, len(m.st.stacks))
+			}
+			for _, n := range m.st.stacks {
+				if n.depth >= maxDepth {
+					t.Fatalf("%.30q: a stack of depth %d", src, n.depth)
+				}
+			}
+			checkMask(t, m, v)
+			if err := m.Accept(a); err != nil {
+				t.Fatalf("%.30q step %d: %v", src, step, err)
+			}
+		}
+	}
+	g := mustParse(t, jsonGrammar(t))
+	m := g.NewMatcher(v)
+	open, closing := tokenID(t, pieces, "["), tokenID(t, pieces, "]")
+	for range 1000 {
+		if err := m.Accept(open); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 1000 {
+		if err := m.Accept(closing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.Complete() {
+		t.Error("1000 nested arrays are not complete")
+	}
+}
+
+// TestShortcutApplies: inside a string, the mask walk allows most of the
+// trie whole instead of visiting it, also when the string's character set
+// leaves out the surrogates (engine/jsonschema's strings do; UTF-8 text
+// never holds them).
+func TestShortcutApplies(t *testing.T) {
+	v := vocab32k(t)
+	for _, c := range []struct{ name, src, prefix string }{
+		{"json", jsonGrammar(t), `{"notes": "She`},
+		{"no surrogates", schemaGrammar, `{"name": "Ada`},
+		{"any", `root ::= "<" .* ">"`, `<x`},
+	} {
+		m := mustParse(t, c.src).NewMatcher(v)
+		if err := m.AcceptBytes([]byte(c.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		mask := make([]uint64, (v.Size()+63)/64)
+		m.fill(mask)
+		allowed := 0
+		for _, w := range mask {
+			allowed += bits.OnesCount64(w)
+		}
+		t.Logf("%s: visited %d of %d trie nodes, %d tokens allowed", c.name, m.visited, v.Nodes(), allowed)
+		if m.visited > v.Nodes()/4 {
+			t.Errorf("%s: the walk visited %d of %d trie nodes: the shortcut did not apply", c.name, m.visited, v.Nodes())
+		}
+		if allowed < v.Size()/2 {
+			t.Errorf("%s: only %d tokens allowed inside a string", c.name, allowed)
+		}
+	}
+}

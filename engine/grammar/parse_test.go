@@ -118,6 +118,8 @@ func TestParseErrors(t *testing.T) {
 		{"direct left recursion", "root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"", "expr", 23, `left recursion: rule "expr"`},
 		{"indirect left recursion", "root ::= a\na ::= b \"x\" | \"y\"\nb ::= a \"z\"", "a", 17, `left recursion: rule "a"`},
 		{"left recursion behind a nullable", "root ::= a\na ::= \"x\"? a \"y\" | \"z\"", "a", 22, `left recursion: rule "a"`},
+		{"left recursion on root", `root ::= "a" | root "a"`, "root", 15, `left recursion: rule "root"`},
+		{"left recursion through a rule that can be empty", "root ::= a\na ::= \"x\" | b \"y\"\nb ::= \"z\" | opt a \"w\"\nopt ::= \"q\" | ", "a", 23, `left recursion`},
 		{"two rules on a line", `root ::= "a" b ::= "c"`, "root", 15, `expected a newline`},
 		{"invalid utf-8", "root ::= \"\xff\"", "root", 10, `invalid UTF-8`},
 		{"name expected", "root ::= \"a\"\n::= \"b\"", "", 13, `expected a rule name`},

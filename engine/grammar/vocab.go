@@ -14,9 +14,11 @@ type Vocab struct {
 	pieces [][]byte // views into one buffer
 	eog    []uint64 // bitset of the end-of-generation ids
 
-	// The trie, nodes numbered breadth first from the root 0: node i's
-	// edges are label/child[first[i]:first[i+1]] (sorted by byte), and the
-	// tokens whose piece ends at node i are toks[tokFirst[i]:tokFirst[i+1]].
+	// The trie, nodes numbered in pre-order from the root 0, so node i's
+	// subtree is the nodes [i, end[i]) and its tokens are
+	// toks[tokFirst[i]:tokFirst[end[i]]]. Node i's edges are
+	// label/child[first[i]:first[i+1]] (sorted by byte), and the tokens
+	// whose piece ends at node i are toks[tokFirst[i]:tokFirst[i+1]].
 	// Tokens with nil or empty pieces and end-of-generation ids are not in
 	// the trie.
 	first    []int32
@@ -24,6 +26,17 @@ type Vocab struct {
 	child    []int32
 	tokFirst []int32
 	toks     []int32
+	end      []int32
+
+	// Per node, what the bytes below it are, for FillMask's shortcut (a
+	// subtree whose every byte keeps the automaton in its state is allowed
+	// whole): the ASCII bytes on edges below the node, whether any byte
+	// below is >= 0x80, and whether the node is at a character boundary
+	// and every path below it is well-formed UTF-8 (a sequence left
+	// unfinished at a token's end counts as well-formed).
+	subASCII [][2]uint64
+	subHigh  []bool
+	clean    []bool
 }
 
 // NewVocab builds the vocabulary and its trie. It copies pieces. Ids in
@@ -55,35 +68,7 @@ func NewVocab(pieces [][]byte, eog []int32) *Vocab {
 	}
 	slices.SortStableFunc(ids, func(a, b int32) int { return bytes.Compare(v.pieces[a], v.pieces[b]) })
 
-	// Breadth first: each queued node is a run of sorted ids sharing a
-	// prefix of length depth.
-	type span struct{ lo, hi, depth int }
-	queue := []span{{0, len(ids), 0}}
-	for qi := 0; qi < len(queue); qi++ {
-		s := queue[qi]
-		v.first = append(v.first, int32(len(v.label)))
-		v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
-		i := s.lo
-		for i < s.hi && len(v.pieces[ids[i]]) == s.depth {
-			if s.depth > 0 {
-				v.toks = append(v.toks, ids[i])
-			}
-			i++
-		}
-		for i < s.hi {
-			b := v.pieces[ids[i]][s.depth]
-			j := i + 1
-			for j < s.hi && v.pieces[ids[j]][s.depth] == b {
-				j++
-			}
-			v.label = append(v.label, b)
-			v.child = append(v.child, int32(len(queue)))
-			queue = append(queue, span{i, j, s.depth + 1})
-			i = j
-		}
-	}
-	v.first = append(v.first, int32(len(v.label)))
-	v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
+	v.build(ids)
 	return v
 }
 
@@ -95,4 +80,118 @@ func (v *Vocab) Nodes() int { return len(v.first) - 1 }
 
 func (v *Vocab) isEOG(id int32) bool {
 	return id >= 0 && int(id) < len(v.pieces) && v.eog[id>>6]>>(id&63)&1 != 0
+}
+
+// build lays out the trie of the sorted ids in pre-order.
+func (v *Vocab) build(ids []int32) {
+	var ok []bool // the path to the node is well-formed UTF-8 so far
+	var bnd []bool
+	newNode := func(good, boundary bool) int32 {
+		v.first = append(v.first, int32(len(v.label)))
+		v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
+		v.end = append(v.end, 0)
+		ok = append(ok, good)
+		bnd = append(bnd, boundary)
+		return int32(len(v.end) - 1)
+	}
+	type group struct {
+		lo, hi int
+		b      byte
+	}
+	var walk func(lo, hi, depth int, node int32, part partial)
+	walk = func(lo, hi, depth int, node int32, part partial) {
+		i := lo
+		for i < hi && len(v.pieces[ids[i]]) == depth {
+			if depth > 0 {
+				v.toks = append(v.toks, ids[i])
+			}
+			i++
+		}
+		var groups []group
+		for i < hi {
+			b := v.pieces[ids[i]][depth]
+			j := i + 1
+			for j < hi && v.pieces[ids[j]][depth] == b {
+				j++
+			}
+			groups = append(groups, group{i, j, b})
+			i = j
+		}
+		// Reserve this node's edges before any child is numbered, so
+		// first[] stays in node order.
+		e0 := len(v.label)
+		for _, gr := range groups {
+			v.label = append(v.label, gr.b)
+			v.child = append(v.child, 0)
+		}
+		for k, gr := range groups {
+			p, good := utf8Next(part, gr.b)
+			good = good && ok[node]
+			c := newNode(good, good && p.need == 0)
+			v.child[e0+k] = c
+			walk(gr.lo, gr.hi, depth+1, c, p)
+		}
+		v.end[node] = int32(len(v.end))
+	}
+	walk(0, len(ids), 0, newNode(true, true), partial{})
+	v.first = append(v.first, int32(len(v.label)))
+	v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
+
+	// Summaries bottom-up: children are numbered after their parents.
+	n := len(v.end)
+	v.subASCII = make([][2]uint64, n)
+	v.subHigh = make([]bool, n)
+	v.clean = make([]bool, n)
+	allOK := ok
+	for x := n - 1; x >= 0; x-- {
+		for e := v.first[x]; e < v.first[x+1]; e++ {
+			c, b := v.child[e], v.label[e]
+			if b < 0x80 {
+				v.subASCII[x][b>>6] |= 1 << (b & 63)
+			} else {
+				v.subHigh[x] = true
+			}
+			v.subASCII[x][0] |= v.subASCII[c][0]
+			v.subASCII[x][1] |= v.subASCII[c][1]
+			v.subHigh[x] = v.subHigh[x] || v.subHigh[c]
+			allOK[x] = allOK[x] && allOK[c]
+		}
+		v.clean[x] = bnd[x] && allOK[x]
+	}
+}
+
+// utf8Next decodes one more byte of output after the unfinished sequence
+// p, as stepByte does with a grammar that allows every character: ok is
+// false for ill-formed UTF-8 (a stray continuation byte, an invalid lead
+// byte, an overlong form, a surrogate, beyond U+10FFFF, or a prefix no
+// code point completes).
+func utf8Next(p partial, b byte) (partial, bool) {
+	if p.need == 0 {
+		switch {
+		case b < 0x80:
+			return partial{}, true
+		case b >= 0xC2 && b <= 0xDF:
+			p = partial{val: rune(b & 0x1F), need: 1, n: 2}
+		case b&0xF0 == 0xE0:
+			p = partial{val: rune(b & 0x0F), need: 2, n: 3}
+		case b >= 0xF0 && b <= 0xF4:
+			p = partial{val: rune(b & 0x07), need: 3, n: 4}
+		default:
+			return partial{}, false
+		}
+	} else {
+		if b&0xC0 != 0x80 {
+			return partial{}, false
+		}
+		p.val = p.val<<6 | rune(b&0x3F)
+		p.need--
+		if p.need == 0 {
+			c := p.val
+			return partial{}, c >= minRune[p.n] && c <= maxRune && !(0xD800 <= c && c <= 0xDFFF)
+		}
+	}
+	shift := 6 * uint(p.need)
+	lo := max(p.val<<shift, minRune[p.n])
+	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	return p, lo <= hi && !(isSurrogate(lo) && isSurrogate(hi))
 }

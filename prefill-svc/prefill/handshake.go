@@ -65,7 +65,7 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if pages := h.Layout.PagesFor(n); int(hs.GetPagesReserved()) < pages {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "pages_reserved: %d, a prompt of %d tokens needs %d", hs.GetPagesReserved(), n, pages)
 	}
-	params, err := apiconv.Sampling(hs.GetSampling())
+	params, err := apiconv.SamplingVocab(hs.GetSampling(), h.Config.Vocab)
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
@@ -73,6 +73,14 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
+	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n); err != nil {
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
+	}
+	// The first token is sampled here, under the request's grammar.
+	constraint, err := s.grammars.Constraint(hs.GetSampling())
+	if err != nil {
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
+	}
 	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
-		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs}, nil
+		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, Constraint: constraint, PromptLogprobs: hs.GetSampling().GetPromptLogprobs()}, nil
 }

@@ -9,11 +9,13 @@
 package prefill
 
 import (
+	"context"
 	"errors"
 	"flag"
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/constrain"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"google.golang.org/grpc"
 )
@@ -23,6 +25,9 @@ type Service struct {
 	batonv1.UnimplementedPrefillServiceServer
 	enginehost.Worker
 	live liveTransfers // by request id, so that a retry replaces a stale attempt
+	// grammars compiles requests' grammars and JSON Schemas against the
+	// model's vocabulary, built once by Open.
+	grammars *constrain.Compiler
 }
 
 // New returns an unconfigured prefill worker; svckit.Main configures and runs it.
@@ -42,6 +47,16 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 		Handshake: "how long prefill waits for a new TransferKV stream's first message, the handshake (decode's own --handshake-timeout bounds its wait for prefill to accept)",
 		Idle:      "how long prefill waits for decode to grant a credit while KV chunks are waiting, or for one message to go out while decode's flow-control windows are exhausted; then prefill ends the transfer and releases the pages (decode's own --transfer-idle-timeout bounds its wait for prefill's messages)",
 	})
+}
+
+// Open loads the model, starts the scheduler and builds the model's
+// grammar vocabulary.
+func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
+	if err := s.Worker.Open(ctx, d); err != nil {
+		return err
+	}
+	s.grammars = constrain.New(s.Host.Tokenizer, s.Host.Config.Vocab, 0)
+	return nil
 }
 
 // Validate checks the flags.

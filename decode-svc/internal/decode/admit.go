@@ -34,11 +34,20 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		return sched.Request{}, bad(fmt.Errorf("request.sampling.max_new_tokens: %d with a %d-token prompt, want 1-%d (context window %d)",
 			maxNew, len(prompt), cfg.ContextLength-len(prompt), cfg.ContextLength))
 	}
-	params, err := apiconv.Sampling(r.GetSampling())
+	params, err := apiconv.SamplingVocab(r.GetSampling(), cfg.Vocab)
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
 	stopIDs, err := apiconv.StopTokenIDs(r.GetSampling(), cfg.Vocab)
+	if err != nil {
+		return sched.Request{}, bad(err)
+	}
+	if err := apiconv.CheckPromptLogprobs(r.GetSampling(), len(prompt)); err != nil {
+		return sched.Request{}, bad(err)
+	}
+	// The grammar is compiled here, colocated or not: decode samples every
+	// token after the first under it.
+	constraint, err := s.grammars.Constraint(r.GetSampling())
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
@@ -54,7 +63,9 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		}
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
-		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos()}, nil
+		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos(), Constraint: constraint,
+		// Colocated, the scheduler computes them; PD, prefill does (pull).
+		PromptLogprobs: r.GetSampling().GetPromptLogprobs()}, nil
 }
 
 // submitErr is the status of the scheduler's refusal (svckit's one table:

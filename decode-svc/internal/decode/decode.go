@@ -13,6 +13,7 @@ import (
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/constrain"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc"
@@ -33,6 +34,9 @@ type Service struct {
 	// dialOpts are added to the options prefill workers are dialed with:
 	// tests reach in-process prefill workers over memory this way.
 	dialOpts []grpc.DialOption
+	// grammars compiles requests' grammars and JSON Schemas against the
+	// model's vocabulary, built once by Open.
+	grammars *constrain.Compiler
 }
 
 // New returns an unconfigured decode worker; svckit.Main configures and runs it.
@@ -78,7 +82,11 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 	s.peerLimits.warn(d.Logger)
 	s.peers = newPeerPool(s.peerLimits, append([]grpc.DialOption{creds,
 		d.Tracing.DialOption(), s.Codec.DialOption(), d.Config.KeepaliveDialOption()}, s.dialOpts...)...)
-	return s.Worker.Open(ctx, d)
+	if err := s.Worker.Open(ctx, d); err != nil {
+		return err
+	}
+	s.grammars = constrain.New(s.Host.Tokenizer, s.Host.Config.Vocab, 0)
+	return nil
 }
 
 // Register installs DecodeService and WorkerService.

@@ -1,14 +1,27 @@
 package openai
 
-import "errors"
+import (
+	"github.com/baton-serving/baton/engine/grammar"
+	"github.com/baton-serving/baton/engine/jsonschema"
+)
 
-// errNoConstrainedDecoding: the constrained decoder (engine/grammar,
-// engine/jsonschema) is not in this build yet; structured output is refused
-// rather than ignored.
-var errNoConstrainedDecoding = errors.New("constrained decoding (grammars and JSON schemas) is not supported by this build")
+// The constrained decoder's compilers, run at the router so that a grammar
+// or schema Baton cannot follow is a 400 naming the field (and the schema
+// keyword) before any worker is involved; the GBNF source is what travels
+// to the workers (SamplingParams.grammar).
 
-func anyObjectGrammar() (string, error) { return "", errNoConstrainedDecoding }
+// anyObjectGrammar is the GBNF of response_format json_object.
+func anyObjectGrammar() (string, error) { return jsonschema.AnyObject, nil }
 
-func parseGrammar(string) error { return errNoConstrainedDecoding }
+// parseGrammar checks GBNF source (the grammar field).
+func parseGrammar(src string) error {
+	_, err := grammar.Parse(src)
+	return err
+}
 
-func compileSchema([]byte) (string, error) { return "", errNoConstrainedDecoding }
+// compileSchema compiles a JSON Schema to GBNF; its errors name the keyword
+// and its path in the schema (*jsonschema.Error). The router's prepare
+// parses the result, as it parses every request's grammar.
+func compileSchema(schema []byte) (string, error) {
+	return jsonschema.ToGrammar(schema)
+}

@@ -261,6 +261,8 @@ func TestRouterStrictFields(t *testing.T) {
 	for _, c := range []struct{ body, param string }{
 		{`{"prompt":"x","sampling":{"logit_bias":{"512":1}}}`, "sampling.logit_bias"},
 		{`{"prompt":"x","sampling":{"logit_bias":{"5":101}}}`, "sampling.logit_bias"},
+		{`{"prompt":"x","sampling":{"grammar":"root ::= ("}}`, "sampling.grammar"},
+		{`{"prompt":"x","sampling":{"json_schema":"{\"type\":\"object\",\"patternProperties\":{}}"}}`, "sampling.json_schema"},
 	} {
 		resp, b := post(t, strict.http+"/v1/generate", c.body, auth...)
 		checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", c.param)
@@ -268,6 +270,16 @@ func TestRouterStrictFields(t *testing.T) {
 	resp, b = post(t, strict.http+"/v1/generate", `{"prompt":"x","sampling":{"max_new_tokens":2,"logit_bias":{"5":-100}}}`, auth...)
 	if resp.StatusCode != 200 {
 		t.Errorf("native logit_bias: %d %s", resp.StatusCode, b)
+	}
+	// Structured output passes the router's own checks of the grammar.
+	for _, body := range []string{
+		`{"prompt":"x","max_tokens":2,"response_format":{"type":"json_object"}}`,
+		`{"prompt":"x","max_tokens":2,"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"],"additionalProperties":false}}}}`,
+		`{"prompt":"x","max_tokens":2,"grammar":"root ::= \"a\"+"}`,
+	} {
+		if resp, b := post(t, strict.http+cmplPath, body, auth...); resp.StatusCode != 200 {
+			t.Errorf("%s: %d %s", body, resp.StatusCode, b)
+		}
 	}
 	strict.idle(t)
 

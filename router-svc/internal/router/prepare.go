@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/baton-serving/baton/engine/grammar"
+	"github.com/baton-serving/baton/engine/jsonschema"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/canary"
@@ -19,8 +21,9 @@ import (
 // prepare validates a client's request and returns the request the workers
 // get: with an id, the prompt as token ids, max_new_tokens set and a fixed
 // seed (so that prefill and decode draw the same random numbers, and a
-// request can be replayed). Every error is INVALID_ARGUMENT (NOT_FOUND for an
-// unknown model) naming the field.
+// request can be replayed), and a json_schema compiled to its grammar.
+// Every error is INVALID_ARGUMENT (NOT_FOUND for an unknown model) naming
+// the field.
 func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest, error) {
 	bad := func(format string, a ...any) error { return status.Errorf(codes.InvalidArgument, format, a...) }
 	if in == nil {
@@ -88,6 +91,25 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 	}
 	if _, err := apiconv.StopTokenIDs(sp, vocab); err != nil {
 		return nil, bad("%v", err)
+	}
+	// A grammar or schema the constrained decoder cannot follow is refused
+	// here, naming the field (and the schema keyword), not by the workers.
+	// A schema travels compiled, as the grammar the workers would make of
+	// it.
+	if js := sp.GetJsonSchema(); js != "" {
+		g, err := jsonschema.ToGrammar([]byte(js))
+		if err != nil {
+			return nil, bad("sampling.json_schema: %v", err)
+		}
+		sp.Grammar, sp.JsonSchema = g, ""
+	}
+	if g := sp.GetGrammar(); g != "" {
+		if _, err := grammar.Parse(g); err != nil {
+			if in.GetSampling().GetJsonSchema() != "" {
+				return nil, status.Errorf(codes.Internal, "sampling.json_schema: the compiled grammar does not parse: %v", err)
+			}
+			return nil, bad("sampling.grammar: %v", err)
+		}
 	}
 	if sp.Seed == nil {
 		seed := randomUint64()

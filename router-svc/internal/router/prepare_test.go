@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/jsonschema"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -141,5 +142,43 @@ func TestPrepareKeepsLogitBias(t *testing.T) {
 	}
 	if b := req.GetSampling().GetLogitBias(); len(b) != 2 || b[0] != -100 || b[511] != 100 {
 		t.Errorf("logit_bias = %v", b)
+	}
+}
+
+// TestPrepareConstraints: the native API's grammar is parsed and its
+// json_schema compiled at the router (travelling as the grammar); what the
+// constrained decoder cannot follow is INVALID_ARGUMENT naming the field.
+func TestPrepareConstraints(t *testing.T) {
+	s := testRouter(t)
+	const schema = `{"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"],"additionalProperties":false}`
+	req, err := s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{JsonSchema: schema}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := jsonschema.ToGrammar([]byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := req.GetSampling(); sp.GetGrammar() != want || sp.GetJsonSchema() != "" {
+		t.Errorf("grammar %q json_schema %q, want the compiled schema", sp.GetGrammar(), sp.GetJsonSchema())
+	}
+	const gbnf = `root ::= "yes" | "no"`
+	if req, err := s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{Grammar: gbnf}}); err != nil || req.GetSampling().GetGrammar() != gbnf {
+		t.Errorf("grammar: %v %v", req.GetSampling(), err)
+	}
+	for _, c := range []struct {
+		name string
+		sp   *batonv1.SamplingParams
+		want string
+	}{
+		{"bad grammar", &batonv1.SamplingParams{Grammar: "root ::= ("}, "sampling.grammar"},
+		{"unsupported keyword", &batonv1.SamplingParams{JsonSchema: `{"type":"object","patternProperties":{"x":{}}}`}, "patternProperties"},
+		{"schema not JSON", &batonv1.SamplingParams{JsonSchema: `{"type":`}, "sampling.json_schema"},
+		{"both", &batonv1.SamplingParams{Grammar: gbnf, JsonSchema: schema}, "sampling.grammar"},
+	} {
+		_, err := s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: c.sp})
+		if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), c.want) {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT naming %q", c.name, err, c.want)
+		}
 	}
 }

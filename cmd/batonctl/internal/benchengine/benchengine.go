@@ -32,8 +32,10 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/engine/tokenizer"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kernels/quant"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/constrain"
 )
 
 // Summary is the one-line description of the command.
@@ -72,6 +74,12 @@ to 0 there):
   ppP  B sequences each prefill a P-token prompt (in batched chunks) and
        sample one token; pp_tokens_per_second = B·P / time.
 
+With --json-schema FILE or --grammar FILE every sequence is constrained
+as a worker constrains a request with sampling.json_schema or
+sampling.grammar (the mask in the sampler); a sequence that completes its
+grammar ends early, and tg counts the tokens actually generated. Compare
+with a run without it for the mask's cost.
+
 Each test runs R times after one untimed warm-up. Decode throughput grows
 with B because each step reads every weight matrix once for all B
 sequences. With --json one JSON object is printed:
@@ -106,6 +114,10 @@ type options struct {
 	cpuProfile string
 	// membw is the buffer size of the read-bandwidth measurement; 0 skips it.
 	membw int64
+
+	// jsonSchema and grammar are --json-schema and --grammar: files whose
+	// JSON Schema or GBNF constrains every sequence of the batched tests.
+	jsonSchema, grammar string
 }
 
 // Result is one test at one batch size.
@@ -119,6 +131,10 @@ type Result struct {
 	PPPerSecond *float64  `json:"pp_tokens_per_second,omitempty"`
 	Stddev      float64   `json:"stddev"`
 	Samples     []float64 `json:"samples"`
+	// GeneratedPerSeq is the mean number of tokens a sequence generated in
+	// the timed tg runs: N, unless a --json-schema or --grammar ended it
+	// sooner.
+	GeneratedPerSeq float64 `json:"generated_per_seq,omitempty"`
 }
 
 // Report is the whole output.
@@ -170,6 +186,8 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return nil
 	})
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (go tool pprof format) to this file")
+	fs.StringVar(&o.jsonSchema, "json-schema", "", "constrain every sequence of the --batch tests to JSON valid against the JSON Schema in this file, as sampling.json_schema does on the workers [$"+svckit.EnvName("json-schema")+"]")
+	fs.StringVar(&o.grammar, "grammar", "", "constrain every sequence of the --batch tests to the GBNF grammar in this file, as sampling.grammar does on the workers [$"+svckit.EnvName("grammar")+"]")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, help)
 		fs.PrintDefaults()
@@ -181,7 +199,16 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %v\n", err)
 		return exitUsage
 	}
-	fs.Visit(func(f *flag.Flag) { o.pSet = o.pSet || f.Name == "p" })
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.pSet = set["p"]
+	// The constraint files also come from the environment, for scripts
+	// that run the same command with and without one.
+	for name, v := range map[string]*string{"json-schema": &o.jsonSchema, "grammar": &o.grammar} {
+		if env, ok := os.LookupEnv(svckit.EnvName(name)); ok && !set[name] {
+			*v = env
+		}
+	}
 	if err := o.check(); err != nil {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %v (see --help)\n", err)
 		return exitUsage
@@ -247,6 +274,10 @@ func (o *options) check() error {
 		return fmt.Errorf("--page-size %d: want ≥ 1", o.pageSize)
 	case o.membw > 0 && o.batched:
 		return errors.New("--membw measures beside the single-sequence tests: drop --batch")
+	case o.jsonSchema != "" && o.grammar != "":
+		return errors.New("--json-schema and --grammar: give at most one")
+	case (o.jsonSchema != "" || o.grammar != "") && !o.batched:
+		return errors.New("--json-schema and --grammar constrain the scheduler's sequences: add --batch")
 	}
 	switch strings.ToUpper(o.kvType) {
 	case "F32":
@@ -328,8 +359,18 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 	defer lm.Close()
 	path, f, m, cfg := lm.path, lm.file, lm.m, lm.cfg
 	bos := int32(1)
-	if tok, err := tokenizer.FromGGUF(f); err == nil && tok.BOS() >= 0 && int(tok.BOS()) < cfg.Vocab {
+	tok, err := tokenizer.FromGGUF(f)
+	if err == nil && tok.BOS() >= 0 && int(tok.BOS()) < cfg.Vocab {
 		bos = tok.BOS()
+	}
+	var constraint func() sample.Constraint
+	if o.jsonSchema != "" || o.grammar != "" {
+		if tok == nil {
+			return nil, fmt.Errorf("--json-schema/--grammar need the model's tokenizer: %w", err)
+		}
+		if constraint, err = loadConstraint(o, tok, cfg.Vocab); err != nil {
+			return nil, err
+		}
 	}
 	layout := cfg.KVLayout(o.pageSize, o.kvDType)
 	pool, err := kvcache.New(layout, o.maxBatch*layout.PagesFor(o.maxLen))
@@ -344,13 +385,13 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 	}
 	for _, b := range o.batches {
 		s, err := sched.New(sched.Config{
-			Model: m, Pool: pool, MaxSeqs: b, MaxBatchTokens: max(sched.DefaultMaxBatchTokens, b),
+			Model: m, Pool: pool, Tokenizer: tok, MaxSeqs: b, MaxBatchTokens: max(sched.DefaultMaxBatchTokens, b),
 			EventBuffer: o.maxLen + 4, AuditInterval: -1,
 		})
 		if err != nil {
 			return nil, err
 		}
-		results, err := benchBatch(ctx, s, o, b, bos, cfg.Vocab)
+		results, err := benchBatch(ctx, s, o, b, bos, cfg.Vocab, constraint)
 		s.Close()
 		if err != nil {
 			return nil, err
@@ -358,15 +399,46 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 		rep.Results = append(rep.Results, results...)
 		if !o.json {
 			for _, r := range results {
-				fmt.Fprintf(stderr, "batch %d %s: %.2f tokens/s\n", r.Batch, r.Test, mean(r.Samples))
+				fmt.Fprintf(stderr, "batch %d %s: %.2f tokens/s", r.Batch, r.Test, mean(r.Samples))
+				if r.GeneratedPerSeq > 0 {
+					fmt.Fprintf(stderr, " (%.1f tokens per sequence)", r.GeneratedPerSeq)
+				}
+				fmt.Fprintln(stderr)
 			}
 		}
 	}
 	return rep, nil
 }
 
-// benchBatch runs the tests at one batch size.
-func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos int32, vocab int) ([]Result, error) {
+// loadConstraint compiles --json-schema or --grammar against the model's
+// vocabulary, as a worker does, and returns a maker of fresh matchers.
+func loadConstraint(o options, tok *tokenizer.Tokenizer, vocab int) (func() sample.Constraint, error) {
+	file, sp := o.grammar, &batonv1.SamplingParams{}
+	if o.jsonSchema != "" {
+		file = o.jsonSchema
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if o.jsonSchema != "" {
+		sp.JsonSchema = string(src)
+	} else {
+		sp.Grammar = string(src)
+	}
+	c := constrain.New(tok, vocab, 1)
+	if _, err := c.Constraint(sp); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return func() sample.Constraint {
+		m, _ := c.Constraint(sp) // cached: compiled above
+		return m
+	}, nil
+}
+
+// benchBatch runs the tests at one batch size; constraint, when set, makes
+// each sequence's grammar matcher.
+func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos int32, vocab int, constraint func() sample.Constraint) ([]Result, error) {
 	var out []Result
 	if o.p > 0 {
 		// A fixed pseudo-random prompt: token ids spread over the
@@ -376,7 +448,7 @@ func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos i
 		for i := 1; i < o.p; i++ {
 			prompt[i] = int32((i*7919 + 13) % vocab)
 		}
-		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: prompt, MaxTokens: 1, Params: greedy(), IgnoreEOS: true}, o.p)
+		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: prompt, MaxTokens: 1, Params: greedy(), IgnoreEOS: true}, o.p, constraint, false)
 		if err != nil {
 			return nil, err
 		}
@@ -385,7 +457,7 @@ func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos i
 		out = append(out, r)
 	}
 	if o.n > 0 {
-		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: []int32{bos}, MaxTokens: o.n, Params: greedy(), IgnoreEOS: true}, o.n)
+		r, err := runTest(ctx, s, b, o.reps, sched.Request{Prompt: []int32{bos}, MaxTokens: o.n, Params: greedy(), IgnoreEOS: true}, o.n, constraint, true)
 		if err != nil {
 			return nil, err
 		}
@@ -397,44 +469,66 @@ func benchBatch(ctx context.Context, s *sched.Scheduler, o options, b int, bos i
 }
 
 // runTest runs b copies of req together, once to warm up and reps times
-// timed, counting perSeq tokens for each sequence.
-func runTest(ctx context.Context, s *sched.Scheduler, b, reps int, req sched.Request, perSeq int) (Result, error) {
+// timed, counting perSeq tokens for each sequence, or with countGenerated
+// the tokens each generated (a grammar may end a sequence early).
+func runTest(ctx context.Context, s *sched.Scheduler, b, reps int, req sched.Request, perSeq int, constraint func() sample.Constraint, countGenerated bool) (Result, error) {
 	res := Result{Batch: b, Repetitions: reps, Samples: []float64{}}
 	for rep := -1; rep < reps; rep++ {
 		start := time.Now()
-		if err := runOnce(ctx, s, b, req); err != nil {
+		generated, err := runOnce(ctx, s, b, req, constraint)
+		if err != nil {
 			return res, err
 		}
+		tokens := b * perSeq
+		if countGenerated {
+			tokens = generated
+		}
 		if rep >= 0 {
-			res.Samples = append(res.Samples, float64(b*perSeq)/time.Since(start).Seconds())
+			res.Samples = append(res.Samples, float64(tokens)/time.Since(start).Seconds())
+			if countGenerated {
+				res.GeneratedPerSeq += float64(generated) / float64(b*reps)
+			}
 		}
 	}
 	res.Stddev = stddev(res.Samples)
 	return res, nil
 }
 
-func runOnce(ctx context.Context, s *sched.Scheduler, b int, req sched.Request) error {
+// runOnce runs b copies of req (each with a fresh matcher from constraint,
+// when set) and returns the tokens they generated.
+func runOnce(ctx context.Context, s *sched.Scheduler, b int, req sched.Request, constraint func() sample.Constraint) (int, error) {
 	streams := make([]*sched.Stream, 0, b)
 	for range b {
+		if constraint != nil {
+			req.Constraint = constraint()
+		}
 		st, err := s.Submit(ctx, req)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		streams = append(streams, st)
 	}
 	errs := make([]error, b)
+	generated := make([]int, b)
 	var wg sync.WaitGroup
 	for i, st := range streams {
 		wg.Go(func() {
 			for ev := range st.Events() {
-				if ev.Kind == sched.EventDone && ev.Err != nil {
-					errs[i] = fmt.Errorf("sequence %d: %s: %w", i, ev.Finish, ev.Err)
+				if ev.Kind == sched.EventDone {
+					generated[i] = ev.Usage.CompletionTokens
+					if ev.Err != nil {
+						errs[i] = fmt.Errorf("sequence %d: %s: %w", i, ev.Finish, ev.Err)
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	total := 0
+	for _, g := range generated {
+		total += g
+	}
+	return total, errors.Join(errs...)
 }
 
 func greedy() sample.Params {
