@@ -11,6 +11,7 @@ package openai
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -83,14 +84,20 @@ func (h *Handler) checkPromptBytes(param string, n int) *httpError {
 	if int64(n) <= h.maxPromptBytes {
 		return nil
 	}
+	return h.promptTooLong(param, fmt.Sprintf("the prompt has %d bytes", n))
+}
+
+// promptTooLong is the refusal of a prompt the byte bound proves too long;
+// what says how long it is.
+func (h *Handler) promptTooLong(param, what string) *httpError {
 	tokens := h.model.ContextLength - 1
-	limit := "this model's context window is %d tokens and at least one must be left to generate"
+	limit := fmt.Sprintf("this model's context window is %d tokens and at least one must be left to generate", h.model.ContextLength)
 	code := "context_length_exceeded"
 	if l := h.limits.MaxPromptTokens; l > 0 && l < tokens {
-		tokens, limit, code = l, "this server accepts at most %d tokens (--max-prompt-tokens)", "prompt_too_long"
+		tokens, limit, code = l, fmt.Sprintf("this server accepts at most %d tokens (--max-prompt-tokens)", l), "prompt_too_long"
 	}
-	return invalid(param, "the prompt has %d bytes, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); "+limit,
-		n, tokens, h.maxTokenBytes, tokens).withCode(code)
+	return invalid(param, "%s, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); %s",
+		what, tokens, h.maxTokenBytes, limit).withCode(code)
 }
 
 // maxEscapeRatio bounds the JSON bytes of one decoded byte of a string:
@@ -111,9 +118,8 @@ func (h *Handler) precheckCompletion(body []byte) *httpError {
 	if v == nil {
 		return nil
 	}
-	if n := longestString(v); int64(n-2) > maxEscapeRatio*h.maxPromptBytes {
-		return invalid("prompt", "the prompt is a %d-byte JSON string, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); this model's context window is %d tokens",
-			n, h.model.ContextLength-1, h.maxTokenBytes, h.model.ContextLength).withCode("context_length_exceeded")
+	if n := longestString(v) - 2; int64(n) > maxEscapeRatio*h.maxPromptBytes {
+		return h.promptTooLong("prompt", fmt.Sprintf("the prompt is a JSON string of %d bytes (at least %d bytes of text)", n, n/maxEscapeRatio))
 	}
 	return nil
 }

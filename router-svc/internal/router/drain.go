@@ -23,8 +23,8 @@ import (
 // The cancel causes of requests the drain ends; both wrap
 // svckit.ErrDraining (UNAVAILABLE).
 var (
-	errDrainRefused = fmt.Errorf("%w: the router is shutting down and the request had no output yet; retry it", svckit.ErrDraining)
-	errDrainCut     = fmt.Errorf("%w: the router is shutting down and the request was still running at --shutdown-timeout; retry it", svckit.ErrDraining)
+	errDrainRefused = fmt.Errorf("%w: the router refused the request before its first token; retry it", svckit.ErrDraining)
+	errDrainCut     = fmt.Errorf("%w: the request was still running when the router's --shutdown-timeout was nearly spent; retry it", svckit.ErrDraining)
 )
 
 // drainTail bounds the time kept, at the end of the shutdown timeout, for

@@ -276,9 +276,9 @@ func (s *Service) logEnd(ctx context.Context, log *slog.Logger, r *request, err 
 		return
 	}
 	by := endedBy(ctx, r)
-	level := slog.LevelWarn
-	if by == "client" || by == "abort" {
-		level = slog.LevelInfo
+	level := slog.LevelWarn // the router's own end of it, or a worker's
+	if by == "client" || by == "abort" || by == "router" {
+		level = slog.LevelInfo // the client's doing, or a refusal (no pair)
 	}
 	st := status.Convert(err)
 	log.Log(ctx, level, "request ended early", "ended_by", by, "code", st.Code().String(), "err", st.Message(),
