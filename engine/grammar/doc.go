@@ -56,7 +56,8 @@
 // whole without visiting it: each node records the ASCII bytes below it,
 // whether bytes >= 0x80 occur and whether all paths below are well-formed
 // UTF-8, and each wide state (one taking many characters) records which
-// characters loop back to it. The result is cached on the state (per
+// characters loop back to it (surrogates aside: UTF-8 text never holds
+// them, so a set that leaves them out still loops). The result is cached on the state (per
 // Vocab); inside a JSON string, or any repeated context, the state recurs,
 // so masks are nearly always one copy. Allows walks a single token's
 // bytes; a sampler should try the unconstrained choice with Allows first

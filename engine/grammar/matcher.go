@@ -199,8 +199,10 @@ func (m *Matcher) fill(bits []uint64) {
 	if m.Complete() {
 		copy(bits, v.eog)
 	}
-	// The shortcut needs the trie's own UTF-8 bookkeeping to match the
-	// walk's, true when the walk starts at a character boundary.
+	// The shortcut needs the trie's own UTF-8 bookkeeping (decoded from
+	// the root) to match the walk's, true when the walk starts at a
+	// character boundary; then a node inside a character qualifies too:
+	// its state is the one before the character.
 	shortcut := m.part.need == 0
 	stack := append(m.dfs[:0], frame{0, m.st, m.part})
 	visited := 0
@@ -209,7 +211,7 @@ func (m *Matcher) fill(bits []uint64) {
 		stack = stack[:len(stack)-1]
 		visited++
 		var l *selfLoops
-		if shortcut && f.part.need == 0 && v.clean[f.node] {
+		if shortcut && v.clean[f.node] {
 			// Working out a state's loops costs a transition per class:
 			// worth it for a big subtree (at the root, always), not to
 			// save walking a small one.

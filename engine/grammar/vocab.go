@@ -31,9 +31,9 @@ type Vocab struct {
 	// Per node, what the bytes below it are, for FillMask's shortcut (a
 	// subtree whose every byte keeps the automaton in its state is allowed
 	// whole): the ASCII bytes on edges below the node, whether any byte
-	// below is >= 0x80, and whether the node is at a character boundary
-	// and every path below it is well-formed UTF-8 (a sequence left
-	// unfinished at a token's end counts as well-formed).
+	// below is >= 0x80, and whether every path to and below it is
+	// well-formed UTF-8 (a sequence left unfinished at a token's end counts
+	// as well-formed), decoding from the root.
 	subASCII [][2]uint64
 	subHigh  []bool
 	clean    []bool
@@ -85,13 +85,11 @@ func (v *Vocab) isEOG(id int32) bool {
 // build lays out the trie of the sorted ids in pre-order.
 func (v *Vocab) build(ids []int32) {
 	var ok []bool // the path to the node is well-formed UTF-8 so far
-	var bnd []bool
-	newNode := func(good, boundary bool) int32 {
+	newNode := func(good bool) int32 {
 		v.first = append(v.first, int32(len(v.label)))
 		v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
 		v.end = append(v.end, 0)
 		ok = append(ok, good)
-		bnd = append(bnd, boundary)
 		return int32(len(v.end) - 1)
 	}
 	type group struct {
@@ -127,13 +125,13 @@ func (v *Vocab) build(ids []int32) {
 		for k, gr := range groups {
 			p, good := utf8Next(part, gr.b)
 			good = good && ok[node]
-			c := newNode(good, good && p.need == 0)
+			c := newNode(good)
 			v.child[e0+k] = c
 			walk(gr.lo, gr.hi, depth+1, c, p)
 		}
 		v.end[node] = int32(len(v.end))
 	}
-	walk(0, len(ids), 0, newNode(true, true), partial{})
+	walk(0, len(ids), 0, newNode(true), partial{})
 	v.first = append(v.first, int32(len(v.label)))
 	v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
 
@@ -156,7 +154,7 @@ func (v *Vocab) build(ids []int32) {
 			v.subHigh[x] = v.subHigh[x] || v.subHigh[c]
 			allOK[x] = allOK[x] && allOK[c]
 		}
-		v.clean[x] = bnd[x] && allOK[x]
+		v.clean[x] = allOK[x]
 	}
 }
 
