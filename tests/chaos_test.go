@@ -49,6 +49,7 @@ func TestChaos(t *testing.T) {
 		{"router restart mid-flight", chaosRouterRestart},
 		{"wedged router request path", chaosRouterWedge},
 		{"trickling SSE clients", chaosTrickle},
+		{"SIGTERM the router mid-stream", chaosRouterDrain},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {

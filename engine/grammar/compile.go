@@ -86,7 +86,9 @@ func compile(p *parser) *Grammar {
 }
 
 func (g *Grammar) classes() {
-	cut := map[rune]bool{0: true, 0x80: true} // 0x80: classes are ASCII or not
+	// 0x80: classes are ASCII or not; the surrogates (never text) are
+	// classes of their own.
+	cut := map[rune]bool{0: true, 0x80: true, 0xD800: true, 0xE000: true}
 	for _, s := range g.sets {
 		for _, r := range s.ranges {
 			cut[r.lo] = true

@@ -59,13 +59,27 @@ type dstate struct {
 	loops  atomic.Pointer[selfLoops]
 }
 
-// selfLoops says which characters keep a state where it is: the ASCII
-// bytes, and whether every code point from U+0080 up does. FillMask
-// allows a trie subtree whole when all its bytes loop.
+// selfLoops describes a run of characters from a state that is always
+// allowed: every string of at most n characters from the set (the ASCII
+// bytes in ascii, and every code point from U+0080 up when high) is
+// allowed from the state; n = runForever for any length. FillMask allows
+// a trie subtree whole when all its bytes are in the set and its longest
+// token is at most n characters. Inside a JSON string the set is the
+// characters that keep the state where it is (n unbounded); in a
+// counted repetition such as [a-z]{0,40} it is the characters that move
+// one step on, and n what is left of the count.
 type selfLoops struct {
 	ascii [2]uint64
 	high  bool
+	n     uint8
 }
+
+// runForever is selfLoops.n for runs of any length; runs are followed at
+// most this many characters (more than any token holds).
+const runForever = 255
+
+// maxRunStates bounds the states one level of the run search may hold.
+const maxRunStates = 16
 
 // wide reports whether s is worth computing selfLoops for: some stack
 // takes many characters next (inside a string, free text).
@@ -79,24 +93,92 @@ func (g *Grammar) wide(s *dstate) bool {
 	return false
 }
 
-// selfLoops computes (once) the characters that keep s where it is.
+// selfLoops computes (once) the allowed run from s; an empty one for a
+// state that is not wide. The set is the characters that lead from s to
+// the state most ASCII characters lead to (surrogates aside: UTF-8 text
+// never holds them); n is how many levels of the states the set reaches
+// stay alive for every character of the set, searched breadth first: a
+// level that brings no new state closes the search with n unbounded.
 func (g *Grammar) selfLoops(s *dstate) *selfLoops {
 	if l := s.loops.Load(); l != nil {
 		return l
 	}
-	l := &selfLoops{high: true}
-	for c := range rune(128) {
-		if g.next(s, int(g.asciiClass[c])) == s {
-			l.ascii[c>>6] |= 1 << (c & 63)
-		}
-	}
-	for k, c := range g.cuts {
-		if c >= 0x80 && g.next(s, k) != s {
-			l.high = false
-			break
-		}
+	l := &selfLoops{}
+	if g.wide(s) {
+		l = g.run(s)
 	}
 	s.loops.Store(l)
+	return l
+}
+
+func (g *Grammar) run(s *dstate) *selfLoops {
+	l := &selfLoops{}
+	count := map[*dstate]int{}
+	var tgt *dstate
+	for c := range rune(128) {
+		if t := g.next(s, int(g.asciiClass[c])); t != nil {
+			count[t]++
+			if tgt == nil || count[t] > count[tgt] {
+				tgt = t
+			}
+		}
+	}
+	if tgt == nil {
+		return l
+	}
+	var classes []int // the classes of the set, each once
+	seenCls := map[int]bool{}
+	for c := range rune(128) {
+		cls := int(g.asciiClass[c])
+		if g.next(s, cls) == tgt {
+			l.ascii[c>>6] |= 1 << (c & 63)
+			if !seenCls[cls] {
+				seenCls[cls] = true
+				classes = append(classes, cls)
+			}
+		}
+	}
+	l.high = true
+	var high []int
+	for k, c := range g.cuts {
+		if c >= 0x80 && !isSurrogate(c) {
+			if g.next(s, k) != tgt {
+				l.high = false
+				break
+			}
+			high = append(high, k)
+		}
+	}
+	if l.high {
+		classes = append(classes, high...)
+	}
+	l.n = 1
+	level := []*dstate{tgt}
+	seen := map[*dstate]bool{tgt: true}
+	for l.n < runForever {
+		var next []*dstate
+		for _, t := range level {
+			for _, cls := range classes {
+				u := g.next(t, cls)
+				if u == nil {
+					return l
+				}
+				if !seen[u] {
+					seen[u] = true
+					next = append(next, u)
+				}
+			}
+		}
+		l.n++
+		if len(next) == 0 {
+			l.n = runForever
+			return l
+		}
+		if len(next) > maxRunStates {
+			return l
+		}
+		level = next
+	}
 	return l
 }
 
@@ -190,7 +272,7 @@ func (g *Grammar) node(pos int32, parent *snode) *snode {
 // kept in the dfa and reused under Grammar.mu.
 type closure struct {
 	g      *Grammar
-	seen   map[nodeKey]bool
+	seen   keySet
 	stacks []*snode
 	accept bool
 	work   []nodeKey
@@ -199,13 +281,66 @@ type closure struct {
 // init readies c for a new set, keeping its buffers.
 func (c *closure) init(g *Grammar) {
 	c.g = g
-	if c.seen == nil {
-		c.seen = map[nodeKey]bool{}
-	}
-	clear(c.seen)
+	c.seen.reset()
 	clear(c.stacks)
 	c.stacks = c.stacks[:0]
 	c.accept = false
+}
+
+// keySet is a set of (position, parent) pairs packed in a uint64 (the
+// parent's id above the position's 24 bits; ids start at 1, nil is 0):
+// open addressing, cleared by undoing only the slots used, so a closure
+// costs what it touches even after a large one grew the table.
+type keySet struct {
+	slots []uint64 // key+1; 0 is empty
+	used  []uint32
+}
+
+// Positions stay below 1<<24: at most MaxElements symbols, one end per
+// alternative (fewer than MaxSourceBytes written, two per synthesized
+// rule).
+func packKey(k nodeKey) uint64 {
+	var id uint64
+	if k.parent != nil {
+		id = k.parent.id
+	}
+	return id<<24 | uint64(k.pos)
+}
+
+func (s *keySet) reset() {
+	if len(s.slots) > 1<<16 && len(s.used) < len(s.slots)/64 {
+		s.slots, s.used = nil, s.used[:0] // give back a table a hostile closure grew
+		return
+	}
+	for _, i := range s.used {
+		s.slots[i] = 0
+	}
+	s.used = s.used[:0]
+}
+
+// add inserts k and reports whether it was absent.
+func (s *keySet) add(k uint64) bool {
+	if 2*(len(s.used)+1) > len(s.slots) {
+		old := s.slots
+		s.slots = make([]uint64, max(64, 2*len(old)))
+		s.used = s.used[:0]
+		for _, v := range old {
+			if v != 0 {
+				s.add(v - 1)
+			}
+		}
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := (k * 0x9E3779B97F4A7C15) >> 20 & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case 0:
+			s.slots[i] = k + 1
+			s.used = append(s.used, uint32(i))
+			return true
+		case k + 1:
+			return false
+		}
+	}
 }
 
 // expand adds every stack that results from being at pos with the return
@@ -221,10 +356,9 @@ func (c *closure) expand(pos int32, parent *snode) {
 	for len(work) > 0 {
 		k := work[len(work)-1]
 		work = work[:len(work)-1]
-		if c.seen[k] {
+		if !c.seen.add(packKey(k)) {
 			continue
 		}
-		c.seen[k] = true
 		switch e := g.elems[k.pos]; e.kind {
 		case kEnd:
 			if k.parent == nil {
@@ -384,3 +518,5 @@ func (g *Grammar) CacheStats() (states, nodes int, bytes, resets int64) {
 	defer g.mu.Unlock()
 	return len(g.dfa.states), len(g.dfa.nodes), g.dfa.bytes, g.dfa.resets
 }
+
+func isSurrogate(c rune) bool { return 0xD800 <= c && c <= 0xDFFF }

@@ -48,21 +48,25 @@
 // # Masks
 //
 // Vocab holds a byte trie of the tokens, built once per model and shared,
-// numbered in pre-order so a subtree's tokens are one run. FillMask walks
+// numbered in pre-order so a subtree's tokens are one span. FillMask walks
 // it once from the current state, following only the bytes the automaton
-// allows, so rejected subtrees are never visited; and where every byte
-// below a trie node keeps the automaton in the state it is in (inside a
-// JSON string almost every byte does), the subtree's tokens are allowed
-// whole without visiting it: each node records the ASCII bytes below it,
-// whether bytes >= 0x80 occur and whether all paths below are well-formed
-// UTF-8, and each wide state (one taking many characters) records which
-// characters loop back to it. The result is cached on the state (per
-// Vocab); inside a JSON string, or any repeated context, the state recurs,
-// so masks are nearly always one copy. Allows walks a single token's
-// bytes; a sampler should try the unconstrained choice with Allows first
-// and build a mask only when it is rejected. Tokens with nil or empty
-// pieces are never allowed; the end-of-generation ids are allowed exactly
-// when Complete().
+// allows, so rejected subtrees are never visited. Most of the rest is not
+// visited either: each wide state (one taking many characters) records a
+// run, a set of characters and a length such that every string of at
+// most that many characters from the set is allowed (inside a JSON string:
+// the characters that keep the state where it is, any length; inside
+// [^"]{0,40}: the characters that move one step on, and what is left of
+// the count; surrogates aside, as UTF-8 text never holds them), and each
+// trie node records the ASCII bytes below it, whether bytes >= 0x80
+// occur, whether every path is well-formed UTF-8 and the most characters
+// a token below still needs; a node whose subtree fits the run is allowed
+// whole, and a child passes the run on with one character used up. The
+// mask is then cached on the state (per Vocab); inside a JSON string, or
+// any repeated context, the state recurs, so masks are nearly always one
+// copy. Allows walks a single token's bytes; a sampler should try the
+// unconstrained choice with Allows first and build a mask only when it is
+// rejected. Tokens with nil or empty pieces are never allowed; the
+// end-of-generation ids are allowed exactly when Complete().
 //
 // # Limits
 //

@@ -58,8 +58,8 @@ func (g *Grammar) stepByte(s *dstate, p partial, b byte) (*dstate, partial, bool
 	}
 	shift := 6 * uint(p.need)
 	lo := max(p.val<<shift, minRune[p.n])
-	hi := p.val<<shift | (1<<shift - 1)
-	if lo > hi || !g.allowsRange(s, lo, hi) {
+	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	if lo > hi || isSurrogate(lo) && isSurrogate(hi) || !g.allowsRange(s, lo, hi) {
 		return nil, partial{}, false
 	}
 	return s, p, true
@@ -73,12 +73,16 @@ type Matcher struct {
 	st   *dstate
 	part partial
 	dfs  []frame
+
+	visited int // trie nodes the last fill visited (for tests)
 }
 
 type frame struct {
 	node int32
 	st   *dstate
 	part partial
+	run  *selfLoops // a run known to hold from st, with n characters left
+	n    uint8
 }
 
 // NewMatcher starts a sequence at the beginning of the grammar.
@@ -197,20 +201,33 @@ func (m *Matcher) fill(bits []uint64) {
 	if m.Complete() {
 		copy(bits, v.eog)
 	}
-	// The shortcut needs the trie's own UTF-8 bookkeeping to match the
-	// walk's, true when the walk starts at a character boundary.
+	// The shortcut needs the trie's own UTF-8 bookkeeping (decoded from
+	// the root) to match the walk's, true when the walk starts at a
+	// character boundary; then a node inside a character qualifies too:
+	// its state is the one before the character.
 	shortcut := m.part.need == 0
-	if shortcut && g.wide(m.st) {
-		g.selfLoops(m.st)
-	}
-	stack := append(m.dfs[:0], frame{0, m.st, m.part})
+	stack := append(m.dfs[:0], frame{node: 0, st: m.st, part: m.part})
+	visited := 0
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if l := f.st.loops.Load(); l != nil && shortcut && f.part.need == 0 && v.clean[f.node] &&
-			v.subASCII[f.node][0]&^l.ascii[0] == 0 && v.subASCII[f.node][1]&^l.ascii[1] == 0 &&
-			(l.high || !v.subHigh[f.node]) {
-			// Every byte below keeps the state: the whole subtree is allowed.
+		visited++
+		run, n := f.run, f.n
+		if run == nil && shortcut {
+			// Working out a state's run costs a transition per class:
+			// worth it for a big subtree (at the root, always), not to
+			// save walking a small one.
+			if run = f.st.loops.Load(); run == nil && v.end[f.node]-f.node >= 1024 {
+				run = g.selfLoops(f.st)
+			}
+			if run != nil {
+				n = run.n
+			}
+		}
+		if run != nil && v.clean[f.node] && v.chars[f.node] <= n &&
+			v.subASCII[f.node][0]&^run.ascii[0] == 0 && v.subASCII[f.node][1]&^run.ascii[1] == 0 &&
+			(run.high || !v.subHigh[f.node]) {
+			// Every string below is in the run: the whole subtree is allowed.
 			for _, id := range v.toks[v.tokFirst[f.node]:v.tokFirst[v.end[f.node]]] {
 				bits[id>>6] |= 1 << (id & 63)
 			}
@@ -231,11 +248,26 @@ func (m *Matcher) fill(bits []uint64) {
 					s = nil
 				}
 			}
-			if s != nil {
-				stack = append(stack, frame{v.child[e], s, p})
+			if s == nil {
+				continue
 			}
+			// The child inherits the run: inside a character the state
+			// has not moved; a character of the run's set uses one up.
+			c := frame{node: v.child[e], st: s, part: p}
+			switch {
+			case run == nil:
+			case p.need > 0:
+				c.run, c.n = run, n
+			case n > 0 && (b < 0x80 && run.ascii[b>>6]>>(b&63)&1 != 0 || b >= 0x80 && run.high):
+				c.run, c.n = run, n
+				if n != runForever {
+					c.n--
+				}
+			}
+			stack = append(stack, c)
 		}
 	}
+	m.visited = visited
 	// Keep the buffer, not the states it pointed to.
 	clear(stack[:cap(stack)])
 	m.dfs = stack[:0]

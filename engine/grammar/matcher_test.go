@@ -3,6 +3,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -221,13 +222,14 @@ func TestCompleteFinished(t *testing.T) {
 // propertyGrammars are walked by the property tests.
 func propertyGrammars(t testing.TB) map[string]string {
 	return map[string]string{
-		"json":   jsonGrammar(t),
-		"schema": schemaGrammar,
-		"utf8":   `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
-		"parens": `root ::= "(" root ")" root | ""`,
-		"counts": `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
-		"ascii":  `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
-		"wide":   `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
+		"json":    jsonGrammar(t),
+		"schema":  schemaGrammar,
+		"utf8":    `root ::= ("é" | "日本" | "😀" | [a-b] | " ")* "."?`,
+		"parens":  `root ::= "(" root ")" root | ""`,
+		"counts":  `root ::= ("a" | "ab"){1,5} "x"{0,3}`,
+		"ascii":   `root ::= [a-z0-9 ,.:{}"\[\]-]* "!"?`,
+		"wide":    `root ::= ([^\x00-\x1F"] | "日本")+ "."`,
+		"bounded": `root ::= "\"" [^"\\\x00-\x1F]{0,6} "\"" | "<" [a-z ]{2,5} ">"`,
 	}
 }
 
@@ -342,11 +344,12 @@ func TestConcurrentMatchers(t *testing.T) {
 }
 
 // schemaGrammar is what a JSON Schema compiler emits for an object with
-// required and optional properties, an enum and an array.
+// required and optional properties, an enum and an array; its strings
+// leave out the surrogates, as engine/jsonschema writes them.
 const schemaGrammar = `root ::= "{" ws "\"name\"" ws ":" ws string ("," ws "\"age\"" ws ":" ws integer)? "," ws "\"tags\"" ws ":" ws tags "," ws "\"kind\"" ws ":" ws kind ws "}"
 tags ::= "[" ws (string (ws "," ws string)*)? ws "]"
 kind ::= "\"a\"" | "\"b\"" | "\"xyz\""
-string ::= "\"" ([^"\\\x00-\x1F] | "\\" ["\\/bfnrt])* "\""
+string ::= "\"" ([^"\\\x00-\x1F\uD800-\uDFFF] | "\\" ["\\/bfnrt])* "\""
 integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 ws ::= " "?
 `
@@ -358,6 +361,8 @@ func TestMask32k(t *testing.T) {
 	v := vocab32k(t)
 	g := mustParse(t, jsonGrammar(t))
 	gs := mustParse(t, schemaGrammar)
+	// Counted strings (maxLength): the run shortcut has a length to respect.
+	gb := mustParse(t, `root ::= "{\"s\": \"" [^"\\\x00-\x1F]{0,30} "\", \"t\": \"" [^"\\]{1,3} "\"}"`)
 	doc := `{"notes": "naïve café, 日本語 😀 \"q\" \\ \u00e9", "n": [1, -2.5e3]}`
 	toks := greedy(t, v, doc)
 	// The same text with é as its two byte tokens: the first token ends
@@ -368,7 +373,8 @@ func TestMask32k(t *testing.T) {
 	for _, c := range []struct {
 		g    *Grammar
 		toks []int32
-	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)}} {
+	}{{g, toks}, {g, split}, {gs, greedy(t, v, sampleSchema)}, {g, greedy(t, v, sampleJSON)},
+		{gb, greedy(t, v, `{"s": "naïve café, 日本語 😀 and more", "t": "x"}`)}} {
 		for pass := range 2 { // the second pass finds every mask cached
 			m := c.g.NewMatcher(v)
 			mask := make([]uint64, (v.Size()+63)/64)
@@ -438,5 +444,37 @@ func TestHostileGrammars(t *testing.T) {
 	}
 	if !m.Complete() {
 		t.Error("1000 nested arrays are not complete")
+	}
+}
+
+// TestShortcutApplies: inside a string, the mask walk allows most of the
+// trie whole instead of visiting it, also when the string's character set
+// leaves out the surrogates (engine/jsonschema's strings do; UTF-8 text
+// never holds them).
+func TestShortcutApplies(t *testing.T) {
+	v := vocab32k(t)
+	for _, c := range []struct{ name, src, prefix string }{
+		{"json", jsonGrammar(t), `{"notes": "She`},
+		{"no surrogates", schemaGrammar, `{"name": "Ada`},
+		{"any", `root ::= "<" .* ">"`, `<x`},
+		{"bounded", `root ::= "\"" [^"\\\x00-\x1F\uD800-\uDFFF]{0,40} "\""`, `"ab`},
+	} {
+		m := mustParse(t, c.src).NewMatcher(v)
+		if err := m.AcceptBytes([]byte(c.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		mask := make([]uint64, (v.Size()+63)/64)
+		m.fill(mask)
+		allowed := 0
+		for _, w := range mask {
+			allowed += bits.OnesCount64(w)
+		}
+		t.Logf("%s: visited %d of %d trie nodes, %d tokens allowed", c.name, m.visited, v.Nodes(), allowed)
+		if m.visited > v.Nodes()/10 {
+			t.Errorf("%s: the walk visited %d of %d trie nodes: the shortcut did not apply", c.name, m.visited, v.Nodes())
+		}
+		if allowed < v.Size()/2 {
+			t.Errorf("%s: only %d tokens allowed inside a string", c.name, allowed)
+		}
 	}
 }

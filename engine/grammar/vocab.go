@@ -31,12 +31,16 @@ type Vocab struct {
 	// Per node, what the bytes below it are, for FillMask's shortcut (a
 	// subtree whose every byte keeps the automaton in its state is allowed
 	// whole): the ASCII bytes on edges below the node, whether any byte
-	// below is >= 0x80, and whether the node is at a character boundary
-	// and every path below it is well-formed UTF-8 (a sequence left
-	// unfinished at a token's end counts as well-formed).
+	// below is >= 0x80, and whether every path to and below it is
+	// well-formed UTF-8 (a sequence left unfinished at a token's end counts
+	// as well-formed), decoding from the root.
 	subASCII [][2]uint64
 	subHigh  []bool
 	clean    []bool
+	// chars[i] is the most characters a token below node i still needs
+	// from the state at node i (a character node i is inside counts, and
+	// so does one a token leaves unfinished); at most runForever.
+	chars []uint8
 }
 
 // NewVocab builds the vocabulary and its trie. It copies pieces. Ids in
@@ -84,14 +88,14 @@ func (v *Vocab) isEOG(id int32) bool {
 
 // build lays out the trie of the sorted ids in pre-order.
 func (v *Vocab) build(ids []int32) {
-	var ok []bool // the path to the node is well-formed UTF-8 so far
-	var bnd []bool
-	newNode := func(good, boundary bool) int32 {
+	var ok []bool     // the path to the node is well-formed UTF-8 so far
+	var inside []bool // the node is inside a character
+	newNode := func(good, mid bool) int32 {
 		v.first = append(v.first, int32(len(v.label)))
 		v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
 		v.end = append(v.end, 0)
 		ok = append(ok, good)
-		bnd = append(bnd, boundary)
+		inside = append(inside, mid)
 		return int32(len(v.end) - 1)
 	}
 	type group struct {
@@ -127,13 +131,13 @@ func (v *Vocab) build(ids []int32) {
 		for k, gr := range groups {
 			p, good := utf8Next(part, gr.b)
 			good = good && ok[node]
-			c := newNode(good, good && p.need == 0)
+			c := newNode(good, p.need > 0)
 			v.child[e0+k] = c
 			walk(gr.lo, gr.hi, depth+1, c, p)
 		}
 		v.end[node] = int32(len(v.end))
 	}
-	walk(0, len(ids), 0, newNode(true, true), partial{})
+	walk(0, len(ids), 0, newNode(true, false), partial{})
 	v.first = append(v.first, int32(len(v.label)))
 	v.tokFirst = append(v.tokFirst, int32(len(v.toks)))
 
@@ -142,10 +146,22 @@ func (v *Vocab) build(ids []int32) {
 	v.subASCII = make([][2]uint64, n)
 	v.subHigh = make([]bool, n)
 	v.clean = make([]bool, n)
+	v.chars = make([]uint8, n)
 	allOK := ok
 	for x := n - 1; x >= 0; x-- {
+		m := 0
+		if inside[x] {
+			m = 1
+		}
 		for e := v.first[x]; e < v.first[x+1]; e++ {
 			c, b := v.child[e], v.label[e]
+			// A child that ends a character (or is one) adds it; one
+			// inside a character counts it already.
+			mc := int(v.chars[c])
+			if !inside[c] {
+				mc++
+			}
+			m = max(m, mc)
 			if b < 0x80 {
 				v.subASCII[x][b>>6] |= 1 << (b & 63)
 			} else {
@@ -156,7 +172,8 @@ func (v *Vocab) build(ids []int32) {
 			v.subHigh[x] = v.subHigh[x] || v.subHigh[c]
 			allOK[x] = allOK[x] && allOK[c]
 		}
-		v.clean[x] = bnd[x] && allOK[x]
+		v.clean[x] = allOK[x]
+		v.chars[x] = uint8(min(m, runForever))
 	}
 }
 
@@ -193,5 +210,5 @@ func utf8Next(p partial, b byte) (partial, bool) {
 	shift := 6 * uint(p.need)
 	lo := max(p.val<<shift, minRune[p.n])
 	hi := min(p.val<<shift|(1<<shift-1), maxRune)
-	return p, lo <= hi
+	return p, lo <= hi && !(isSurrogate(lo) && isSurrogate(hi))
 }

@@ -24,6 +24,17 @@ type Chunk struct {
 	// Logits, when not nil, receives the next-token logits after the last
 	// token (Config().Vocab of them).
 	Logits []float32
+	// RowLogits, when not nil, is called for every token of the chunk, in
+	// order, with the next-token logits after Tokens[i] (Config().Vocab of
+	// them): a prompt's log-probabilities (echo) need every position's.
+	// The slice is the model's scratch space, valid only during the call;
+	// the callback must not keep or modify it. It runs on the goroutine
+	// that called ForwardBatch, before ForwardBatch returns, and only when
+	// the step succeeds up to the output head. Only chunks that set it pay:
+	// their rows go through the last block and the output head, which the
+	// model computes a bounded group of rows at a time (headGroupRows), so
+	// a long chunk never holds len(Tokens)×Vocab logits at once.
+	RowLogits func(i int, logits []float32)
 }
 
 // KVLayout returns the layout of paged KV cache pages for this
@@ -99,7 +110,7 @@ func (m *llama) ForwardBatch(kv *kvcache.Pool, batch []Chunk) error {
 			pages[i] = int32(ch.Pages[i])
 		}
 		np += len(pages)
-		s.segs = append(s.segs, segment{tokens: ch.Tokens, pos: ch.Pos, pages: pages, logits: ch.Logits})
+		s.segs = append(s.segs, segment{tokens: ch.Tokens, pos: ch.Pos, pages: pages, logits: ch.Logits, rowLogits: ch.RowLogits})
 	}
 	return m.forward(s, kvh, l.PageSize)
 }
@@ -113,8 +124,22 @@ type rowInfo struct {
 // segment is one sequence's tokens in a forward call, with its block
 // table.
 type segment struct {
-	tokens []int32
-	pos    int
-	pages  []int32
-	logits []float32
+	tokens    []int32
+	pos       int
+	pages     []int32
+	logits    []float32
+	rowLogits func(i int, logits []float32)
 }
+
+// outRow is a row whose next-token logits the step computes: its segment
+// and its index among the segment's tokens.
+type outRow struct {
+	seg, tok int
+}
+
+// headGroupRows bounds the rows the output head computes at once when a
+// chunk asks for every row's logits (Chunk.RowLogits): the logits scratch
+// holds at most this many rows of Vocab floats, whatever the chunk's
+// length. Steps without such a chunk compute all their rows at once, as
+// before.
+const headGroupRows = 32

@@ -110,19 +110,34 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 	half := c.RopeDim / 2
 
 	n := 0
-	s.rows, s.outRows = s.rows[:0], s.outRows[:0]
+	s.rows, s.outRows, s.outs = s.rows[:0], s.outRows[:0], s.outs[:0]
+	every := false // a segment wants every row's logits
 	for si := range s.segs {
 		seg := &s.segs[si]
 		for t := range seg.tokens {
 			s.rows = append(s.rows, rowInfo{seg: si, pos: seg.pos + t, row: n + t})
 		}
-		n += len(seg.tokens)
-		if seg.logits != nil {
-			s.outRows = append(s.outRows, n-1)
+		switch {
+		case seg.rowLogits != nil:
+			every = true
+			for t := range seg.tokens {
+				s.outRows = append(s.outRows, n+t)
+				s.outs = append(s.outs, outRow{seg: si, tok: t})
+			}
+		case seg.logits != nil:
+			s.outRows = append(s.outRows, n+len(seg.tokens)-1)
+			s.outs = append(s.outs, outRow{seg: si, tok: len(seg.tokens) - 1})
 		}
+		n += len(seg.tokens)
 	}
 	nOut := len(s.outRows)
-	if err := s.size(be, c, n, nOut); err != nil {
+	// The output head's rows at once: all of them, unless a segment asks
+	// for every row (then a bounded group at a time, see headGroupRows).
+	nHead := nOut
+	if every {
+		nHead = min(nOut, headGroupRows)
+	}
+	if err := s.size(be, c, n, nOut, nHead); err != nil {
 		return err
 	}
 	for r, ri := range s.rows {
@@ -219,14 +234,29 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 	if nOut == 0 {
 		return nil
 	}
-	normed, logits := s.normed.Slice(0, nOut*dim), s.logits.Slice(0, nOut*c.Vocab)
+	normed := s.normed.Slice(0, nOut*dim)
 	do(be.RMSNorm(normed, x, m.outNrmB, c.NormEps))
-	do(be.MatMul(logits, m.output.mat, normed))
-	i := 0
-	for si := range s.segs {
-		if lg := s.segs[si].logits; lg != nil {
-			do(be.Read(lg, logits.Slice(i*c.Vocab, (i+1)*c.Vocab)))
-			i++
+	for g := 0; g < nOut && err == nil; g += nHead {
+		e := min(g+nHead, nOut)
+		logits := s.logits.Slice(0, (e-g)*c.Vocab)
+		do(be.MatMul(logits, m.output.mat, normed.Slice(g*dim, e*dim)))
+		for i := g; i < e && err == nil; i++ {
+			o := s.outs[i]
+			seg := &s.segs[o.seg]
+			row := logits.Slice((i-g)*c.Vocab, (i-g+1)*c.Vocab)
+			if seg.rowLogits == nil {
+				do(be.Read(seg.logits, row))
+				continue
+			}
+			s.hostRow = grow(s.hostRow, c.Vocab)
+			do(be.Read(s.hostRow, row))
+			if err != nil {
+				break
+			}
+			if seg.logits != nil && o.tok == len(seg.tokens)-1 {
+				copy(seg.logits, s.hostRow)
+			}
+			seg.rowLogits(o.tok, s.hostRow)
 		}
 	}
 	if err != nil {

@@ -12,14 +12,15 @@ import (
 // them. States are reused through m.free, so that the steady state
 // allocates nothing on the backend.
 type llamaState struct {
-	rowsCap, outCap int // token rows and logits rows the buffers hold
+	rowsCap, outCap int // token rows and output rows (final norm) the buffers hold
+	headCap         int // logits rows the output head writes at once
 
 	x, xb          kernels.Buffer // residual stream and normalized input, rows×Dim
 	q, att         kernels.Buffer // queries and attention output, rows×QDim
 	k, v           kernels.Buffer // new keys and values, rows×KVDim
 	gate, up       kernels.Buffer // feed-forward activations, rows×Hidden
 	cos, sin       kernels.Buffer // RoPE tables, rows×RopeDim/2
-	normed, logits kernels.Buffer // final norm and logits of the output rows
+	normed, logits kernels.Buffer // final norm of the output rows, and the logits of a group of them
 
 	hostCos, hostSin []float32
 	ids, slots       []int32
@@ -30,7 +31,9 @@ type llamaState struct {
 	rows    []rowInfo // every token row of the step
 	act     []rowInfo // the rows going through the current block
 	outRows []int     // rows whose next-token logits are wanted
+	outs    []outRow  // the same rows: their segment and token
 	segs    []segment
+	hostRow []float32 // one row of logits for Chunk.RowLogits
 }
 
 func grow[T any](s []T, n int) []T {
@@ -55,7 +58,7 @@ func (m *llama) state() *llamaState {
 // putState gives scratch space back; Close frees it.
 func (m *llama) putState(s *llamaState) {
 	for i := range s.segs {
-		s.segs[i] = segment{} // drop the references to the caller's slices
+		s.segs[i] = segment{} // drop the references to the caller's slices and funcs
 	}
 	m.free.Lock()
 	defer m.free.Unlock()
@@ -76,31 +79,34 @@ func (s *llamaState) release(be kernels.Backend) error {
 			*b = nil
 		}
 	}
-	s.rowsCap, s.outCap = 0, 0
+	s.rowsCap, s.outCap, s.headCap = 0, 0, 0
 	return errors.Join(errs...)
 }
 
-// size makes room for n token rows, nOut of them producing logits. The
-// buffers grow to the next power of two, so that a server's mix of
-// prompt lengths settles on a few sizes.
-func (s *llamaState) size(be kernels.Backend, c Config, n, nOut int) error {
+// size makes room for n token rows, nOut of them producing logits, nHead
+// of them at once. The buffers grow to the next power of two, so that a
+// server's mix of prompt lengths settles on a few sizes.
+func (s *llamaState) size(be kernels.Backend, c Config, n, nOut, nHead int) error {
 	s.hostCos = grow(s.hostCos, n*c.RopeDim/2)
 	s.hostSin = grow(s.hostSin, n*c.RopeDim/2)
 	s.ids = grow(s.ids, n)
 	s.slots = grow(s.slots, n)
 	s.attnRows = grow(s.attnRows, n)
-	if n <= s.rowsCap && nOut <= s.outCap {
+	if n <= s.rowsCap && nOut <= s.outCap && nHead <= s.headCap {
 		return nil
 	}
 	if err := s.release(be); err != nil {
 		return err
 	}
-	rows, outs := 1, 1
+	rows, outs, heads := 1, 1, 1
 	for rows < n {
 		rows *= 2
 	}
 	for outs < nOut {
 		outs *= 2
+	}
+	for heads < nHead {
+		heads *= 2
 	}
 	for _, a := range []struct {
 		b *kernels.Buffer
@@ -108,13 +114,13 @@ func (s *llamaState) size(be kernels.Backend, c Config, n, nOut int) error {
 	}{
 		{&s.x, rows * c.Dim}, {&s.xb, rows * c.Dim}, {&s.q, rows * c.QDim()}, {&s.att, rows * c.QDim()},
 		{&s.k, rows * c.KVDim()}, {&s.v, rows * c.KVDim()}, {&s.gate, rows * c.Hidden}, {&s.up, rows * c.Hidden},
-		{&s.cos, rows * c.RopeDim / 2}, {&s.sin, rows * c.RopeDim / 2}, {&s.normed, outs * c.Dim}, {&s.logits, outs * c.Vocab},
+		{&s.cos, rows * c.RopeDim / 2}, {&s.sin, rows * c.RopeDim / 2}, {&s.normed, outs * c.Dim}, {&s.logits, heads * c.Vocab},
 	} {
 		var err error
 		if *a.b, err = be.Alloc(a.n); err != nil {
 			return errors.Join(fmt.Errorf("model: scratch space for %d tokens on %s: %w", n, be.Name(), err), s.release(be))
 		}
 	}
-	s.rowsCap, s.outCap = rows, outs
+	s.rowsCap, s.outCap, s.headCap = rows, outs, heads
 	return nil
 }

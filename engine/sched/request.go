@@ -147,6 +147,12 @@ type Request struct {
 	// (benchmarks); under a Constraint it only forbids them until the
 	// grammar is finished, which still ends the request.
 	IgnoreEOS bool
+	// PromptLogprobs asks for the log-probability of every prompt token
+	// after the first under the logits after the token before it (natural
+	// log, the raw distribution at temperature 1), with Params.TopLogprobs
+	// alternatives: Event.PromptLogprobs. ModeDecodeImported ignores it
+	// (the prefill worker computed the prompt and reports them).
+	PromptLogprobs bool
 	// Constraint, when set, restricts every generated token (a grammar's
 	// matcher, fresh for this request): see sample.Sampler.Constrain. Its
 	// end-of-generation ids are the tokenizer's. It survives preemption,
@@ -189,6 +195,12 @@ type Event struct {
 	Kind EventKind
 	// Token is the sampled token (EventToken).
 	Token sample.Token
+	// PromptLogprobs (Request.PromptLogprobs): entry i is prompt token
+	// i+1, with its log-probability and top alternatives, len(prompt)-1
+	// entries. It comes once, on the request's first EventToken, or on its
+	// EventDone when it ends without a token (an end-of-generation token
+	// first).
+	PromptLogprobs []sample.Token
 	// Text is the text that became safe to emit: EventToken's delta (""
 	// while bytes of a character or a possible stop string are held back,
 	// and always "" in ModePrefillOnly), or on EventDone the held-back text
@@ -288,6 +300,7 @@ type request struct {
 	starved bool
 
 	logits []float32
+	plp    *promptLogprobs // Request.PromptLogprobs until they are sent; else nil
 
 	sampler *sample.Sampler
 	stopper *sample.Stopper

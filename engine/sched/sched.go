@@ -285,6 +285,9 @@ func (s *Scheduler) newRequest(ctx context.Context, req Request) (*request, erro
 		queued:  time.Now(),
 	}
 	r.req.Prompt = nil // tokens holds it
+	if req.PromptLogprobs && req.Mode != ModeDecodeImported {
+		r.plp = newPromptLogprobs(tokens[:n], req.Params.TopLogprobs)
+	}
 	if s.cfg.Tokenizer != nil {
 		r.dec = s.cfg.Tokenizer.NewStreamDecoder()
 	}

@@ -248,6 +248,9 @@ func (s *Scheduler) addChunk(p *plan, r *request, pos, n int, logits bool) {
 		}
 		ch.Logits = r.logits
 	}
+	if r.plp != nil && r.state == StatePrefilling && r.generated() == 0 {
+		ch.RowLogits = r.plp.chunk(pos)
+	}
 	p.chunks = append(p.chunks, ch)
 	p.reqs = append(p.reqs, r)
 }
@@ -309,7 +312,7 @@ func (s *Scheduler) apply(p *plan, err error, now time.Time) {
 			if r.mode == ModePrefillOnly {
 				r.firstToken, r.lastToken = now, now
 				p.generated++
-				if s.emit(r, Event{Kind: EventToken, Token: tok}) {
+				if s.emit(r, Event{Kind: EventToken, Token: tok, PromptLogprobs: r.takePromptLogprobs()}) {
 					r.tokens = append(r.tokens, tok.ID)
 					s.setState(r, StateHandingOver)
 				}
@@ -371,7 +374,7 @@ func (s *Scheduler) accept(p *plan, r *request, tok sample.Token, now time.Time)
 	if p != nil {
 		p.generated++
 	}
-	if !s.emit(r, Event{Kind: EventToken, Token: tok, Text: text}) {
+	if !s.emit(r, Event{Kind: EventToken, Token: tok, Text: text, PromptLogprobs: r.takePromptLogprobs()}) {
 		return
 	}
 	r.tokens = append(r.tokens, tok.ID)
@@ -464,7 +467,11 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	s.setState(r, StateFinished)
 	r.finished = time.Now()
-	r.events <- Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	ev := Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	if err == nil {
+		ev.PromptLogprobs = r.takePromptLogprobs()
+	}
+	r.events <- ev
 	close(r.events)
 	s.inMu.Lock()
 	delete(s.ids, r.id)
@@ -479,5 +486,5 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	s.pendingDone = append(s.pendingDone, sum)
 	// Keep nothing big alive through the caller's Stream.
-	r.logits, r.sampler, r.dec = nil, nil, nil
+	r.logits, r.sampler, r.dec, r.plp = nil, nil, nil, nil
 }

@@ -19,9 +19,11 @@ import (
 // follow feeds the scheduler's events to the sender until the request ends:
 // pages as they complete, then PrefillDone once the first token is drawn
 // and the block table known (closing promptDone), or Error when the
-// request fails first.
+// request fails first. The prompt's log-probabilities, when the request
+// asked, come with the first token and go in PrefillDone.
 func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd *kvtransfer.Sender, start time.Time, promptDone chan<- struct{}, pt *prefillTrace) {
 	var first *batonv1.TokenLogprob
+	var promptLogprobs []*batonv1.TokenLogprob
 	done := false
 	for ev := range st.Events() {
 		pt.note(ev)
@@ -31,6 +33,7 @@ func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd 
 			snd.PagesReady(ev.Ready)
 		case sched.EventToken:
 			first = apiconv.WireLogprob(ev.Token)
+			promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
 		case sched.EventDone:
 			if ev.Finish != sched.FinishHandedOver && !done {
 				snd.Fail(int32(svckit.Code(ev.Err)), fmt.Sprintf("prefill failed: %v", ev.Err))
@@ -42,6 +45,7 @@ func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd 
 			snd.Finish(&batonv1.PrefillDone{
 				FirstTokenId: first.GetTokenId(), FirstTokenLogprob: first,
 				PromptTokens: uint32(promptTokens), PrefillSeconds: time.Since(start).Seconds(),
+				PromptLogprobs: promptLogprobs,
 			})
 		}
 	}

@@ -73,11 +73,14 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
+	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n); err != nil {
+		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
+	}
 	// The first token is sampled here, under the request's grammar.
 	constraint, err := s.grammars.Constraint(hs.GetSampling())
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
-		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, Constraint: constraint}, nil
+		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, Constraint: constraint, PromptLogprobs: hs.GetSampling().GetPromptLogprobs()}, nil
 }

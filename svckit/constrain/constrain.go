@@ -22,6 +22,12 @@ import (
 // DefaultCacheSize is how many compiled grammars a Compiler keeps.
 const DefaultCacheSize = 64
 
+// maskCacheBytes bounds each kept grammar's mask cache: about 500 masks of
+// a 32000-token vocabulary, more states than one schema's generations
+// visit, and with DefaultCacheSize grammars at most 128 MiB in all rather
+// than the 512 MiB engine/grammar's default would allow.
+const maskCacheBytes = 2 << 20
+
 // Compiler compiles the grammars of one model's requests. It is safe for
 // concurrent use.
 type Compiler struct {
@@ -125,6 +131,7 @@ func (c *Compiler) compile(kind, src string) (*grammar.Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.SetCacheLimit(maskCacheBytes)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -42,6 +42,9 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
+	if err := apiconv.CheckPromptLogprobs(r.GetSampling(), len(prompt)); err != nil {
+		return sched.Request{}, bad(err)
+	}
 	// The grammar is compiled here, colocated or not: decode samples every
 	// token after the first under it.
 	constraint, err := s.grammars.Constraint(r.GetSampling())
@@ -60,7 +63,9 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 		}
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
-		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos(), Constraint: constraint}, nil
+		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos(), Constraint: constraint,
+		// Colocated, the scheduler computes them; PD, prefill does (pull).
+		PromptLogprobs: r.GetSampling().GetPromptLogprobs()}, nil
 }
 
 // submitErr is the status of the scheduler's refusal (svckit's one table:

@@ -60,8 +60,14 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	errNoFirst := fmt.Errorf("no first token within --first-token-timeout %v", s.firstTokenTimeout)
 	ftCtx, ftCancel := context.WithTimeoutCause(ctx, s.firstTokenTimeout, errNoFirst)
 	defer ftCancel()
+	// The prompt's log-probabilities (SamplingParams.prompt_logprobs) go
+	// on the first event after the prompt computed: the first token's, or
+	// the last event when the request ends without a token. PD, prefill
+	// computed them; colocated, the scheduler's first token carries them.
+	var promptLogprobs []*batonv1.TokenLogprob
 	if req.Mode == sched.ModeDecodeImported {
-		if err := s.pull(ftCtx, log, in, st, timing, start); err != nil {
+		lps, err := s.pull(ftCtx, log, in, st, timing, start)
+		if err != nil {
 			if context.Cause(ftCtx) == errNoFirst {
 				err = svckit.Errorf(context.DeadlineExceeded, "%w", errNoFirst)
 			}
@@ -72,6 +78,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			awaitRelease(st, releaseWait)
 			return err
 		}
+		promptLogprobs = lps
 	}
 	// Relay tokens until the request ends; a client that goes away (or the
 	// first-token deadline) cancels the scheduler request — nothing else
@@ -136,6 +143,10 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 				stop = context.AfterFunc(ctx, func() { schedCancel(context.Cause(ctx)) })
 			}
 			out := &batonv1.GenerateEvent{RequestId: req.ID, TokenIds: []uint32{uint32(ev.Token.ID)}, Text: ev.Text}
+			if promptLogprobs == nil {
+				promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
+			}
+			out.PromptLogprobs, promptLogprobs = promptLogprobs, nil
 			if req.Params.Logprobs {
 				out.Logprobs = []*batonv1.TokenLogprob{apiconv.WireLogprob(ev.Token)}
 			}
@@ -159,10 +170,14 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			timing.DecodeSeconds = time.Since(decodeStart).Seconds()
 			dspan.SetAttributes(tracing.AttrFinish.String(fr.String()))
 			u := ev.Usage
+			if promptLogprobs == nil && first {
+				promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
+			}
 			return stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: &batonv1.GenerateEvent{
 				RequestId: req.ID, Text: ev.Text, FinishReason: fr, Timing: timing,
 				Usage: &batonv1.Usage{PromptTokens: uint32(u.PromptTokens), CompletionTokens: uint32(u.CompletionTokens),
 					TotalTokens: uint32(u.PromptTokens + u.CompletionTokens)},
+				PromptLogprobs: promptLogprobs, // nil once the first token carried them
 			}})
 		}
 	}

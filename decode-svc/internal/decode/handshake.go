@@ -35,6 +35,10 @@ type transfer struct {
 	stream      batonv1.PrefillService_TransferKVClient
 	rcv         *kvtransfer.Receiver // nil until the stream is open
 	msgs        chan transferMsg     // the stream's messages (receive)
+	// request is what the transfer computes; promptLogprobs are prefill's
+	// for it, checked, when it asked (complete).
+	request        *batonv1.GenerateRequest
+	promptLogprobs []*batonv1.TokenLogprob
 }
 
 // close ends the stream and its timers.
@@ -67,7 +71,7 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 	if err != nil {
 		return nil, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: %w", endpoint, err)
 	}
-	t := &transfer{endpoint: endpoint, log: log, release: release,
+	t := &transfer{endpoint: endpoint, log: log, release: release, request: in.GetRequest(),
 		errNoAccept: fmt.Errorf("prefill %s did not accept the transfer within %v", endpoint, s.HandshakeTimeout)}
 	t.ctx, t.cancel = enginehost.Detach(ctx)
 	t.hsTimer = time.AfterFunc(s.HandshakeTimeout, func() { t.cancel(t.errNoAccept) })

@@ -16,11 +16,13 @@ import (
 // (handshake), streams the prompt's KV cache into the pages and activates
 // the request with prefill's first token (receive), asking prefill to stop
 // when anything goes wrong on the way (abort). When pull returns, no
-// transfer writes the pages any more, whatever happened.
-func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (err error) {
+// transfer writes the pages any more, whatever happened. It returns the
+// prompt's log-probabilities from prefill's PrefillDone when the request
+// asked for them (SamplingParams.prompt_logprobs).
+func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (_ []*batonv1.TokenLogprob, err error) {
 	pages, err := reserve(ctx, st, timing, start)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The transfer, the TransferKV call included, is the kv_receive span.
 	ctx, span := tracing.Start(ctx, tracing.SpanKVReceive, trace.WithAttributes(tracing.AttrPrefill.String(in.GetPrefillEndpoint()),
@@ -36,7 +38,10 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		tracing.EndAborted(ctx, span, tracing.SpanKVReceive, err)
 	}()
 	if t, err = s.handshake(ctx, log, in, pages); err != nil {
-		return err
+		return nil, err
 	}
-	return s.receive(ctx, t, span, st, timing)
+	if err = s.receive(ctx, t, span, st, timing); err != nil {
+		return nil, err
+	}
+	return t.promptLogprobs, nil
 }

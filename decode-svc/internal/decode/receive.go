@@ -120,6 +120,13 @@ func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.Prefi
 	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.Host.Config.Vocab); err != nil {
 		return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
 	}
+	if sp := t.request.GetSampling(); sp.GetPromptLogprobs() {
+		lps := done.GetPromptLogprobs()
+		if err := apiconv.CheckWirePromptLogprobs(lps, t.request.GetPromptTokenIds(), int(sp.GetTopLogprobs()), s.Host.Config.Vocab); err != nil {
+			return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
+		}
+		t.promptLogprobs = lps
+	}
 	t.log.DebugContext(ctx, "kv received", "chunks", t.rcv.Chunks(), "bytes", t.rcv.Bytes(), "took", time.Since(transferStart).String())
 	if err := st.Activate(first); err != nil {
 		return fmt.Errorf("activate: %v", err) // this worker's bug: INTERNAL (not the INVALID_ARGUMENT err wraps)

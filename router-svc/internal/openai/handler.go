@@ -85,6 +85,11 @@ type Options struct {
 	// Refused, when not nil, counts the refusals the handler answers
 	// without running the request (see CountRefusals).
 	Refused func(codes.Code)
+	// Admits says that the Generator bounds the requests it runs at once
+	// and calls Admitted once it has admitted one: the handler then leaves
+	// the prompt's rendering and tokenizing to that moment (admit.go).
+	// Otherwise it does them before calling the Generator.
+	Admits bool
 	// Lenient (--openai-lenient) logs and ignores request fields Baton
 	// does not know instead of refusing them with 400.
 	Lenient bool
@@ -101,6 +106,13 @@ type Handler struct {
 	fingerprint string
 	refused     func(codes.Code)
 	lenient     bool
+	admits      bool
+	// maxTokenBytes is MaxTokenBytes of the model's tokenizer and
+	// maxPromptBytes the longest prompt text that may fit (admit.go).
+	maxTokenBytes  int
+	maxPromptBytes int64
+	// encode tokenizes a prompt (the model's tokenizer; tests count it).
+	encode func(text string, opts tokenizer.EncodeOptions) []int32
 }
 
 // New returns a Handler that runs requests on gen.
@@ -117,7 +129,9 @@ func New(gen Generator, opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("openai: invalid limits %+v", opts.Limits)
 	}
 	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger,
-		refused: opts.Refused, lenient: opts.Lenient}
+		refused: opts.Refused, lenient: opts.Lenient,
+		admits: opts.Admits, maxTokenBytes: MaxTokenBytes(m.Tokenizer), encode: m.Tokenizer.Encode}
+	h.maxPromptBytes = promptByteLimit(m, opts.Limits, h.maxTokenBytes)
 	if h.tmpl == nil {
 		var err error
 		if h.tmpl, err = ChatTemplateFor(m.Tokenizer, ""); err != nil {
@@ -212,6 +226,10 @@ type job struct {
 	// generate one token, which the response drops, so that only the
 	// prompt's text and logprobs are returned, finish_reason "length".
 	promptOnly bool
+	// prepare is the validation left for after admission: rendering and
+	// tokenizing the prompt, and the checks that need its tokens
+	// (admit.go). It sets req.prompt_token_ids.
+	prepare func() *httpError
 }
 
 // completions serves POST /v1/completions.
@@ -254,6 +272,11 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *
 	body, herr := readBody(w, r, h.limits.MaxBodyBytes)
 	if herr != nil {
 		return j, herr
+	}
+	if _, ok := v.(*completionRequest); ok { // a hopeless prompt costs no decoding (admit.go)
+		if herr := h.precheckCompletion(body); herr != nil {
+			return j, herr
+		}
 	}
 	if herr := decodeJSON(body, v); herr != nil {
 		return j, herr
@@ -310,6 +333,30 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 	// The Generator sees the HTTP client as a gRPC client's peer, so that the
 	// router's in-flight list names who asked.
 	ctx := peer.NewContext(r.Context(), &peer.Peer{Addr: remoteAddr(r.RemoteAddr)})
+	// The prompt is rendered and tokenized once the Generator admitted the
+	// request (admit.go); its refusal is answered as it is.
+	var prepErr *httpError
+	if prep := j.prepare; prep != nil && !h.admits {
+		if herr := prep(); herr != nil {
+			h.fail(w, r, j, herr)
+			return
+		}
+	} else if prep != nil {
+		ctx = WithAdmission(ctx, func() error {
+			if herr := prep(); herr != nil {
+				herr.ran = true // the Generator counts it as its outcome
+				prepErr = herr
+				return status.Error(refusalCode(herr.status), herr.message)
+			}
+			return nil
+		})
+	}
+	answer := func(err error) *httpError {
+		if prepErr != nil {
+			return prepErr
+		}
+		return fromStatus(err, j.promptParam)
+	}
 	out := &output{}
 	if !j.stream {
 		err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
@@ -323,7 +370,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 			err = errNoFinish
 		}
 		if err != nil {
-			h.fail(w, r, j, fromStatus(err, j.promptParam))
+			h.fail(w, r, j, answer(err))
 			return
 		}
 		writeJSON(w, http.StatusOK, f.whole(out))
@@ -371,18 +418,23 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 	}
 	switch {
 	case err != nil && !s.started:
-		s.refuse(func() { h.fail(w, r, j, fromStatus(err, j.promptParam)) })
+		s.refuse(func() { h.fail(w, r, j, answer(err)) })
 	case err != nil:
-		// A request ended by its deadline or an Abort is answered with
-		// an error event (the writer has a grace for it, see interrupt);
-		// one whose client left, or could not be written, is not.
+		// A request ended by its deadline, an Abort, the router's drain
+		// or a worker's death is answered with an error event and then
+		// [DONE] (the writer has a grace for them, see interrupt), so that
+		// a cut-off answer never reads as a finished one; one whose
+		// client left, or could not be written, is not. (The router's
+		// run logs who ended the request.)
 		if r.Context().Err() != nil || s.failed() {
 			h.log.InfoContext(r.Context(), "openai stream ended by the client", "request_id", j.req.GetRequestId(), "err", err)
 			return
 		}
 		herr := fromStatus(err, j.promptParam)
 		h.log.WarnContext(r.Context(), "openai stream failed", "request_id", j.req.GetRequestId(), "status", herr.status, "err", herr.message)
-		_ = s.send(herr.body())
+		if s.send(herr.body()) == nil {
+			_ = s.done()
+		}
 	default:
 		if j.includeUsage {
 			if err := s.send(f.usage(out.usage(j.req))); err != nil {

@@ -654,8 +654,8 @@ func TestGeneratorErrors(t *testing.T) {
 		})
 	}
 
-	// After the first event, an error ends the stream with an error event
-	// (and no [DONE]).
+	// After the first event, an error (here a worker's death) ends the
+	// stream with an error event, then [DONE]: never silently.
 	midway := openai.GeneratorFunc(func(ctx context.Context, req *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) error {
 		if err := send(&batonv1.GenerateEvent{PromptTokenIds: req.GetPromptTokenIds(), TokenIds: []uint32{432}, Text: ","}); err != nil {
 			return err
@@ -668,11 +668,11 @@ func TestGeneratorErrors(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	blocks := strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n\n")
-	last := object(t, []byte(strings.TrimPrefix(blocks[len(blocks)-1], "data: ")))
-	checkError(t, 503, last, 503, "server_error", nil)
-	if len(blocks) != 3 || !strings.HasSuffix(string(b), "\n\n") {
-		t.Errorf("stream = %q, want role chunk, content chunk, error", b)
+	if len(blocks) != 4 || blocks[3] != "data: [DONE]" || !strings.HasSuffix(string(b), "\n\n") {
+		t.Fatalf("stream = %q, want role chunk, content chunk, error, [DONE]", b)
 	}
+	last := object(t, []byte(strings.TrimPrefix(blocks[2], "data: ")))
+	checkError(t, 503, last, 503, "server_error", nil)
 
 	// A generator that ends without a finish reason is a server error.
 	silent := openai.GeneratorFunc(func(context.Context, *batonv1.GenerateRequest, func(*batonv1.GenerateEvent) error) error { return nil })

@@ -8,6 +8,7 @@ package openai_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +72,28 @@ type testRouter struct {
 	http string // base URL
 	grpc *grpc.ClientConn
 	gen  *engineGen
+	// stop begins the router's shutdown (SIGTERM's part in main).
+	stop context.CancelFunc
+	// logs is what the router logged (JSON lines).
+	logs *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the router's concurrent logging.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // startRouter starts a decode worker and a router with flags added to the
@@ -117,7 +141,8 @@ func startRouterOn(t *testing.T, eg *engineGen, flags ...string) *testRouter {
 	if err := svc.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.DiscardHandler)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	tp, err := tracing.Init(ctx, "router-svc", logger)
 	if err != nil {
@@ -149,7 +174,7 @@ func startRouterOn(t *testing.T, eg *engineGen, flags ...string) *testRouter {
 		tp.Shutdown(context.Background())
 		http.DefaultClient.CloseIdleConnections()
 	})
-	tr := &testRouter{http: "http://" + srv.HTTPAddr(), grpc: conn, gen: eg}
+	tr := &testRouter{http: "http://" + srv.HTTPAddr(), grpc: conn, gen: eg, stop: cancel, logs: logs}
 	waitUntil(t, 5*time.Second, "the router is ready", func() bool {
 		resp, err := http.Get(tr.http + "/health/ready")
 		if err != nil {

@@ -50,8 +50,8 @@ func postStream(ctx context.Context, url, id, body string) answer {
 // --request-timeout or is aborted, before its first event or after it, is
 // answered to its (reading) client: 504 / 409 in OpenAI's error shape
 // before the first event; after it, the stream ends with one
-// data: {"error":…} event (code timeout / aborted), no [DONE], and a
-// proper end of the body.
+// data: {"error":…} event (code timeout / aborted), then data: [DONE], and
+// a proper end of the body.
 func TestRouterStreamEndAnswered(t *testing.T) {
 	const requestTimeout = 1500 * time.Millisecond
 	tr := startRouter(t, "--request-timeout", requestTimeout.String())
@@ -109,12 +109,14 @@ func TestRouterStreamEndAnswered(t *testing.T) {
 			}
 			errBody := a.body
 			if c.status == http.StatusOK {
-				if bytes.Contains(a.body, []byte("[DONE]")) {
-					t.Errorf("the failed stream ended with [DONE]: %q", a.body)
-				}
+				// An error event, then [DONE] (OpenAI's SDKs raise on the
+				// error event; a stream without [DONE] reads as cut).
 				blocks := strings.Split(strings.TrimSuffix(string(a.body), "\n\n"), "\n\n")
-				last, ok := strings.CutPrefix(blocks[len(blocks)-1], "data: ")
-				if len(blocks) < 2 || !ok || !strings.HasSuffix(string(a.body), "\n\n") {
+				if len(blocks) < 3 || blocks[len(blocks)-1] != "data: [DONE]" || bytes.Count(a.body, []byte("[DONE]")) != 1 {
+					t.Fatalf("the failed stream does not end with an error event and [DONE] (%d events): %q", len(blocks), a.body)
+				}
+				last, ok := strings.CutPrefix(blocks[len(blocks)-2], "data: ")
+				if !ok || !strings.HasSuffix(string(a.body), "\n\n") {
 					t.Fatalf("the stream does not end with an event after the first (%d events): %q", len(blocks), a.body)
 				}
 				errBody = []byte(last)
@@ -125,6 +127,11 @@ func TestRouterStreamEndAnswered(t *testing.T) {
 				t.Errorf("error %v, want code %q", e, c.code)
 			}
 			tr.idle(t)
+			// The router's log names who ended it.
+			wantBy := map[string]string{"timeout": "deadline", "aborted": "abort"}[c.code]
+			if !hasLogLine(tr.logs.String(), id, `"ended_by":"`+wantBy+`"`) {
+				t.Errorf("no log line with ended_by %s for %s", wantBy, id)
+			}
 			t.Logf("%s: %s", c.name, fmt.Sprint(e["message"]))
 		})
 	}

@@ -165,19 +165,31 @@ func (h *Handler) prepareCompletion(in *completionRequest, j *job) *httpError {
 		j.req.Sampling.Logprobs = true
 		j.req.Sampling.TopLogprobs = uint32(*v)
 	}
-	ids, herr := h.completionPrompt(in.Prompt)
+	prompt, herr := h.completionPrompt(in.Prompt)
 	if herr != nil {
 		return herr
 	}
-	j.req.PromptTokenIds = ids
-	return h.budget(j, maxTokens, "max_tokens")
+	j.prepare = func() *httpError { // once admitted (admit.go)
+		ids, herr := prompt()
+		if herr != nil {
+			return herr
+		}
+		j.req.PromptTokenIds = ids
+		return h.budget(j, maxTokens, "max_tokens")
+	}
+	return nil
 }
+
+// promptSource gives a prompt's token ids, tokenizing it if need be: called
+// only once the request is admitted (admit.go).
+type promptSource func() ([]uint32, *httpError)
 
 // completionPrompt reads "prompt": a string, an array holding one string, an
 // array of token ids, or an array holding one array of token ids. Text is
 // tokenized as the native API does (BOS added as the model says, special
-// tokens recognised); token ids pass unchanged.
-func (h *Handler) completionPrompt(raw json.RawMessage) ([]uint32, *httpError) {
+// tokens recognised) when the source is called; a text too long to fit
+// whatever it tokenizes to is refused now; token ids pass unchanged.
+func (h *Handler) completionPrompt(raw json.RawMessage) (promptSource, *httpError) {
 	const want = "a string or an array of token ids"
 	if isNull(raw) {
 		return nil, invalid("prompt", "prompt is required")
@@ -212,15 +224,19 @@ func (h *Handler) completionPrompt(raw json.RawMessage) ([]uint32, *httpError) {
 	return nil, invalid("prompt", "prompt: expected %s", want)
 }
 
-func (h *Handler) encodePrompt(text string) ([]uint32, *httpError) {
+func (h *Handler) encodePrompt(text string) (promptSource, *httpError) {
 	if text == "" {
 		return nil, invalid("prompt", "prompt is empty")
 	}
-	ids := h.model.Tokenizer.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
-	return apiconv.WireIDs(ids), nil
+	if herr := h.checkPromptBytes("prompt", len(text)); herr != nil {
+		return nil, herr // never tokenized
+	}
+	return func() ([]uint32, *httpError) {
+		return apiconv.WireIDs(h.encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})), nil
+	}, nil
 }
 
-func (h *Handler) promptIDs(ids []int64) ([]uint32, *httpError) {
+func (h *Handler) promptIDs(ids []int64) (promptSource, *httpError) {
 	vocab := int64(h.model.Tokenizer.VocabSize())
 	out := make([]uint32, len(ids))
 	for i, id := range ids {
@@ -229,7 +245,7 @@ func (h *Handler) promptIDs(ids []int64) ([]uint32, *httpError) {
 		}
 		out[i] = uint32(id)
 	}
-	return out, nil
+	return func() ([]uint32, *httpError) { return out, nil }, nil
 }
 
 // prepareChat validates a chat completions request into j.
@@ -260,25 +276,31 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 	if herr != nil {
 		return herr
 	}
-	text, err := h.tmpl.RenderTools(msgs, j.tools.rendered(), true)
-	if err != nil {
-		return invalid("messages", "messages: %v", err)
-	}
-	ids := h.model.Tokenizer.Encode(text, tokenizer.EncodeOptions{ParseSpecial: true})
-	// Templates usually write the BOS text themselves; add the token only
-	// when the model wants one and the template did not, never twice.
-	if tok := h.model.Tokenizer; tok.AddBOS() && tok.BOS() != tokenizer.NoToken && (len(ids) == 0 || ids[0] != tok.BOS()) {
-		ids = append([]int32{tok.BOS()}, ids...)
-	}
-	if len(ids) == 0 {
-		return invalid("messages", "messages: the conversation renders to an empty prompt")
-	}
-	j.req.PromptTokenIds = apiconv.WireIDs(ids)
 	maxTokens, param := in.MaxTokens, "max_tokens"
 	if in.MaxCompletionTokens != nil {
 		maxTokens, param = in.MaxCompletionTokens, "max_completion_tokens"
 	}
-	return h.budget(j, maxTokens, param)
+	j.prepare = func() *httpError { // once admitted (admit.go)
+		text, err := h.tmpl.RenderTools(msgs, j.tools.rendered(), true)
+		if err != nil {
+			return invalid("messages", "messages: %v", err)
+		}
+		if herr := h.checkPromptBytes("messages", len(text)); herr != nil {
+			return herr // never tokenized
+		}
+		ids := h.encode(text, tokenizer.EncodeOptions{ParseSpecial: true})
+		// Templates usually write the BOS text themselves; add the token only
+		// when the model wants one and the template did not, never twice.
+		if tok := h.model.Tokenizer; tok.AddBOS() && tok.BOS() != tokenizer.NoToken && (len(ids) == 0 || ids[0] != tok.BOS()) {
+			ids = append([]int32{tok.BOS()}, ids...)
+		}
+		if len(ids) == 0 {
+			return invalid("messages", "messages: the conversation renders to an empty prompt")
+		}
+		j.req.PromptTokenIds = apiconv.WireIDs(ids)
+		return h.budget(j, maxTokens, param)
+	}
+	return nil
 }
 
 // Roles a message may have; "developer" is OpenAI's newer name for

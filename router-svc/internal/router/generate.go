@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/router-svc/internal/workers"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/baton-serving/baton/tracing"
 	"go.opentelemetry.io/otel/trace"
@@ -103,6 +105,11 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		return err
 	}
 	probe.setStage(stagePrepare)
+	// The OpenAI API renders and tokenizes its prompt only now, admitted
+	// (openai/admit.go), as prepare tokenizes a native prompt.
+	if err := openai.Admitted(ctx); err != nil {
+		return err
+	}
 	req, err := s.prepareRun(in, probe)
 	if err != nil {
 		return err
@@ -124,12 +131,17 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		return err
 	}
 	defer remove()
+	log := s.logger.With("request_id", r.id)
+	defer func() { s.logEnd(ctx, log, r, err) }()
+	if s.Draining() { // the drain (drain.go) may have listed the in-flight requests before this one
+		cancel(errDrainRefused)
+		return svckit.Status(errDrainRefused)
+	}
 	probe.attach(r)
 	ctx, _ = canarylabel.Label(ctx, r.id) // only a self-probe has a canary id
 	if err := s.wedge.hold(ctx, stageRouting); err != nil {
 		return err
 	}
-	log := s.logger.With("request_id", r.id)
 	trace.SpanFromContext(ctx).SetAttributes(tracing.AttrRequestID.String(r.id))
 
 	var tried []string
@@ -177,6 +189,8 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		}
 		if cause := context.Cause(ctx); errors.Is(cause, errAborted) {
 			return status.Errorf(codes.Aborted, "request %s: %v", r.id, cause)
+		} else if errors.Is(cause, svckit.ErrDraining) {
+			return svckit.Status(cause) // UNAVAILABLE, retryable
 		}
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
@@ -252,4 +266,49 @@ func endRoute(ctx context.Context, span trace.Span, err error, retry bool) {
 		return
 	}
 	tracing.EndAborted(ctx, span, tracing.SpanStream, err)
+}
+
+// logEnd logs the end of a request that failed after it was registered,
+// naming who ended it (endedBy), so that a drained, timed-out or
+// worker-cut stream is never mistaken for one its client left.
+func (s *Service) logEnd(ctx context.Context, log *slog.Logger, r *request, err error) {
+	if err == nil {
+		return
+	}
+	by := endedBy(ctx, r)
+	level := slog.LevelWarn // the router's own end of it, or a worker's
+	if by == "client" || by == "abort" || by == "router" {
+		level = slog.LevelInfo // the client's doing, or a refusal (no pair)
+	}
+	st := status.Convert(err)
+	log.Log(ctx, level, "request ended early", "ended_by", by, "code", st.Code().String(), "err", st.Message(),
+		"generated_tokens", r.generated.Load())
+}
+
+// endedBy names who ended a failed request: "drain" (the router's
+// shutdown), "abort" (an Abort call), "client" (it left, or could not take
+// its events), "deadline" (--request-timeout or the client's deadline),
+// "worker ADDR" (a worker failed or was lost), or "router" (no pair could
+// take it).
+func endedBy(ctx context.Context, r *request) string {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, svckit.ErrDraining):
+		return "drain"
+	case errors.Is(cause, errAborted):
+		return "abort"
+	case r.sendFailed.Load():
+		return "client"
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return "deadline"
+	case ctx.Err() != nil:
+		return "client"
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return "deadline"
+	}
+	if w := r.endedBy.Load(); w != nil {
+		return "worker " + *w
+	}
+	return "router"
 }

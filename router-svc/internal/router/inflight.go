@@ -47,6 +47,11 @@ type request struct {
 	// have finished it already (a slow client reads the tail of a
 	// finished generation), which is no orphan.
 	sending atomic.Bool
+	// sendFailed: handing an event to the client failed (it left, or
+	// fell behind), so the client ended the request.
+	sendFailed atomic.Bool
+	// endedBy is the worker whose failure or loss ended the last attempt.
+	endedBy atomic.Pointer[string]
 }
 
 // route is the pair an attempt runs on.

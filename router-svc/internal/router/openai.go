@@ -60,6 +60,7 @@ func (s *Service) registerOpenAI(srv *svckit.Server) error {
 		Keys:     s.keys,
 		Logger:   s.logger,
 		Refused:  s.metrics.refused,
+		Admits:   true, // run calls openai.Admitted once admitted
 		Lenient:  s.limits.openaiLenient,
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,6 +34,7 @@ func testRouter(t *testing.T) *Service {
 		t.Fatal(err)
 	}
 	s.modelID, s.maxNewTokens = "stories260K", 256
+	s.maxTokenBytes = openai.MaxTokenBytes(s.tok)
 	return s
 }
 

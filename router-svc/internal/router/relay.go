@@ -29,6 +29,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	// The request's end (an Abort, its deadline) must free a send blocked
 	// on a client that does not read, which the context cannot reach.
 	defer clientwrite.InterruptOnDone(ctx)()
+	r.endedBy.Store(nil) // this attempt's, if it fails
 	ctx, span := tracing.Start(ctx, tracing.SpanStream)
 	defer func() {
 		span.SetAttributes(tracing.AttrTokens.Int64(r.generated.Load()))
@@ -46,15 +47,18 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	// (stalled, draining) ends the attempt too, so that the request is
 	// retried elsewhere; after it, the request stays and ends at its own
 	// deadline if the worker never resumes.
-	follow := func(sig context.Context) (stop func() bool) {
-		return context.AfterFunc(sig, func() { cancel(context.Cause(sig)) })
+	follow := func(sig context.Context, w *workers.Worker) (stop func() bool) {
+		return context.AfterFunc(sig, func() {
+			r.endedBy.CompareAndSwap(nil, &w.Addr)
+			cancel(context.Cause(sig))
+		})
 	}
-	defer follow(pair.Decode.Lost())()
-	stopDecodeServing := follow(pair.Decode.NotServing())
+	defer follow(pair.Decode.Lost(), pair.Decode)()
+	stopDecodeServing := follow(pair.Decode.NotServing(), pair.Decode)
 	defer stopDecodeServing()
 	stops := []func() bool{stopDecodeServing}
 	if pair.Prefill != nil {
-		stops = append(stops, follow(pair.Prefill.Lost()), follow(pair.Prefill.NotServing()))
+		stops = append(stops, follow(pair.Prefill.Lost(), pair.Prefill), follow(pair.Prefill.NotServing(), pair.Prefill))
 	}
 	stopPrefill := func() {
 		for _, stop := range stops {
@@ -66,6 +70,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	stream, err := batonv1.NewDecodeServiceClient(dc.Conn()).Generate(ctx, &batonv1.DecodeServiceGenerateRequest{
 		Request: req, PrefillEndpoint: pair.PrefillAddr(), Attempt: r.attempts.Add(1), Origin: r.origin})
 	if err != nil {
+		r.endedBy.CompareAndSwap(nil, &dc.Addr)
 		return false, attemptErr(ctx, dc, err)
 	}
 	r.setState(batonv1.RequestState_REQUEST_STATE_PREALLOC)
@@ -74,7 +79,11 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	send := func(ev *batonv1.GenerateEvent) error {
 		r.sending.Store(true)
 		defer r.sending.Store(false)
-		return sendClient(ev)
+		err := sendClient(ev)
+		if err != nil {
+			r.sendFailed.Store(true)
+		}
+		return err
 	}
 	forward := func(ev *batonv1.GenerateEvent) error {
 		for _, h := range held {
@@ -106,6 +115,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 			return started, nil
 		}
 		if err != nil {
+			r.endedBy.CompareAndSwap(nil, &dc.Addr)
 			return started, attemptErr(ctx, dc, err)
 		}
 		ev := resp.GetEvent()

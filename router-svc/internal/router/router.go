@@ -62,6 +62,7 @@ type Service struct {
 	clientCap                   *clientCap   // --max-inflight-per-client (clientcap.go)
 	keys                        *openai.Keys // nil: authentication off
 	chatTemplate                *openai.ChatTemplate
+	maxTokenBytes               int // openai.MaxTokenBytes of tok: the byte bound on prompts
 
 	// Set by Register.
 	logger     *slog.Logger
@@ -166,6 +167,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 		return fmt.Errorf("--model %s: %w", s.Model.Path, err)
 	}
 	s.modelID = svckit.ModelID(s.Model.Path)
+	s.maxTokenBytes = openai.MaxTokenBytes(s.tok)
 	return s.openAPI(d.Logger)
 }
 
@@ -175,6 +177,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 func (s *Service) Register(srv *svckit.Server) error {
 	s.logger = srv.Logger
 	s.Draining = srv.Draining
+	srv.OnDrain(s.drain) // drain.go: no stream ends silently at shutdown
 	s.metrics = newMetrics(srv.Registry, s.inflight)
 	if err := s.startFleet(srv); err != nil {
 		return err

@@ -131,6 +131,10 @@ type Result struct {
 	PPPerSecond *float64  `json:"pp_tokens_per_second,omitempty"`
 	Stddev      float64   `json:"stddev"`
 	Samples     []float64 `json:"samples"`
+	// GeneratedPerSeq is the mean number of tokens a sequence generated in
+	// the timed tg runs: N, unless a --json-schema or --grammar ended it
+	// sooner.
+	GeneratedPerSeq float64 `json:"generated_per_seq,omitempty"`
 }
 
 // Report is the whole output.
@@ -395,7 +399,11 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 		rep.Results = append(rep.Results, results...)
 		if !o.json {
 			for _, r := range results {
-				fmt.Fprintf(stderr, "batch %d %s: %.2f tokens/s\n", r.Batch, r.Test, mean(r.Samples))
+				fmt.Fprintf(stderr, "batch %d %s: %.2f tokens/s", r.Batch, r.Test, mean(r.Samples))
+				if r.GeneratedPerSeq > 0 {
+					fmt.Fprintf(stderr, " (%.1f tokens per sequence)", r.GeneratedPerSeq)
+				}
+				fmt.Fprintln(stderr)
 			}
 		}
 	}
@@ -477,6 +485,9 @@ func runTest(ctx context.Context, s *sched.Scheduler, b, reps int, req sched.Req
 		}
 		if rep >= 0 {
 			res.Samples = append(res.Samples, float64(tokens)/time.Since(start).Seconds())
+			if countGenerated {
+				res.GeneratedPerSeq += float64(generated) / float64(b*reps)
+			}
 		}
 	}
 	res.Stddev = stddev(res.Samples)

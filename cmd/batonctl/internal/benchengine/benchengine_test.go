@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -132,5 +134,47 @@ func TestReadBandwidth(t *testing.T) {
 	}
 	if code, _, stderr := run("--model", refdata.Model(t), "--batch", "1", "--membw"); code != exitUsage || !strings.Contains(stderr, "--membw") {
 		t.Errorf("--membw with --batch: exit %d, %q", code, stderr)
+	}
+}
+
+// TestBenchConstrained: --grammar (and $BATON_JSON_SCHEMA) constrain every
+// sequence: a one-sentence grammar ends each after its tokens, and tg
+// counts the tokens generated; a bad grammar or both files fail.
+func TestBenchConstrained(t *testing.T) {
+	path := refdata.Model(t)
+	dir := t.TempDir()
+	g := filepath.Join(dir, "g.gbnf")
+	if err := os.WriteFile(g, []byte(`root ::= "Once upon"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run("--model", path, "--batch", "2", "-n", "20", "-r", "1", "--threads", "1", "--json", "--grammar", g)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].GeneratedPerSeq <= 0 || rep.Results[0].GeneratedPerSeq >= 20 {
+		t.Fatalf("results %+v: want tg with fewer than 20 tokens per sequence", rep.Results)
+	}
+
+	s := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(s, []byte(`{"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BATON_JSON_SCHEMA", s)
+	if code, _, stderr := run("--model", path, "--batch", "1", "-n", "30", "-r", "1", "--threads", "1"); code != 0 || !strings.Contains(stderr, "tokens per sequence") {
+		t.Fatalf("$BATON_JSON_SCHEMA: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := run("--model", path, "--batch", "1", "--grammar", g); code != 2 || !strings.Contains(stderr, "at most one") {
+		t.Errorf("both: exit %d, %q", code, stderr)
+	}
+	t.Setenv("BATON_JSON_SCHEMA", "") // empty: none
+	if err := os.WriteFile(g, []byte(`root ::= (`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run("--model", path, "--batch", "1", "--grammar", g); code != 1 || !strings.Contains(stderr, "sampling.grammar") {
+		t.Errorf("bad grammar: exit %d, %q", code, stderr)
 	}
 }
