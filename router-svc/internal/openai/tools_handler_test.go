@@ -53,6 +53,8 @@ func TestToolsBadRequests(t *testing.T) {
 		{"tool_choice without name", `{` + user + `,` + weatherTools + `,"tool_choice":{"type":"function"}}`, "tool_choice.function.name", "required"},
 		{"tool_choice undeclared", `{` + user + `,` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"launch"}}}`, "tool_choice.function.name", `"launch"`},
 		{"tool_choice not a string or object", `{` + user + `,` + weatherTools + `,"tool_choice":3}`, "tool_choice", "expected"},
+		{"required with response_format", `{` + user + `,` + weatherTools + `,"tool_choice":"required","response_format":{"type":"json_object"}}`, "tool_choice", "response_format"},
+		{"named with a grammar", `{` + user + `,` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"get_time"}},"grammar":"root ::= \"x\""}`, "tool_choice", "grammar"},
 		{"required without tools", `{` + user + `,"tool_choice":"required"}`, "tool_choice", "needs tools"},
 		{"parallel_tool_calls type", `{` + user + `,` + weatherTools + `,"parallel_tool_calls":"yes"}`, "parallel_tool_calls", "boolean"},
 		{"functions", `{` + user + `,"functions":[{"name":"f"}]}`, "functions", "tools"},
