@@ -68,6 +68,7 @@ fuzz ./engine/sample FuzzStopper 200000
 fuzz ./engine/grammar FuzzParse 300000
 fuzz ./engine/grammar FuzzMatch 150000
 fuzz ./engine/jsonschema FuzzToGrammar 150000
+fuzz ./router-svc/internal/openai FuzzParseToolCalls 50000
 
 step "jaeger (pinned in tools/jaeger, built once into .bin/)"
 # A cold build takes ~6.5 min on 2 cores; the binary is reused while
