@@ -108,10 +108,11 @@ func (s *scripted) Generate(_ context.Context, req *batonv1.GenerateRequest, sen
 	return nil
 }
 
-// qwenTemplate is Qwen2.5-Instruct's chat template (Hermes tool calls).
+// qwenTemplate is the test template in Qwen2.5-Instruct's prompt format
+// (Hermes tool calls).
 func qwenTemplate(t *testing.T, eg *engineGen) *openai.ChatTemplate {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", "templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
+	src, err := os.ReadFile(filepath.Join("testdata", "templates", "qwen25.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ func toolHistory() []Message {
 	}
 }
 
-// TestToolTemplates renders a tool conversation with the real chat
-// templates of Llama 3.x, Qwen2.5, Qwen3 and Mistral (testdata/templates):
+// TestToolTemplates renders a tool conversation with test templates in the
+// prompt formats of Llama 3.x, Qwen2.5, Qwen3 and Mistral (testdata/templates):
 // the prompt shows the tool definition, the assistant's call in the
 // family's syntax — which the family's parser reads back as the same call —
 // and the tool's answer.
@@ -36,27 +36,22 @@ func TestToolTemplates(t *testing.T) {
 		def, call, res string // fragments the prompt must contain
 		end            string // what the prompt ends with
 	}{
-		{"meta-llama-Llama-3.3-70B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", familyLlama3,
-			`"name": "get_weather"`,
-			`{"name": "get_weather", "parameters": {"city": "Paris"}}`,
-			"<|start_header_id|>ipython<|end_header_id|>\n\n",
-			"<|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{"meta-llama-Llama-3.2-3B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", familyLlama3,
+		{"llama3.jinja", "<|begin_of_text|>", "<|eot_id|>", familyLlama3,
 			`"description": "Current weather in a city"`,
 			`{"name": "get_weather", "parameters": {"city": "Paris"}}`,
 			"<|start_header_id|>ipython<|end_header_id|>\n\n",
 			"<|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{"Qwen-Qwen2.5-7B-Instruct.jinja", "", "<|im_end|>", familyHermes,
+		{"qwen25.jinja", "", "<|im_end|>", familyHermes,
 			`<tools>` + "\n" + `{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}` + "\n</tools>",
 			"<tool_call>\n" + `{"name": "get_weather", "arguments": {"city": "Paris"}}` + "\n</tool_call>",
 			"<tool_response>\n{\"temp\": 21}\n</tool_response>",
 			"<|im_start|>assistant\n"},
-		{"Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", familyHermes,
+		{"qwen3.jinja", "", "<|im_end|>", familyHermes,
 			`{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}`,
 			"<tool_call>\n" + `{"name": "get_weather", "arguments": {"city": "Paris"}}` + "\n</tool_call>",
 			"<tool_response>\n{\"temp\": 21}\n</tool_response>",
 			"<|im_start|>assistant\n"},
-		{"mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", familyMistral,
+		{"mistral.jinja", "<s>", "</s>", familyMistral,
 			`[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}][/AVAILABLE_TOOLS]`,
 			`[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]`,
 			`[TOOL_RESULTS]{"content": {"temp": 21}, "call_id": "abcDEF123"}[/TOOL_RESULTS]`,
