@@ -82,7 +82,33 @@ func compile(p *parser) *Grammar {
 	}
 	g.classes()
 	g.checkLeftRecursion(p, offs)
+	g.checkStart(p, offs)
 	return g
+}
+
+// checkStart computes the start state and refuses a grammar whose start
+// alone runs past the closure budget (maxClosureWork): rules forking into
+// many ways of reaching the same text. The router parses every grammar it
+// forwards, so such a grammar is refused there, not on a worker.
+func (g *Grammar) checkStart(p *parser, offs []int32) {
+	g.mu.Lock()
+	g.lockedInit()
+	var over int32
+	g.dfa.init, over = g.startClosure()
+	g.mu.Unlock()
+	if over < 0 {
+		return
+	}
+	// The rule the reference being expanded belongs to.
+	rule := 0
+	for r, alts := range g.alts {
+		if len(alts) > 0 && alts[0] <= over {
+			rule = r
+		}
+	}
+	p.cur = g.names[rule]
+	p.fail(int(offs[over]), "the grammar is too ambiguous: from the start its rules fork into more than %d parse paths (alternatives that match the same text in different ways, nested); rewrite them so that each text matches one way",
+		maxClosureWork)
 }
 
 func (g *Grammar) classes() {

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math/bits"
 	"slices"
@@ -23,10 +24,22 @@ func (g *Grammar) SetCacheLimit(bytes int64) {
 }
 
 // Bounds on one parse state; paths beyond them are dropped (the text that
-// remains allowed is still in the grammar's language).
+// remains allowed is still in the grammar's language). Which paths are
+// kept depends only on the grammar and the text: a state's stacks are in
+// a structural order (cmpStack), not the order nodes were interned in, so
+// every worker keeps the same ones whatever its cache saw before.
 const (
 	maxDepth  = 4096 // return addresses on one stack: nesting depth
 	maxStacks = 4096 // stacks in one state: ambiguity
+	// maxClosureWork bounds the (position, return stack) pairs one
+	// closure (the start state, or one transition) visits, and so the
+	// nodes it interns: without it a grammar whose rules fork into two
+	// ways of reaching the same text at every level costs twice as much
+	// per level, however few stacks the state keeps. Parse refuses a
+	// grammar whose start state exceeds it; a character whose transition
+	// exceeds it is refused, as if the grammar did not allow it (a dead
+	// end: the sampler reports that no token is allowed).
+	maxClosureWork = 1 << 16
 )
 
 // snode is one entry of a persistent stack: a position in Grammar.elems
@@ -38,6 +51,27 @@ type snode struct {
 	depth  int32
 	parent *snode
 	id     uint64
+	h      uint64 // structural hash of (pos, parent's h): the same on every worker
+}
+
+// cmpStack orders stacks by their structure alone (hash, then positions
+// from the top down), never by interning ids, which depend on the order a
+// cache built its states in.
+func cmpStack(a, b *snode) int {
+	for a != b {
+		switch {
+		case a == nil:
+			return -1
+		case b == nil:
+			return 1
+		case a.h != b.h:
+			return cmp.Compare(a.h, b.h)
+		case a.pos != b.pos:
+			return cmp.Compare(a.pos, b.pos)
+		}
+		a, b = a.parent, b.parent
+	}
+	return 0
 }
 
 type nodeKey struct {
@@ -243,14 +277,25 @@ func (g *Grammar) start() *dstate {
 	defer g.mu.Unlock()
 	g.locked()
 	if g.dfa.init == nil {
-		c := &g.dfa.scratch
-		c.init(g)
-		for _, a := range g.alts[g.root] {
-			c.expand(a, nil)
-		}
-		g.dfa.init = c.state()
+		g.dfa.init, _ = g.startClosure()
 	}
 	return g.dfa.init
+}
+
+// startClosure computes the start state under g.mu; over is the position
+// of the reference being expanded when the closure ran past
+// maxClosureWork, -1 when it did not.
+func (g *Grammar) startClosure() (s *dstate, over int32) {
+	c := &g.dfa.scratch
+	c.init(g)
+	for _, a := range g.alts[g.root] {
+		c.expand(a, nil)
+	}
+	over = -1
+	if c.spent > maxClosureWork {
+		over = c.lastRef
+	}
+	return c.state(), over
 }
 
 func (g *Grammar) node(pos int32, parent *snode) *snode {
@@ -260,9 +305,15 @@ func (g *Grammar) node(pos int32, parent *snode) *snode {
 	}
 	g.dfa.nextID++
 	n := &snode{pos: pos, parent: parent, id: g.dfa.nextID}
+	h := uint64(pos) + 1
 	if parent != nil {
 		n.depth = parent.depth + 1
+		h ^= parent.h * 0x9E3779B97F4A7C15
 	}
+	// splitmix64's finalizer
+	h = (h ^ h>>30) * 0xBF58476D1CE4E5B9
+	h = (h ^ h>>27) * 0x94D049BB133111EB
+	n.h = h ^ h>>31
 	g.dfa.nodes[k] = n
 	g.account(int64(unsafe.Sizeof(*n)) + 48)
 	return n
@@ -276,6 +327,10 @@ type closure struct {
 	stacks []*snode
 	accept bool
 	work   []nodeKey
+	// spent counts the pairs visited, against maxClosureWork; lastRef is
+	// the reference expanded last (for Parse's message).
+	spent   int
+	lastRef int32
 }
 
 // init readies c for a new set, keeping its buffers.
@@ -285,6 +340,8 @@ func (c *closure) init(g *Grammar) {
 	clear(c.stacks)
 	c.stacks = c.stacks[:0]
 	c.accept = false
+	c.spent = 0
+	c.lastRef = -1
 }
 
 // keySet is a set of (position, parent) pairs packed in a uint64 (the
@@ -359,6 +416,11 @@ func (c *closure) expand(pos int32, parent *snode) {
 		if !c.seen.add(packKey(k)) {
 			continue
 		}
+		if c.spent++; c.spent > maxClosureWork {
+			// Out of budget: the rest is dropped (spent stays above the
+			// bound, so later expands of this closure stop at once).
+			break
+		}
 		switch e := g.elems[k.pos]; e.kind {
 		case kEnd:
 			if k.parent == nil {
@@ -374,6 +436,7 @@ func (c *closure) expand(pos int32, parent *snode) {
 			// no stack is added twice.
 			c.stacks = append(c.stacks, g.node(k.pos, k.parent))
 		case kRef:
+			c.lastRef = k.pos
 			ret := k.parent
 			if g.elems[k.pos+1].kind != kEnd {
 				if k.parent != nil && k.parent.depth+1 >= maxDepth {
@@ -386,7 +449,8 @@ func (c *closure) expand(pos int32, parent *snode) {
 			}
 		}
 	}
-	c.work = work
+	clear(work)
+	c.work = work[:0]
 }
 
 // state interns the collected set; g.dead when it is empty.
@@ -395,15 +459,7 @@ func (c *closure) state() *dstate {
 	if len(c.stacks) == 0 && !c.accept {
 		return g.dead
 	}
-	slices.SortFunc(c.stacks, func(a, b *snode) int {
-		if a.id < b.id {
-			return -1
-		}
-		if a.id > b.id {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(c.stacks, cmpStack)
 	key := g.dfa.keybuf[:0]
 	if c.accept {
 		key = append(key, 1)
@@ -466,6 +522,12 @@ func (g *Grammar) nextSlow(s *dstate, cls int) *dstate {
 		}
 	}
 	t := cl.state()
+	if cl.spent > maxClosureWork {
+		// Too ambiguous to follow: the character is refused (cached like
+		// any dead end), the same on every worker, rather than keeping
+		// an arbitrary part of the paths.
+		t = g.dead
+	}
 	// States of an older generation are not extended: the new state
 	// belongs to the current one, and the old graph can be freed.
 	if s.epoch == epoch && g.dfa.epoch == epoch {

@@ -74,9 +74,19 @@
 // MaxRules rules, repetition counts at most MaxRepeat, parentheses nested
 // at most 512 deep. At run time a stack holds at most 4096 return
 // addresses and a state at most 4096 stacks; paths beyond are dropped
-// (what stays allowed is still in the language). A Grammar's cache
+// (what stays allowed is still in the language), and which are kept
+// depends only on the grammar and the text (stacks are ordered by their
+// structure, not by the order a cache interned them), so every worker
+// keeps the same. One closure (the start state, or one character's
+// transition) visits at most 65536 (position, stack) pairs: Parse refuses
+// a grammar whose start state needs more ("too ambiguous", naming a rule),
+// and a character whose transition needs more is refused like one the
+// grammar does not allow. A Grammar's cache
 // (nodes, states, transitions, masks) is bounded by DefaultCacheBytes
-// (SetCacheLimit changes it); when full it starts a new generation and the
-// old one is freed when no Matcher holds it. Share one Grammar between the
+// (SetCacheLimit changes it); when full it starts a new generation. The
+// old generation's states stay in memory as long as a Matcher still holds
+// one of them (each Matcher pins the states it can reach from its own),
+// so the bound is on what the cache keeps, not on all memory a grammar's
+// live Matchers use. Share one Grammar between the
 // requests that use the same source: they then share its cache.
 package grammar

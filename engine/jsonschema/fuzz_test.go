@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/baton-serving/baton/engine"
@@ -27,6 +28,7 @@ func FuzzToGrammar(f *testing.F) {
 		`{"oneOf":[{"const":"a"},{"type":"number"}]}`,
 		`{"type":["object","array"],"properties":{"a":true},"items":false}`,
 		`{"type":"string","pattern":"(a?)*"}`,
+		hostilePattern,
 	} {
 		f.Add([]byte(s))
 	}
@@ -43,6 +45,13 @@ func FuzzToGrammar(f *testing.F) {
 			t.Fatalf("grammar is %d bytes", len(src))
 		}
 		if _, err := grammar.Parse(src); err != nil {
+			// Parse bounds the work of the start state: a pattern that
+			// forks into too many parse paths is refused there (the
+			// router parses every grammar it forwards), never anything else.
+			var e *grammar.Error
+			if errors.As(err, &e) && errors.Is(err, engine.ErrInvalidInput) && strings.Contains(e.Msg, "too ambiguous") {
+				return
+			}
 			t.Fatalf("grammar for %q does not parse: %v\n%s", data, err, src)
 		}
 	})

@@ -232,3 +232,29 @@ func TestPropertyOrderIsSchemaOrder(t *testing.T) {
 		t.Error("members are not in schema order")
 	}
 }
+
+// TestAmbiguousPatternBounded: a short pattern whose nested optional
+// repetitions fork into millions of parse paths, ((a?){2}){2}... 22 levels
+// deep (once 12 s to match three characters), costs each character a
+// bounded closure: the stack nodes the grammar interns stay within the
+// per-transition budget, and the string's text is refused (too ambiguous
+// to follow) rather than followed in part.
+func TestAmbiguousPatternBounded(t *testing.T) {
+	src, err := ToGrammar([]byte(hostilePattern))
+	if err != nil {
+		t.Fatalf("ToGrammar: %v", err)
+	}
+	g, err := grammar.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.MatchString(`"aaa"`) {
+		t.Error(`"aaa" matches a grammar too ambiguous to follow`)
+	}
+	if _, nodes, _, _ := g.CacheStats(); nodes > 1<<20 {
+		t.Fatalf("matching 5 characters interned %d stack nodes, want at most %d", nodes, 1<<20)
+	}
+}
+
+// hostilePattern is TestAmbiguousPatternBounded's schema (also a fuzz seed).
+var hostilePattern = `{"type":"string","pattern":"^` + strings.Repeat("(", 22) + "a?" + strings.Repeat("){2}", 22) + `$"}`
