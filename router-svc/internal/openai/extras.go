@@ -171,15 +171,17 @@ func schemaGrammar(js *jsonSchemaFormat) (string, *httpError) {
 	case !schemaName.MatchString(*js.Name):
 		return "", invalid(p+".name", "response_format.json_schema.name %q: want 1-64 characters of a-z, A-Z, 0-9, _ and -", *js.Name)
 	}
-	schema := []byte("{}")
-	if !isNull(js.Schema) {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(js.Schema, &obj); err != nil {
-			return "", invalid(p+".schema", "response_format.json_schema.schema: expected a JSON Schema object")
-		}
-		schema = js.Schema
+	if isNull(js.Schema) {
+		// No schema: any JSON object, as json_object asks (not any
+		// JSON value, which {} would allow).
+		g, _ := anyObjectGrammar()
+		return g, nil
 	}
-	g, err := compileSchema(schema)
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(js.Schema, &obj); err != nil {
+		return "", invalid(p+".schema", "response_format.json_schema.schema: expected a JSON Schema object")
+	}
+	g, err := compileSchema(js.Schema)
 	if err != nil {
 		return "", invalid(p+".schema", "response_format.json_schema.schema: %v", err)
 	}

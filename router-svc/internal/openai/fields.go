@@ -15,13 +15,55 @@ import (
 // request structs' fields (request.go), so the list cannot drift from what is
 // decoded; objects Baton reads inside a request (stream_options,
 // response_format, response_format.json_schema, messages[i]) are checked the
-// same way. Objects Baton passes on whole (a JSON schema, tool definitions,
-// content parts) are not.
+// same way, and so are the objects Baton reads from raw JSON (tools[i] and
+// their function, tool_choice, an assistant message's tool_calls, content
+// parts): a field tagged fields:"NAME" is checked against fieldShapes[NAME].
+// A JSON schema (parameters, json_schema.schema) is not: its keywords are
+// the schema compiler's to judge.
 
 // unrecognized is OpenAI's answer for an unknown field (OpenAI itself sends
 // param null; Baton names the field).
 func unrecognized(path string) *httpError {
 	return invalid(path, "Unrecognized request argument supplied: %s", path)
+}
+
+// fieldShapes are the known keys of the objects the request structs hold
+// as raw JSON (their fields' tag fields:"NAME"), as structs whose JSON
+// names are those keys. Keys Baton reads only to refuse their values
+// (image_url, custom) are here so that the refusal says why.
+var fieldShapes = map[string]reflect.Type{
+	"tool": reflect.TypeFor[struct {
+		Type     string          `json:"type"`
+		Custom   json.RawMessage `json:"custom"`
+		Function *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+			Strict      json.RawMessage `json:"strict"`
+		} `json:"function"`
+	}](),
+	"tool_choice": reflect.TypeFor[struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}](),
+	"tool_call": reflect.TypeFor[struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function *struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	}](),
+	"content_part": reflect.TypeFor[struct {
+		Type       string          `json:"type"`
+		Text       json.RawMessage `json:"text"`
+		ImageURL   json.RawMessage `json:"image_url"`
+		InputAudio json.RawMessage `json:"input_audio"`
+		File       json.RawMessage `json:"file"`
+		Refusal    json.RawMessage `json:"refusal"`
+	}](),
 }
 
 // knownFields maps each struct type the requests contain to its fields' JSON
@@ -73,6 +115,9 @@ func addFields(m map[reflect.Type]map[string]reflect.Type, t reflect.Type) {
 				name = f.Name
 			}
 			inner := structOf(f.Type)
+			if shape := f.Tag.Get("fields"); shape != "" {
+				inner = fieldShapes[shape]
+			}
 			names[name] = inner
 			if inner != nil {
 				addFields(m, inner)

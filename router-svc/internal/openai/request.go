@@ -85,8 +85,8 @@ type chatRequest struct {
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int64          `json:"top_logprobs"`
-	Tools               json.RawMessage `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
+	Tools               json.RawMessage `json:"tools" fields:"tool"`
+	ToolChoice          json.RawMessage `json:"tool_choice" fields:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	Functions           json.RawMessage `json:"functions"`
 	FunctionCall        json.RawMessage `json:"function_call"`
@@ -99,6 +99,14 @@ type chatRequest struct {
 	// Modalities ["text"] only; Audio (output audio) is refused.
 	Modalities json.RawMessage `json:"modalities"`
 	Audio      json.RawMessage `json:"audio"`
+	// Accepted as documented no-ops, as newer SDKs send them: ReasoningEffort
+	// and Verbosity steer reasoning models (Baton's models do not reason),
+	// PromptCacheKey routes to OpenAI's prompt cache and SafetyIdentifier
+	// is user's successor for abuse monitoring.
+	ReasoningEffort  *string `json:"reasoning_effort"`
+	Verbosity        *string `json:"verbosity"`
+	PromptCacheKey   *string `json:"prompt_cache_key"`
+	SafetyIdentifier *string `json:"safety_identifier"`
 }
 
 // chatMessage is one of messages. Refusal and Annotations, which the SDKs
@@ -106,9 +114,9 @@ type chatRequest struct {
 // accepted and ignored; Audio and FunctionCall are refused unless null.
 type chatMessage struct {
 	Role         string          `json:"role"`
-	Content      json.RawMessage `json:"content"`
+	Content      json.RawMessage `json:"content" fields:"content_part"`
 	Name         string          `json:"name"`
-	ToolCalls    json.RawMessage `json:"tool_calls"`
+	ToolCalls    json.RawMessage `json:"tool_calls" fields:"tool_call"`
 	ToolCallID   string          `json:"tool_call_id"`
 	Refusal      json.RawMessage `json:"refusal"`
 	Annotations  json.RawMessage `json:"annotations"`

@@ -349,9 +349,12 @@ type toolCallDelta struct {
 	Function functionCall `json:"function"`
 }
 
-// toolCallsFinish is the finish reason of a reply that called tools.
+// toolCallsFinish is the finish reason of a reply that may have called
+// tools, one rule for whole replies and streams: "length" whenever the
+// worker stopped at the length limit (a call may be cut short, or more were
+// to come), else "tool_calls" when a call parsed.
 func toolCallsFinish(f batonv1.FinishReason, calls int) *string {
-	if calls > 0 {
+	if calls > 0 && f != batonv1.FinishReason_FINISH_REASON_LENGTH {
 		s := "tool_calls"
 		return &s
 	}
@@ -411,7 +414,8 @@ func (f *chatFormat) convert(lps []*batonv1.TokenLogprob) *chatLogprobs {
 }
 
 func (f *chatFormat) whole(o *output) any {
-	content, calls := f.j.tools.parse(o.text.String())
+	content, calls, dropped := f.j.tools.parse(o.text.String())
+	f.logDropped(dropped)
 	msg := &chatMessageOut{Role: "assistant", Content: content}
 	for _, c := range calls {
 		msg.ToolCalls = append(msg.ToolCalls, toolCallOut{ID: callID(f.j.tools.family), Type: "function",
@@ -467,9 +471,26 @@ func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {
 			out = append(out, f.chunk(chatChoice{Delta: &chatDelta{Content: &rest}}))
 		}
 		out = f.callChunks(out, calls)
+		f.logDropped(f.calls.dropped)
 		fr = toolCallsFinish(ev.GetFinishReason(), f.sent)
 	}
 	return append(out, f.chunk(chatChoice{Delta: &chatDelta{}, FinishReason: fr}))
+}
+
+// logDropped logs the malformed tool-call text after a reply's calls that
+// was neither a call nor content, so that a model's broken second call is
+// visible in the log rather than silently gone.
+func (f *chatFormat) logDropped(dropped string) {
+	if dropped == "" {
+		return
+	}
+	const show = 200
+	head := dropped
+	if len(head) > show {
+		head = head[:show]
+	}
+	f.h.log.Info("openai chat: dropped a malformed tool call after the calls", "request_id", f.j.req.GetRequestId(),
+		"bytes", len(dropped), "text", head)
 }
 
 // callChunks appends the chunks of whole calls: for each, one delta with

@@ -53,7 +53,7 @@ func TestUnknownFields(t *testing.T) {
 	// return them (refusal, annotations, tool_calls and audio null).
 	for _, c := range []struct{ name, path, body string }{
 		{"user", cmplPath, `{"prompt":"x","max_tokens":2,"user":"u-1"}`},
-		{"chat extras", chatPath, `{` + userMsg + `,"max_tokens":2,"user":"u","metadata":{"k":"v"},"store":false,"service_tier":"auto","parallel_tool_calls":true,"modalities":["text"],"logprobs":false}`},
+		{"chat extras", chatPath, `{` + userMsg + `,"max_tokens":2,"user":"u","metadata":{"k":"v"},"store":false,"service_tier":"auto","modalities":["text"],"logprobs":false}`},
 		{"returned assistant message", chatPath, `{"max_tokens":2,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b","refusal":null,"annotations":[],"tool_calls":null,"audio":null,"function_call":null},{"role":"user","content":"c","name":"n"}]}`},
 		{"response_format text", cmplPath, `{"prompt":"x","max_tokens":2,"response_format":{"type":"text"}}`},
 		{"nulls", cmplPath, `{"prompt":"x","max_tokens":2,"logit_bias":null,"suffix":null,"echo":false,"stream_options":null}`},

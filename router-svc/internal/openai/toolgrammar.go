@@ -40,24 +40,24 @@ func forcingGrammar(ts *toolSetup) (string, error) {
 	case familyHermes:
 		one := gbnfLiteral(hermesOpen+"\n") + " call " + gbnfLiteral("\n"+hermesClose)
 		root = one
-		if ts.parallel {
+		if !ts.single {
 			root = one + " ( " + gbnfLiteral("\n") + " " + one + " )*"
 		}
 	case familyLlama3:
 		root = "call"
-		if ts.parallel {
+		if !ts.single {
 			root = "call ( " + gbnfLiteral("; ") + " call )*"
 		}
 	case familyMistral:
 		// The [TOOL_CALLS] marker is a control token, which a grammar
 		// cannot produce; the bare array parses the same.
 		root = gbnfLiteral("[") + " call ( " + gbnfLiteral(", ") + " call )* " + gbnfLiteral("]")
-		if !ts.parallel {
+		if ts.single {
 			root = gbnfLiteral("[") + " call " + gbnfLiteral("]")
 		}
 	default:
 		root = "call"
-		if ts.parallel {
+		if !ts.single {
 			root = gbnfLiteral("[") + " call ( " + gbnfLiteral(", ") + " call )* " + gbnfLiteral("]")
 		}
 	}

@@ -19,21 +19,33 @@ type parsedCall struct {
 // holds no well-formed call to a declared tool, and then the whole text is
 // content.
 func parseToolCalls(fam toolFamily, text string, declared func(string) bool) (content string, calls []parsedCall, ok bool) {
+	content, calls, _, ok = parseToolCallsDropped(fam, text, declared)
+	return content, calls, ok
+}
+
+// parseToolCallsDropped is parseToolCalls that also returns the text it
+// dropped: a malformed <tool_call> block after the calls (Hermes) and what
+// follows it.
+func parseToolCallsDropped(fam toolFamily, text string, declared func(string) bool) (content string, calls []parsedCall, dropped string, ok bool) {
 	switch fam {
 	case familyHermes:
-		if calls, before, ok := parseHermes(text, declared); ok {
-			return strings.TrimRight(before, " \t\r\n"), calls, true
+		if calls, before, after, dropped, ok := parseHermes(text, declared); ok {
+			content := strings.TrimRight(before, " \t\r\n")
+			if after != "" && content != "" {
+				content += "\n"
+			}
+			return content + after, calls, dropped, true
 		}
-		return text, nil, false
+		return text, nil, "", false
 	case familyMistral:
 		if calls, ok := parseMistral(text); ok && allDeclared(calls, declared) {
-			return "", calls, true
+			return "", calls, "", true
 		}
 	}
 	if calls, ok := parseJSONCalls(text); ok && allDeclared(calls, declared) {
-		return "", calls, true
+		return "", calls, "", true
 	}
-	return text, nil, false
+	return text, nil, "", false
 }
 
 func allDeclared(calls []parsedCall, declared func(string) bool) bool {
@@ -61,13 +73,14 @@ const (
 // <tool_call> on; the last may lack its closing tag (the generation ended
 // at it). The calls end at the first thing that is not a block holding a
 // call to a declared tool; the output has calls when its first block does.
-func parseHermes(text string, declared func(string) bool) ([]parsedCall, string, bool) {
+// What follows the calls is more content (after, leading space trimmed)
+// unless it is a malformed block, which is dropped with all after it.
+func parseHermes(text string, declared func(string) bool) (calls []parsedCall, before, after, dropped string, ok bool) {
 	i := strings.Index(text, hermesOpen)
 	if i < 0 {
-		return nil, "", false
+		return nil, "", "", "", false
 	}
 	before, rest := text[:i], text[i:]
-	var calls []parsedCall
 	for len(calls) < maxToolCalls {
 		c, r, st := hermesNext(rest, declared, true)
 		if st != hermesCall {
@@ -75,7 +88,19 @@ func parseHermes(text string, declared func(string) bool) ([]parsedCall, string,
 		}
 		calls, rest = append(calls, c), r
 	}
-	return calls, before, len(calls) > 0
+	after, dropped = hermesAfter(rest, len(calls) == maxToolCalls)
+	return calls, before, after, dropped, len(calls) > 0
+}
+
+// hermesAfter splits what follows the last call (full: the call limit was
+// reached) into content and dropped text: a block that held no call, or
+// the start of one cut off by the end of the output, is dropped.
+func hermesAfter(rest string, full bool) (after, dropped string) {
+	t := strings.TrimLeft(rest, " \t\r\n")
+	if full || strings.HasPrefix(t, hermesOpen) || (t != "" && strings.HasPrefix(hermesOpen, t)) {
+		return "", t
+	}
+	return t, ""
 }
 
 // What hermesNext found.
@@ -193,21 +218,36 @@ func parseJSONCalls(text string) ([]parsedCall, bool) {
 	}
 }
 
-// decodeCall reads {"name": ..., "arguments"|"parameters": {...}}; the
-// arguments may also be a JSON string holding the object, as some models
-// write them.
+// callKeys are the keys a call object may have; an object with any other
+// (say {"name": "search", "query": "x"}, an answer that happens to name a
+// tool) is not a call.
+var callKeys = map[string]bool{"name": true, "arguments": true, "parameters": true, "type": true, "id": true}
+
+// decodeCall reads {"name": ..., "arguments"|"parameters": {...}} (and
+// optionally "type" and "id"); the arguments may also be a JSON string
+// holding the object, as some models write them.
 func decodeCall(raw []byte) (parsedCall, bool) {
-	var c struct {
-		Name       *string         `json:"name"`
-		Arguments  json.RawMessage `json:"arguments"`
-		Parameters json.RawMessage `json:"parameters"`
-	}
-	if !isObject(raw) || json.Unmarshal(raw, &c) != nil || c.Name == nil || !toolNameRE.MatchString(*c.Name) {
+	var keys map[string]json.RawMessage
+	if !isObject(raw) || json.Unmarshal(raw, &keys) != nil {
 		return parsedCall{}, false
 	}
-	args := c.Arguments
+	for k := range keys {
+		if !callKeys[k] {
+			return parsedCall{}, false
+		}
+	}
+	_, hasArgs := keys["arguments"]
+	_, hasParams := keys["parameters"]
+	if hasArgs && hasParams {
+		return parsedCall{}, false
+	}
+	var name string
+	if json.Unmarshal(keys["name"], &name) != nil || !toolNameRE.MatchString(name) {
+		return parsedCall{}, false
+	}
+	args := keys["arguments"]
 	if args == nil {
-		args = c.Parameters
+		args = keys["parameters"]
 	}
 	if args == nil {
 		args = json.RawMessage("{}")
@@ -222,7 +262,7 @@ func decodeCall(raw []byte) (parsedCall, bool) {
 	if !isObject(args) {
 		return parsedCall{}, false
 	}
-	return parsedCall{Name: *c.Name, Arguments: string(args)}, true
+	return parsedCall{Name: name, Arguments: string(args)}, true
 }
 
 func isObject(raw []byte) bool {

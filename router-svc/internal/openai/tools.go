@@ -80,8 +80,10 @@ type toolSetup struct {
 	grammars []string // per tool: the GBNF of its parameters
 	choice   string   // "auto", "none", "required" or "function"
 	named    string   // with choice "function": the tool
-	parallel bool
-	family   toolFamily
+	// single: parallel_tool_calls false, at most one call (forced or
+	// parsed).
+	single bool
+	family toolFamily
 }
 
 // rendered is the tools the prompt shows: none with tool_choice "none".
@@ -107,19 +109,29 @@ func (ts *toolSetup) forced() bool {
 }
 
 // parse reads the calls in a whole output: content (nil when there is
-// none) and the calls, or the text as content when it holds none.
-func (ts *toolSetup) parse(text string) (*string, []parsedCall) {
+// none) and the calls, or the text as content when it holds none; dropped
+// is the malformed text after the calls that is neither (for the log).
+func (ts *toolSetup) parse(text string) (content *string, calls []parsedCall, dropped string) {
 	if !ts.parses() {
-		return &text, nil
+		return &text, nil, ""
 	}
-	content, calls, ok := parseToolCalls(ts.family, text, ts.declared)
+	c, calls, dropped, ok := parseToolCallsDropped(ts.family, text, ts.declared)
 	if !ok {
-		return &text, nil
+		return &text, nil, ""
 	}
-	if content == "" {
-		return nil, calls
+	calls = ts.limit(calls)
+	if c == "" {
+		return nil, calls, dropped
 	}
-	return &content, calls
+	return &c, calls, dropped
+}
+
+// limit keeps only the first call with parallel_tool_calls false.
+func (ts *toolSetup) limit(calls []parsedCall) []parsedCall {
+	if ts.single && len(calls) > 1 {
+		return calls[:1]
+	}
+	return calls
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -131,9 +143,9 @@ func prepareTools(in *chatRequest, family toolFamily) (*toolSetup, *httpError) {
 	if !isNull(in.Functions) {
 		return nil, invalid("functions", "functions is deprecated and not supported; declare them as tools: [{\"type\": \"function\", \"function\": {...}}]")
 	}
-	ts := &toolSetup{choice: "auto", parallel: true, family: family}
+	ts := &toolSetup{choice: "auto", family: family}
 	if in.ParallelToolCalls != nil {
-		ts.parallel = *in.ParallelToolCalls
+		ts.single = !*in.ParallelToolCalls
 	}
 	if !isNull(in.Tools) {
 		var list []json.RawMessage
@@ -186,8 +198,12 @@ func prepareTools(in *chatRequest, family toolFamily) (*toolSetup, *httpError) {
 		}
 	}
 	if len(ts.tools) == 0 {
-		if ts.choice == "required" {
-			return nil, invalid("tool_choice", "tool_choice \"required\" needs tools")
+		// As OpenAI answers (tools: [] counts as none).
+		switch {
+		case !isNull(in.ToolChoice):
+			return nil, invalid("tool_choice", "tool_choice is only allowed when 'tools' are specified")
+		case in.ParallelToolCalls != nil:
+			return nil, invalid("parallel_tool_calls", "parallel_tool_calls is only allowed when 'tools' are specified")
 		}
 		return nil, nil
 	}
@@ -203,9 +219,38 @@ func toolIndex(tools []ToolDef, name string) (int, bool) {
 	return 0, false
 }
 
-// emptyParameters is a function that takes no arguments, as OpenAI reads a
-// tool without parameters.
-const emptyParameters = `{"type": "object", "properties": {}, "additionalProperties": false}`
+// objectKeywords are the JSON Schema keywords that only constrain objects:
+// a parameters schema without "type" is read as an object schema when it
+// has one of them.
+var objectKeywords = []string{"properties", "required", "additionalProperties", "patternProperties",
+	"minProperties", "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas"}
+
+// objectRoot checks that a tool's parameters schema (root, raw: its
+// top-level keywords and text) describes an object — the arguments are a
+// JSON object, and OpenAI refuses any other parameters — and returns the
+// schema to compile: raw itself, or with "type": "object" added when it
+// says so only by object keywords (without a type, JSON Schema would
+// allow any non-object value).
+func objectRoot(root map[string]json.RawMessage, raw []byte) ([]byte, string) {
+	if ty, ok := root["type"]; ok {
+		var s string
+		if json.Unmarshal(ty, &s) != nil || s != "object" {
+			return nil, fmt.Sprintf(`the schema's root must be {"type": "object"} (got "type": %s): a tool's arguments are a JSON object`, bytes.TrimSpace(ty))
+		}
+		return raw, ""
+	}
+	for _, k := range objectKeywords {
+		if _, ok := root[k]; ok {
+			root["type"] = json.RawMessage(`"object"`)
+			b, err := json.Marshal(root)
+			if err != nil {
+				return nil, err.Error()
+			}
+			return b, ""
+		}
+	}
+	return nil, `the schema's root must be {"type": "object"}: a tool's arguments are a JSON object`
+}
 
 // parseTool reads tools[i] and compiles its parameters schema.
 func parseTool(i int, raw json.RawMessage) (ToolDef, string, *httpError) {
@@ -251,13 +296,22 @@ func parseTool(i int, raw json.RawMessage) (ToolDef, string, *httpError) {
 			return def, "", invalid(p+".function.strict", "%s.function.strict: expected a boolean", p)
 		}
 	}
-	schema := []byte(emptyParameters)
-	if params, ok := fields["parameters"]; ok && !isNull(params) {
-		if t := bytes.TrimSpace(params); len(t) == 0 || t[0] != '{' {
-			return def, "", invalid(p+".function.parameters", "%s.function.parameters of tool %q: expected a JSON Schema object", p, def.Name)
-		}
-		def.Parameters = bytes.TrimSpace(params)
-		schema = def.Parameters
+	params, ok := fields["parameters"]
+	if !ok || isNull(params) {
+		// No parameters: any object, as OpenAI reads the tool.
+		return def, jsonschema.AnyObject, nil
+	}
+	var root map[string]json.RawMessage
+	if err := json.Unmarshal(params, &root); err != nil {
+		return def, "", invalid(p+".function.parameters", "%s.function.parameters of tool %q: expected a JSON Schema object", p, def.Name)
+	}
+	def.Parameters = bytes.TrimSpace(params)
+	if len(root) == 0 {
+		return def, jsonschema.AnyObject, nil
+	}
+	schema, fault := objectRoot(root, def.Parameters)
+	if fault != "" {
+		return def, "", invalid(p+".function.parameters", "%s.function.parameters of tool %q: %s", p, def.Name, fault)
 	}
 	g, err := jsonschema.ToGrammar(schema)
 	if err != nil {
@@ -361,8 +415,13 @@ func (h *Handler) applyTools(in *chatRequest, j *job) *httpError {
 		return invalid("tool_choice", "tool_choice %q forces a tool call and cannot be combined with response_format or grammar", ts.choice)
 	}
 	g, err := forcingGrammar(ts)
+	if err == nil {
+		// Checked here so that a fault is a 400 naming tools, the
+		// field the client sent, not grammar, which it did not.
+		err = parseGrammar(g)
+	}
 	if err != nil {
-		return invalid("tools", "tools: %v", err)
+		return invalid("tools", "tools: the call-forcing grammar: %v", err)
 	}
 	sp.Grammar = g
 	return nil

@@ -55,7 +55,7 @@ func TestToolsBadRequests(t *testing.T) {
 		{"tool_choice not a string or object", `{` + user + `,` + weatherTools + `,"tool_choice":3}`, "tool_choice", "expected"},
 		{"required with response_format", `{` + user + `,` + weatherTools + `,"tool_choice":"required","response_format":{"type":"json_object"}}`, "tool_choice", "response_format"},
 		{"named with a grammar", `{` + user + `,` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"get_time"}},"grammar":"root ::= \"x\""}`, "tool_choice", "grammar"},
-		{"required without tools", `{` + user + `,"tool_choice":"required"}`, "tool_choice", "needs tools"},
+		{"required without tools", `{` + user + `,"tool_choice":"required"}`, "tool_choice", "only allowed when"},
 		{"parallel_tool_calls type", `{` + user + `,` + weatherTools + `,"parallel_tool_calls":"yes"}`, "parallel_tool_calls", "boolean"},
 		{"functions", `{` + user + `,"functions":[{"name":"f"}]}`, "functions", "tools"},
 		{"tool message without tool_call_id", `{"messages":[{"role":"user","content":"Hi"},{"role":"tool","content":"21"}]}`, "messages[1].tool_call_id", "required"},
@@ -85,6 +85,8 @@ func TestToolsBadRequests(t *testing.T) {
 type scripted struct {
 	pieces []string
 	got    chan *batonv1.GenerateRequest
+	// finish is the last event's finish reason (unset: STOP).
+	finish batonv1.FinishReason
 }
 
 func (s *scripted) Generate(_ context.Context, req *batonv1.GenerateRequest, send func(*batonv1.GenerateEvent) error) error {
@@ -99,6 +101,9 @@ func (s *scripted) Generate(_ context.Context, req *batonv1.GenerateRequest, sen
 		ev := &batonv1.GenerateEvent{RequestId: req.GetRequestId(), TokenIds: []uint32{uint32(i + 3)}, Text: p}
 		if i == len(s.pieces)-1 {
 			ev.FinishReason = batonv1.FinishReason_FINISH_REASON_STOP
+			if s.finish != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+				ev.FinishReason = s.finish
+			}
 			ev.Usage = &batonv1.Usage{PromptTokens: uint32(len(req.GetPromptTokenIds())), CompletionTokens: uint32(len(s.pieces))}
 		}
 		if err := send(ev); err != nil {

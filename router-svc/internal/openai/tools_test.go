@@ -72,6 +72,11 @@ func TestParseToolCalls(t *testing.T) {
 		{"generic no arguments", familyGeneric, `{"name": "get_time"}`, "", []parsedCall{{Name: "get_time", Arguments: "{}"}}},
 		{"generic arguments not an object", familyGeneric, `{"name": "get_time", "arguments": 3}`, `{"name": "get_time", "arguments": 3}`, nil},
 		{"generic empty list", familyGeneric, `[]`, `[]`, nil},
+		{"generic extra key", familyGeneric, `{"name": "get_time", "query": "x"}`, `{"name": "get_time", "query": "x"}`, nil},
+		{"llama extra key", familyLlama3, `{"name": "get_weather", "parameters": {"city": "Paris"}, "note": 1}`, `{"name": "get_weather", "parameters": {"city": "Paris"}, "note": 1}`, nil},
+		{"generic type and id", familyGeneric, `{"type": "function", "id": "c1", "name": "get_time", "arguments": {"tz":"CET"}}`, "", []parsedCall{tm}},
+		{"hermes trailing text", familyHermes, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\nDone.", "Done.", []parsedCall{w}},
+		{"hermes text around", familyHermes, "Let me look.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n Done.", "Let me look.\nDone.", []parsedCall{w}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -205,7 +210,7 @@ func TestForcingGrammar(t *testing.T) {
 	weather := `{"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"], "additionalProperties": false}`
 	timeP := `{"type": "object", "properties": {"tz": {"enum": ["CET", "UTC"]}}, "required": ["tz"], "additionalProperties": false}`
 	setup := func(fam toolFamily, choice, named string, parallel bool) *toolSetup {
-		ts := &toolSetup{family: fam, choice: choice, named: named, parallel: parallel,
+		ts := &toolSetup{family: fam, choice: choice, named: named, single: !parallel,
 			tools: []ToolDef{{Name: "get_weather", Parameters: json.RawMessage(weather)}, {Name: "get_time", Parameters: json.RawMessage(timeP)}}}
 		for _, td := range ts.tools {
 			g, err := jsonschema.ToGrammar(td.Parameters)
@@ -425,6 +430,20 @@ func TestForcedCallExcludesOtherConstraints(t *testing.T) {
 		}
 		if herr == nil && !forced && j.req.Sampling.GetGrammar() != c.preset {
 			t.Errorf("%s: auto changed the grammar to %q", c.name, j.req.Sampling.GetGrammar())
+		}
+	}
+}
+
+// TestToolParametersAnyObject: a tool whose parameters are {} or absent
+// takes any JSON object (what a forced call's arguments may be).
+func TestToolParametersAnyObject(t *testing.T) {
+	for _, fn := range []string{`{"name": "f", "parameters": {}}`, `{"name": "f"}`} {
+		_, g, herr := parseTool(0, json.RawMessage(`{"type": "function", "function": `+fn+`}`))
+		if herr != nil {
+			t.Fatalf("%s: %v", fn, herr.message)
+		}
+		if g != jsonschema.AnyObject {
+			t.Errorf("%s: grammar %q, want jsonschema.AnyObject", fn, g)
 		}
 	}
 }

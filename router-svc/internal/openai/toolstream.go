@@ -17,9 +17,12 @@ type toolStream struct {
 	calling bool
 	// plain: the output holds no call; the rest is content.
 	plain bool
-	// done: the calls have ended; the rest is dropped (Hermes).
-	done  bool
-	calls int // calls sent
+	// done: the calls have ended in a malformed block; the rest is
+	// dropped (Hermes), and kept in dropped for the log.
+	done    bool
+	dropped string
+	calls   int  // calls parsed
+	sent    bool // content sent before the calls (Hermes)
 }
 
 func newToolStream(ts *toolSetup) *toolStream { return &toolStream{ts: ts} }
@@ -31,6 +34,7 @@ func (s *toolStream) push(text string) (string, []parsedCall) {
 	case s.plain:
 		return text, nil
 	case s.done:
+		s.dropped += text
 		return "", nil
 	}
 	s.held += text
@@ -43,12 +47,14 @@ func (s *toolStream) push(text string) (string, []parsedCall) {
 				keep += len(body) - len(strings.TrimRight(body, " \t\r\n"))
 				out := s.held[:len(s.held)-keep]
 				s.held = s.held[len(s.held)-keep:]
+				s.sent = s.sent || out != ""
 				return out, nil
 			}
 			// The whitespace before the call stays held: dropped if
 			// the call parses, content if it does not.
 			out := strings.TrimRight(s.held[:i], " \t\r\n")
 			s.held, s.calling = s.held[len(out):], true
+			s.sent = s.sent || out != ""
 			content, calls := s.hermes(false)
 			return out + content, calls
 		}
@@ -73,31 +79,43 @@ func (s *toolStream) push(text string) (string, []parsedCall) {
 }
 
 // hermes reads the held <tool_call> blocks (final: the output has ended),
-// as parseHermes reads them.
+// as parseHermes reads them: the content after the calls, and the calls
+// (only the first with parallel_tool_calls false).
 func (s *toolStream) hermes(final bool) (string, []parsedCall) {
 	var calls []parsedCall
-	for !s.done {
-		if s.calls == maxToolCalls {
-			s.done, s.held = true, ""
+	for !s.done && !s.plain {
+		if s.calls < maxToolCalls {
+			c, rest, st := hermesNext(s.held, s.ts.declared, final)
+			switch st {
+			case hermesCall:
+				if !s.ts.single || s.calls == 0 {
+					calls = append(calls, c)
+				}
+				s.calls++
+				s.held = rest
+				continue
+			case hermesMore:
+				return "", calls
+			}
+			if s.calls == 0 {
+				// The first block holds no call: the output is content.
+				out := s.held
+				s.held, s.plain = "", true
+				return out, nil
+			}
+		}
+		after, dropped := hermesAfter(s.held, s.calls == maxToolCalls)
+		s.held = ""
+		if dropped != "" || s.calls == maxToolCalls {
+			s.done, s.dropped = true, dropped
 			break
 		}
-		c, rest, st := hermesNext(s.held, s.ts.declared, final)
-		switch st {
-		case hermesCall:
-			calls = append(calls, c)
-			s.calls++
-			s.held = rest
-			continue
-		case hermesMore:
-			return "", calls
+		// Content after the calls: the rest of the output is content.
+		s.plain = true
+		if after != "" && s.sent {
+			after = "\n" + after
 		}
-		if s.calls == 0 {
-			// The first block holds no call: the output is content.
-			out := s.held
-			s.held, s.plain = "", true
-			return out, nil
-		}
-		s.done, s.held = true, ""
+		return after, calls
 	}
 	return "", calls
 }
@@ -129,7 +147,7 @@ func (s *toolStream) finish() (string, []parsedCall) {
 	if !ok {
 		return held, nil
 	}
-	return content, calls
+	return content, s.ts.limit(calls)
 }
 
 // forcedStream streams the calls of a forced reply (tool_choice required
@@ -248,7 +266,7 @@ func (s *forcedStream) finish() (content string, deltas []toolCallDelta, calls i
 	if s.calls > 0 {
 		return "", nil, s.calls, s.complete
 	}
-	c, parsed := s.ts.parse(s.text)
+	c, parsed, _ := s.ts.parse(s.text)
 	if len(parsed) == 0 {
 		return s.text, nil, 0, true
 	}
