@@ -89,6 +89,9 @@ var codeTable = []struct {
 	// A grammar that allows no next token: this request cannot go on
 	// (retrying elsewhere gives the same), the server is healthy.
 	{sample.ErrNoAllowedToken, codes.Aborted},
+	// The prefill worker's first token does not follow this worker's
+	// grammar: the peer's data cannot be used, as a bad KV chunk.
+	{sample.ErrDiverged, codes.DataLoss},
 	// A token or text the request's grammar does not allow (Accept).
 	{grammar.ErrRejected, codes.InvalidArgument},
 	{model.ErrClosed, codes.Unavailable},

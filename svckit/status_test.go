@@ -46,6 +46,7 @@ var sentinelValues = map[string]error{
 	"engine/sched.ErrQueueFull":         sched.ErrQueueFull,
 	"engine/sched.ErrStepHung":          sched.ErrStepHung,
 	"engine/sample.ErrNoAllowedToken":   sample.ErrNoAllowedToken,
+	"engine/sample.ErrDiverged":         sample.ErrDiverged,
 	"engine/grammar.ErrRejected":        grammar.ErrRejected,
 	"engine/model.ErrClosed":            model.ErrClosed,
 	"engine/modelfile.ErrUnreachable":   modelfile.ErrUnreachable,

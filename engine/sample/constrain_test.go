@@ -182,7 +182,80 @@ func TestConstraintFollow(t *testing.T) {
 		}
 	}
 	bad := sampler(t, 1, 99, matcher(t, `root ::= "a"`), false)
-	if err := bad.Follow(4); !errors.Is(err, engine.ErrInvalidInput) {
-		t.Fatalf("Follow of a refused token: %v, want invalid input", err)
+	if err := bad.Follow(4); !errors.Is(err, sample.ErrDiverged) {
+		t.Fatalf("Follow of a refused token: %v, want ErrDiverged", err)
+	}
+}
+
+// TestFollowChecks: a first token chosen elsewhere (by the prefill
+// worker) is checked as a local draw would be: an end-of-generation id
+// only where the grammar is complete (with ignore_eos only where it is
+// finished), any other id only where the grammar allows it; a refusal is
+// the peer's data disagreeing with ours (ErrDiverged, DATA_LOSS at the
+// boundary), not the client's input.
+func TestFollowChecks(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		src       string
+		ignoreEOS bool
+		id        int32
+		ok        bool
+	}{
+		{"eog before complete", `root ::= "a"`, false, eogID, false},
+		{"eog where empty is complete", `root ::= [a-c]*`, false, eogID, true},
+		{"eog with ignore_eos before finished", `root ::= [a-c]*`, true, eogID, false},
+		{"eog with ignore_eos once finished", `root ::= ""`, true, eogID, true},
+		{"allowed token", `root ::= [a-c]*`, false, 0, true},
+		{"refused token", `root ::= "b"`, false, 0, false},
+	} {
+		s := sampler(t, 0, 1, matcher(t, c.src), c.ignoreEOS)
+		err := s.Follow(c.id)
+		if c.ok != (err == nil) {
+			t.Errorf("%s: Follow(%d) = %v, want ok %v", c.name, c.id, err, c.ok)
+		}
+		if err != nil && (!errors.Is(err, sample.ErrDiverged) || errors.Is(err, engine.ErrInvalidInput)) {
+			t.Errorf("%s: %v wraps ErrInvalidInput or not ErrDiverged", c.name, err)
+		}
+	}
+}
+
+// lyingConstraint allows every token and accepts none: a broken
+// Constraint, the only way to reach the sampler's invariant check.
+type lyingConstraint struct{}
+
+func (lyingConstraint) Allows(int32) bool { return true }
+func (lyingConstraint) FillMask(m []uint64) {
+	for i := range m {
+		m[i] = ^uint64(0)
+	}
+}
+func (lyingConstraint) Accept(id int32) error { return grammar.ErrRejected }
+func (lyingConstraint) Complete() bool        { return false }
+func (lyingConstraint) Finished() bool        { return false }
+
+// TestConstraintInvariantIsInternal: a constraint refusing the token it
+// allowed is a bug in the server, not the client's grammar (INVALID_ARGUMENT
+// via ErrRejected) nor a dead end of the grammar (ABORTED via
+// ErrNoAllowedToken): the error wraps neither, so it maps to INTERNAL.
+func TestConstraintInvariantIsInternal(t *testing.T) {
+	s := sampler(t, 0, 1, lyingConstraint{}, false)
+	_, err := s.Sample(logs(0.5, 0.2, 0.1, 0.1, 0.05, 0.05))
+	if err == nil || errors.Is(err, sample.ErrNoAllowedToken) || errors.Is(err, grammar.ErrRejected) || errors.Is(err, engine.ErrInvalidInput) {
+		t.Fatalf("Sample under a lying constraint: %v, want an error wrapping no sentinel", err)
+	}
+}
+
+// TestNonFiniteLogitsUnderGrammar: when the tokens the grammar allows all
+// have NaN or -Inf logits, the error says the logits are at fault
+// (ErrInvalidInput), not that the grammar reached a dead end.
+func TestNonFiniteLogitsUnderGrammar(t *testing.T) {
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
+		s := sampler(t, 0, 1, matcher(t, `root ::= "b"`), false)
+		l := logs(0.5, 0.2, 0.1, 0.1, 0.05, 0.05)
+		l[1] = bad
+		_, err := s.Sample(l)
+		if !errors.Is(err, engine.ErrInvalidInput) || errors.Is(err, sample.ErrNoAllowedToken) {
+			t.Errorf("logit %v for the one allowed token: %v, want ErrInvalidInput, not ErrNoAllowedToken", bad, err)
+		}
 	}
 }

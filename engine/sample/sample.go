@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -32,6 +33,11 @@ const MaxLogitBias = 100
 // complete (a grammar that cannot go on). The request cannot continue; the
 // sampler returns this instead of looping.
 var ErrNoAllowedToken = errors.New("sample: the grammar allows no next token")
+
+// ErrDiverged: a token chosen elsewhere (the prefill worker's first token)
+// does not follow this sampler's constraint: the two workers disagree, the
+// peer's data cannot be used (not the client's input).
+var ErrDiverged = errors.New("sample: a token chosen elsewhere does not follow the constraint")
 
 // Params configures the sampler of one request. The zero value is not
 // usable (TopP 0 is invalid); start from Defaults.
@@ -240,14 +246,25 @@ func (s *Sampler) Ends(id int32) bool { return s.c != nil && slices.Contains(s.e
 
 // Follow advances the sampler past one token chosen elsewhere (the first
 // token a prefill worker sampled): like Skip(1), and the constraint Accepts
-// it. A token the constraint refuses wraps engine.ErrInvalidInput.
+// it.
+//
+// It checks the token as a local draw would: an end-of-generation id only
+// where Sample could have chosen it (c Complete; with ignore_eos, c
+// Finished), any other id only where c allows it. A refusal wraps
+// ErrDiverged: the worker that chose it disagrees with this one.
 func (s *Sampler) Follow(id int32) error {
 	s.draws++
-	if s.c == nil || slices.Contains(s.eog, id) {
+	if s.c == nil {
 		return nil
 	}
+	if slices.Contains(s.eog, id) {
+		if s.c.Finished() || !s.noEOG && s.c.Complete() {
+			return nil
+		}
+		return fmt.Errorf("sample: end-of-generation token %d chosen elsewhere where the grammar is not complete (ignore_eos %v): %w", id, s.noEOG, ErrDiverged)
+	}
 	if err := s.c.Accept(id); err != nil {
-		return fmt.Errorf("sample: token %d chosen elsewhere does not follow the grammar: %w: %w", id, err, engine.ErrInvalidInput)
+		return fmt.Errorf("sample: token %d chosen elsewhere does not follow the grammar: %v: %w", id, err, ErrDiverged)
 	}
 	return nil
 }
@@ -298,6 +315,15 @@ func (s *Sampler) masked(l []float32, inWork bool) []float32 {
 		}
 	}
 	return l
+}
+
+// maskCount is how many tokens the last masked call allowed.
+func (s *Sampler) maskCount() int {
+	n := 0
+	for _, w := range s.mask {
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
 
 func (s *Sampler) penalizes() bool {
@@ -358,6 +384,11 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 				return Token{}, err
 			}
 			if id < 0 {
+				if allowed := s.maskCount(); allowed > 0 {
+					// The grammar allows tokens; the model gave none of
+					// them a finite logit (NaN or -Inf): not a dead end.
+					return Token{}, fmt.Errorf("sample: no finite logit among the %d tokens the grammar allows: %w", allowed, engine.ErrInvalidInput)
+				}
 				return Token{}, fmt.Errorf("sample: %d tokens, none allowed by the grammar (complete: %v): %w",
 					len(logits), s.c.Complete(), ErrNoAllowedToken)
 			}
@@ -368,7 +399,9 @@ func (s *Sampler) Sample(logits []float32) (Token, error) {
 	}
 	if s.c != nil && !slices.Contains(s.eog, id) {
 		if err := s.c.Accept(id); err != nil {
-			return Token{}, fmt.Errorf("sample: the grammar refused token %d it allowed: %w: %w", id, err, ErrNoAllowedToken)
+			// An invariant of the Constraint broken: a bug (INTERNAL),
+			// neither the client's grammar nor a dead end.
+			return Token{}, fmt.Errorf("sample: the grammar refused token %d it allowed: %v", id, err)
 		}
 	}
 	tok := Token{ID: id}

@@ -82,5 +82,9 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	return sched.Request{ID: hs.GetRequestId(), Mode: sched.ModePrefillOnly, Prompt: prompt, Params: params,
-		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, Constraint: constraint, PromptLogprobs: hs.GetSampling().GetPromptLogprobs()}, nil
+		Stop: hs.GetSampling().GetStop(), StopIDs: stopIDs, Constraint: constraint, PromptLogprobs: hs.GetSampling().GetPromptLogprobs(),
+		// The first token's draw is the decode worker's too: under a
+		// grammar, ignore_eos keeps the end-of-generation ids out of it
+		// as it does there.
+		IgnoreEOS: hs.GetSampling().GetIgnoreEos()}, nil
 }

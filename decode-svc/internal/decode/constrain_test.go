@@ -206,6 +206,25 @@ func TestGrammarForcesEnd(t *testing.T) {
 	p.waitIdle(t)
 }
 
+// TestGrammarIgnoreEOSPD: with ignore_eos under a grammar whose every
+// prefix is a sentence (root ::= [a-z]*), the end-of-generation token
+// (id 2, pushed first by logit_bias +100) is never chosen: the prefill
+// worker that samples the first token honours ignore_eos as the decode
+// worker does, so PD generates what colocated does: max_new_tokens
+// letters, ending LENGTH.
+func TestGrammarIgnoreEOSPD(t *testing.T) {
+	p := startPD(t, nil, nil, nil)
+	sp := seeded(0, 0, 6)
+	sp.Grammar = `root ::= [a-z]*`
+	sp.IgnoreEos = true
+	sp.LogitBias = map[uint32]float32{2: 100}
+	out := p.both(t, "ignore-eos", sp)
+	if out.finish != batonv1.FinishReason_FINISH_REASON_LENGTH || len(out.tokens) != 6 {
+		t.Fatalf("got %q (%d tokens) finish %v; want 6 letters and LENGTH", out.text, len(out.tokens), out.finish)
+	}
+	p.waitIdle(t)
+}
+
 // TestLogitBiasWorkers: -100 on the token greedy decoding picks first bans
 // it; +100 on a token makes every token that one; colocated and PD agree.
 func TestLogitBiasWorkers(t *testing.T) {
