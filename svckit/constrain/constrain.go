@@ -10,6 +10,7 @@ import (
 	"container/list"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/grammar"
@@ -17,16 +18,29 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"golang.org/x/sync/singleflight"
 )
 
 // DefaultCacheSize is how many compiled grammars a Compiler keeps.
 const DefaultCacheSize = 64
 
-// maskCacheBytes bounds each kept grammar's mask cache: about 500 masks of
-// a 32000-token vocabulary, more states than one schema's generations
-// visit, and with DefaultCacheSize grammars at most 128 MiB in all rather
-// than the 512 MiB engine/grammar's default would allow.
-const maskCacheBytes = 2 << 20
+// masksPerGrammar sizes each kept grammar's automaton cache: room for
+// about this many token masks of the model's vocabulary (vocab/8 bytes
+// each: 4 KB at 32000 tokens, 16 KB at 128000), more states than one
+// schema's generations visit, so the cache does not start over on large
+// vocabularies. With DefaultCacheSize grammars the caches the Compiler
+// keeps hold about 64 × 500 masks (128 MiB at 32000 tokens); a grammar
+// evicted from the Compiler lives on, with its cache, as long as a
+// request's matcher uses it, so that is not a bound on all the memory
+// constrained requests use.
+const masksPerGrammar = 500
+
+// minCacheBytes is the least cache a grammar gets (small vocabularies).
+const minCacheBytes = 2 << 20
+
+// maxConcurrentCompiles bounds the grammars compiled at once (each is
+// CPU- and memory-heavy; the decode loop must keep its cores).
+const maxConcurrentCompiles = 2
 
 // Compiler compiles the grammars of one model's requests. It is safe for
 // concurrent use.
@@ -34,6 +48,14 @@ type Compiler struct {
 	vocab *grammar.Vocab
 	eog   []int32
 	max   int
+
+	cacheBytes int64 // each grammar's automaton cache bound
+
+	// Compiles are collapsed per source (inflight) and at most
+	// maxConcurrentCompiles run at once (sem).
+	inflight singleflight.Group
+	sem      chan struct{}
+	compiles atomic.Int64 // grammars compiled (for tests)
 
 	mu    sync.Mutex
 	byKey map[string]*list.Element // of *entry; most recently used first
@@ -69,11 +91,10 @@ func New(tok *tokenizer.Tokenizer, vocab, cacheSize int) *Compiler {
 	if cacheSize <= 0 {
 		cacheSize = DefaultCacheSize
 	}
-	return &Compiler{vocab: grammar.NewVocab(pieces, eog), eog: eog, max: cacheSize, byKey: map[string]*list.Element{}}
+	return &Compiler{vocab: grammar.NewVocab(pieces, eog), eog: eog, max: cacheSize, byKey: map[string]*list.Element{},
+		cacheBytes: max(minCacheBytes, masksPerGrammar*(int64(vocab)/8+64)),
+		sem:        make(chan struct{}, maxConcurrentCompiles)}
 }
-
-// EOG returns the end-of-generation ids of the vocabulary.
-func (c *Compiler) EOG() []int32 { return c.eog }
 
 // Constraint returns a fresh matcher for p's grammar or JSON Schema, or nil
 // when p has neither. Errors name the field (sampling.grammar,
@@ -98,59 +119,56 @@ func (c *Compiler) Constraint(p *batonv1.SamplingParams) (sample.Constraint, err
 	return nil, nil
 }
 
-// Grammar compiles GBNF source (cached).
-func (c *Compiler) Grammar(src string) (*grammar.Grammar, error) { return c.compile("g", src) }
-
-// Schema compiles a JSON Schema (cached).
-func (c *Compiler) Schema(src string) (*grammar.Grammar, error) { return c.compile("j", src) }
-
-// Vocab returns the model's grammar vocabulary.
-func (c *Compiler) Vocab() *grammar.Vocab { return c.vocab }
-
 // compile returns the cached grammar of (kind, src), compiling it on a
-// miss. Two requests missing together both compile; the cache keeps one.
+// miss. Requests missing together for one source share one compile, and
+// at most maxConcurrentCompiles compile at once.
 func (c *Compiler) compile(kind, src string) (*grammar.Grammar, error) {
 	key := kind + ":" + src
-	c.mu.Lock()
-	if e, ok := c.byKey[key]; ok {
-		c.lru.MoveToFront(e)
-		g := e.Value.(*entry).g
-		c.mu.Unlock()
+	if g := c.cached(key); g != nil {
 		return g, nil
 	}
-	c.mu.Unlock()
-
-	gbnf := src
-	if kind == "j" {
-		var err error
-		if gbnf, err = jsonschema.ToGrammar([]byte(src)); err != nil {
+	v, err, _ := c.inflight.Do(key, func() (any, error) {
+		if g := c.cached(key); g != nil {
+			return g, nil
+		}
+		c.sem <- struct{}{}
+		defer func() { <-c.sem }()
+		c.compiles.Add(1)
+		gbnf := src
+		if kind == "j" {
+			var err error
+			if gbnf, err = jsonschema.ToGrammar([]byte(src)); err != nil {
+				return nil, err
+			}
+		}
+		g, err := grammar.Parse(gbnf)
+		if err != nil {
 			return nil, err
 		}
-	}
-	g, err := grammar.Parse(gbnf)
+		g.SetCacheLimit(c.cacheBytes)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.byKey[key] = c.lru.PushFront(&entry{key: key, g: g})
+		for c.lru.Len() > c.max {
+			last := c.lru.Back()
+			c.lru.Remove(last)
+			delete(c.byKey, last.Value.(*entry).key)
+		}
+		return g, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	g.SetCacheLimit(maskCacheBytes)
+	return v.(*grammar.Grammar), nil
+}
 
+// cached returns the kept grammar of key, or nil.
+func (c *Compiler) cached(key string) *grammar.Grammar {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.byKey[key]; ok {
 		c.lru.MoveToFront(e)
-		return e.Value.(*entry).g, nil
+		return e.Value.(*entry).g
 	}
-	c.byKey[key] = c.lru.PushFront(&entry{key: key, g: g})
-	for c.lru.Len() > c.max {
-		last := c.lru.Back()
-		c.lru.Remove(last)
-		delete(c.byKey, last.Value.(*entry).key)
-	}
-	return g, nil
-}
-
-// Len returns how many grammars the cache holds.
-func (c *Compiler) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
+	return nil
 }
