@@ -71,11 +71,20 @@ func MaxTokenBytes(tok *tokenizer.Tokenizer) int {
 // the prompt's token limit (the context window less the one token to
 // generate, or --max-prompt-tokens when smaller).
 func promptByteLimit(m Model, l Limits, maxTokenBytes int) int64 {
-	tokens := m.ContextLength - 1
-	if l.MaxPromptTokens > 0 && l.MaxPromptTokens < tokens {
-		tokens = l.MaxPromptTokens
-	}
+	tokens, _, _ := PromptLimit(m.ContextLength, l.MaxPromptTokens)
 	return int64(tokens) * int64(maxTokenBytes)
+}
+
+// PromptLimit is the most tokens a prompt may have — the context window
+// less the one token to generate, or maxPromptTokens (--max-prompt-tokens)
+// when smaller — with what says so and OpenAI's error code for a prompt
+// beyond it. The OpenAI layer and the native API share it.
+func PromptLimit(contextLength, maxPromptTokens int) (tokens int, reason, code string) {
+	if l := maxPromptTokens; l > 0 && l < contextLength-1 {
+		return l, fmt.Sprintf("this server accepts at most %d tokens (--max-prompt-tokens)", l), "prompt_too_long"
+	}
+	return contextLength - 1, fmt.Sprintf("this model's context window is %d tokens and at least one must be left to generate", contextLength),
+		"context_length_exceeded"
 }
 
 // checkPromptBytes refuses a prompt text of n bytes that cannot fit the
@@ -90,12 +99,7 @@ func (h *Handler) checkPromptBytes(param string, n int) *httpError {
 // promptTooLong is the refusal of a prompt the byte bound proves too long;
 // what says how long it is.
 func (h *Handler) promptTooLong(param, what string) *httpError {
-	tokens := h.model.ContextLength - 1
-	limit := fmt.Sprintf("this model's context window is %d tokens and at least one must be left to generate", h.model.ContextLength)
-	code := "context_length_exceeded"
-	if l := h.limits.MaxPromptTokens; l > 0 && l < tokens {
-		tokens, limit, code = l, fmt.Sprintf("this server accepts at most %d tokens (--max-prompt-tokens)", l), "prompt_too_long"
-	}
+	tokens, limit, code := PromptLimit(h.model.ContextLength, h.limits.MaxPromptTokens)
 	return invalid(param, "%s, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); %s",
 		what, tokens, h.maxTokenBytes, limit).withCode(code)
 }

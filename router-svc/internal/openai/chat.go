@@ -92,6 +92,15 @@ func tokenText(tok *tokenizer.Tokenizer, id int32) string {
 	return tok.Token(id)
 }
 
+// ToolFamily names how the model writes tool calls, as the template's
+// markers tell it: "llama3", "hermes", "mistral" or "generic" (none
+// recognised: the generic JSON form).
+func (c *ChatTemplate) ToolFamily() string { return c.family.String() }
+
+// RendersTools reports whether the template shows tools itself; otherwise
+// Baton puts a generic tools preamble in front of the prompt.
+func (c *ChatTemplate) RendersTools() bool { return c.tools }
+
 // Default reports whether c is the plain default template.
 func (c *ChatTemplate) Default() bool { return c.tmpl == nil }
 

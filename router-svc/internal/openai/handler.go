@@ -93,6 +93,9 @@ type Options struct {
 	// Lenient (--openai-lenient) logs and ignores request fields Baton
 	// does not know instead of refusing them with 400.
 	Lenient bool
+	// MaxTokenBytes is MaxTokenBytes of the model's tokenizer when the
+	// caller has it already (0: New computes it; it walks the vocabulary).
+	MaxTokenBytes int
 }
 
 // Handler serves the OpenAI-compatible API.
@@ -130,7 +133,10 @@ func New(gen Generator, opts Options) (*Handler, error) {
 	}
 	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger,
 		refused: opts.Refused, lenient: opts.Lenient,
-		admits: opts.Admits, maxTokenBytes: MaxTokenBytes(m.Tokenizer), encode: m.Tokenizer.Encode}
+		admits: opts.Admits, maxTokenBytes: opts.MaxTokenBytes, encode: m.Tokenizer.Encode}
+	if h.maxTokenBytes <= 0 {
+		h.maxTokenBytes = MaxTokenBytes(m.Tokenizer)
+	}
 	h.maxPromptBytes = promptByteLimit(m, opts.Limits, h.maxTokenBytes)
 	if h.tmpl == nil {
 		var err error

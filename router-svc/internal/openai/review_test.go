@@ -216,3 +216,21 @@ func TestNoOpFieldsAccepted(t *testing.T) {
 		checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", f)
 	}
 }
+
+// TestChatTemplateToolInfo: what the router logs at startup about tool
+// calls — the family the template's markers tell and whether it shows the
+// tools itself.
+func TestChatTemplateToolInfo(t *testing.T) {
+	eg := newEngineGen(t)
+	q := qwenTemplate(t, eg)
+	if q.ToolFamily() != "hermes" || !q.RendersTools() {
+		t.Errorf("qwen2.5: %q %v", q.ToolFamily(), q.RendersTools())
+	}
+	plain, err := openai.NewChatTemplate("", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.ToolFamily() != "generic" || plain.RendersTools() {
+		t.Errorf("plain default: %q %v", plain.ToolFamily(), plain.RendersTools())
+	}
+}

@@ -348,19 +348,23 @@ func toolsPreamble(tools []ToolDef) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// withPreamble puts text in front of the system message, or before the
-// first message's content when there is none (templates differ in whether
-// they accept a system turn at all).
+// withPreamble puts text in front of the system message, else in front of
+// the first user message (templates differ in whether they accept a system
+// turn at all), never into an assistant or tool turn; with neither, it is
+// a system message of its own.
 func withPreamble(msgs []Message, text string) []Message {
 	out := append([]Message(nil), msgs...)
-	if len(out) == 0 {
-		return []Message{{Role: "system", Content: text}}
+	at := -1
+	for i, m := range out {
+		if (i == 0 && m.Role == "system") || m.Role == "user" {
+			at = i
+			break
+		}
 	}
-	if out[0].Role == "system" {
-		out[0].Content = text + "\n\n" + out[0].Content
-		return out
+	if at < 0 {
+		return append([]Message{{Role: "system", Content: text}}, out...)
 	}
-	out[0].Content = text + "\n\n" + out[0].Content
+	out[at].Content = text + "\n\n" + out[at].Content
 	return out
 }
 

@@ -21,7 +21,7 @@ func constrain(smp *sample.Sampler, sp *batonv1.SamplingParams, tok *tokenizer.T
 	if err != nil || m == nil {
 		return err
 	}
-	smp.Constrain(m, c.EOG(), sp.GetIgnoreEos())
+	smp.Constrain(m, tok.EOGs(), sp.GetIgnoreEos()) // as engine/sched does
 	return nil
 }
 

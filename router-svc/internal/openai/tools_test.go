@@ -447,3 +447,31 @@ func TestToolParametersAnyObject(t *testing.T) {
 		}
 	}
 }
+
+// TestWithPreamble: the tools preamble goes in front of the system
+// message, else of the first user message — never into an assistant or
+// tool turn — else into a system message of its own.
+func TestWithPreamble(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   []Message
+		want []Message
+	}{
+		{"system", []Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}},
+			[]Message{{Role: "system", Content: "P\n\nS"}, {Role: "user", Content: "U"}}},
+		{"user first", []Message{{Role: "user", Content: "U"}}, []Message{{Role: "user", Content: "P\n\nU"}}},
+		{"assistant first", []Message{{Role: "assistant", Content: "A"}, {Role: "user", Content: "U"}},
+			[]Message{{Role: "assistant", Content: "A"}, {Role: "user", Content: "P\n\nU"}}},
+		{"no user", []Message{{Role: "tool", Content: "T", ToolCallID: "c"}},
+			[]Message{{Role: "system", Content: "P"}, {Role: "tool", Content: "T", ToolCallID: "c"}}},
+		{"empty", nil, []Message{{Role: "system", Content: "P"}}},
+	} {
+		in := append([]Message(nil), c.in...)
+		if got := withPreamble(c.in, "P"); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+		if !reflect.DeepEqual(in, c.in) {
+			t.Errorf("%s: the messages were changed in place", c.name)
+		}
+	}
+}

@@ -13,6 +13,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,4 +87,15 @@ func (s *Service) awaitIdle(ctx context.Context, until time.Time) bool {
 // client (its first token came).
 func (r *request) begun() bool {
 	return batonv1.RequestState(r.state.Load()) == batonv1.RequestState_REQUEST_STATE_RUNNING || r.generated.Load() > 0
+}
+
+// drainStatus is the status of a request the drain ended (cause). One the
+// drain refused as not yet begun whose first token was forwarded right
+// after that check (a race with the relay) has output at its client: it is
+// answered as a cut stream, not as a refusal to retry.
+func drainStatus(cause error, r *request) error {
+	if errors.Is(cause, errDrainRefused) && r.generated.Load() > 0 {
+		cause = errDrainCut
+	}
+	return svckit.Status(cause)
 }

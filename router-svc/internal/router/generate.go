@@ -190,7 +190,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		if cause := context.Cause(ctx); errors.Is(cause, errAborted) {
 			return status.Errorf(codes.Aborted, "request %s: %v", r.id, cause)
 		} else if errors.Is(cause, svckit.ErrDraining) {
-			return svckit.Status(cause) // UNAVAILABLE, retryable
+			return drainStatus(cause, r) // UNAVAILABLE, retryable
 		}
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()

@@ -4,6 +4,7 @@ package router
 // template at Open, its handler on the HTTP mux at Register.
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -43,6 +44,16 @@ func (s *Service) openAPI(log *slog.Logger) error {
 		return fmt.Errorf("--model %s: %w (pass --chat-template-file to replace it)", s.Model.Path, err)
 	}
 	s.chatTemplate = t
+	// Tool calls are parsed in the syntax of the family the template's
+	// markers tell; an unknown one falls back to the generic JSON form,
+	// and a template that does not show tools gets a generic preamble —
+	// both worth seeing when a model's calls go unrecognised.
+	level := slog.LevelInfo
+	if t.ToolFamily() == "generic" || !t.RendersTools() {
+		level = slog.LevelWarn
+	}
+	log.Log(context.Background(), level, "chat template: tool calls", "family", t.ToolFamily(),
+		"template_renders_tools", t.RendersTools(), "custom_template", src != "")
 	return nil
 }
 
@@ -62,6 +73,8 @@ func (s *Service) registerOpenAI(srv *svckit.Server) error {
 		Refused:  s.metrics.refused,
 		Admits:   true, // run calls openai.Admitted once admitted
 		Lenient:  s.limits.openaiLenient,
+		// Computed once, at Open (it walks the vocabulary).
+		MaxTokenBytes: s.maxTokenBytes,
 	})
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine/grammar"
@@ -12,6 +11,7 @@ import (
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/canary"
+	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,9 +56,10 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 		}
 		// A text that cannot fit whatever it tokenizes to is refused
 		// before any tokenizing (openai.MaxTokenBytes).
-		if n, tokens := len(req.GetPrompt()), s.promptTokenLimit(); int64(n) > int64(tokens)*int64(s.maxTokenBytes) {
+		tokens, reason, _ := openai.PromptLimit(s.cfg.ContextLength, s.limits.maxPromptTokens)
+		if n := len(req.GetPrompt()); int64(n) > int64(tokens)*int64(s.maxTokenBytes) {
 			return nil, bad("prompt: %d bytes, more than %d tokens can hold (%d bytes at most per token of this model's vocabulary); %s",
-				n, tokens, s.maxTokenBytes, s.promptLimitReason())
+				n, tokens, s.maxTokenBytes, reason)
 		}
 		ids := s.tok.Encode(req.GetPrompt(), tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
 		if len(ids) == 0 {
@@ -128,21 +129,4 @@ func randomUint64() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return binary.LittleEndian.Uint64(b[:])
-}
-
-// promptTokenLimit is the most tokens a prompt may have: the context window
-// less the one token to generate, or --max-prompt-tokens when smaller.
-func (s *Service) promptTokenLimit() int {
-	if lim := s.limits.maxPromptTokens; lim > 0 && lim < s.cfg.ContextLength-1 {
-		return lim
-	}
-	return s.cfg.ContextLength - 1
-}
-
-// promptLimitReason says what promptTokenLimit is.
-func (s *Service) promptLimitReason() string {
-	if lim := s.limits.maxPromptTokens; lim > 0 && lim < s.cfg.ContextLength-1 {
-		return "this router accepts at most " + strconv.Itoa(lim) + " tokens (--max-prompt-tokens)"
-	}
-	return "the context window is " + strconv.Itoa(s.cfg.ContextLength) + " tokens and at least one must be left to generate"
 }

@@ -76,15 +76,7 @@ func (s *Service) relay(ctx context.Context, r *request, req *batonv1.GenerateRe
 	r.setState(batonv1.RequestState_REQUEST_STATE_PREALLOC)
 	var first time.Time
 	var held []*batonv1.GenerateEvent
-	send := func(ev *batonv1.GenerateEvent) error {
-		r.sending.Store(true)
-		defer r.sending.Store(false)
-		err := sendClient(ev)
-		if err != nil {
-			r.sendFailed.Store(true)
-		}
-		return err
-	}
+	send := r.clientSender(sendClient, dc.Addr)
 	forward := func(ev *batonv1.GenerateEvent) error {
 		for _, h := range held {
 			if err := send(h); err != nil {
@@ -167,3 +159,32 @@ func attemptErr(ctx context.Context, dc *workers.Worker, err error) error {
 	st := status.Convert(err)
 	return status.Errorf(st.Code(), "decode %s: %s", dc.Addr, st.Message())
 }
+
+// clientSender is how a relay hands r's events to its client (sendClient),
+// noting who is to blame when that fails: the client (it left, or could not
+// take them), or the decode worker at addr when what it sent could not be
+// passed on (a workerFault, see withTokenText).
+func (r *request) clientSender(sendClient func(*batonv1.GenerateEvent) error, addr string) func(*batonv1.GenerateEvent) error {
+	return func(ev *batonv1.GenerateEvent) error {
+		r.sending.Store(true)
+		defer r.sending.Store(false)
+		err := sendClient(ev)
+		var wf *workerFault
+		switch {
+		case errors.As(err, &wf):
+			r.endedBy.CompareAndSwap(nil, &addr)
+		case err != nil:
+			r.sendFailed.Store(true)
+		}
+		return err
+	}
+}
+
+// workerFault is an event the router could not pass on because of what the
+// worker sent (or failed to send) in it, not because of the client; its
+// gRPC status is the wrapped error's.
+type workerFault struct{ err error }
+
+func (f *workerFault) Error() string              { return f.err.Error() }
+func (f *workerFault) Unwrap() error              { return f.err }
+func (f *workerFault) GRPCStatus() *status.Status { return status.Convert(f.err) }

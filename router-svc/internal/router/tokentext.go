@@ -39,9 +39,10 @@ func (s *Service) withTokenText(req *batonv1.GenerateRequest, send func(*batonv1
 		}
 		checking = false
 		if got != want {
-			return status.Errorf(codes.Unimplemented,
+			// A workerFault: the decode worker's doing, not the client's.
+			return &workerFault{status.Errorf(codes.Unimplemented,
 				"the prompt's logprobs (echo): the workers sent %d for a prompt of %d tokens, want %d (a worker that predates prompt_logprobs?)",
-				got, len(req.GetPromptTokenIds()), want)
+				got, len(req.GetPromptTokenIds()), want)}
 		}
 		for _, h := range held {
 			if err := send(h); err != nil {
