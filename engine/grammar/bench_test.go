@@ -177,5 +177,5 @@ func BenchmarkNewVocab(b *testing.B) {
 	for b.Loop() {
 		v = NewVocab(p, []int32{2})
 	}
-	b.ReportMetric(float64(v.Nodes()), "trie-nodes")
+	b.ReportMetric(float64(v.nodes()), "trie-nodes")
 }

@@ -88,3 +88,40 @@ func TestStackOrderDeterministic(t *testing.T) {
 		t.Fatalf("stacks after \"a\": %v after visiting \"b\" first, %v fresh", got, fresh)
 	}
 }
+
+// TestLongCountedRun: a counted repetition longer than a run is followed
+// ([a-z]{0,260}: 255 levels and more) is a bounded run, not an unbounded
+// one: a token of 261 letters is refused by the mask as by Allows, and
+// one of 255 allowed.
+func TestLongCountedRun(t *testing.T) {
+	_, pieces := smallVocab()
+	long := strings.Repeat("a", 261)
+	pieces = append(pieces, []byte(long), []byte(long[:255]))
+	// The trie's shortcut applies only to big subtrees: pad with letters.
+	for i := range 1200 {
+		pieces = append(pieces, []byte(fmt.Sprintf("b%c%c", 'a'+i%26, 'a'+i/26%26)))
+	}
+	v := NewVocab(pieces, []int32{1})
+	m := mustParse(t, `root ::= [a-z]{0,260}`).NewMatcher(v)
+	mask := checkMask(t, m, v)
+	id := int32(len(pieces) - 1202)
+	if mask[id>>6]>>(id&63)&1 != 0 || mask[(id+1)>>6]>>((id+1)&63)&1 == 0 {
+		t.Fatalf("261 letters allowed %v, 255 allowed %v; want false, true", mask[id>>6]>>(id&63)&1 != 0, mask[(id+1)>>6]>>((id+1)&63)&1 != 0)
+	}
+}
+
+// TestFillMaskInsideCharacterNoAlloc: a mask inside a multi-byte character
+// (never cached) is filled into the caller's slice, not a vocabulary-sized
+// one allocated per call.
+func TestFillMaskInsideCharacterNoAlloc(t *testing.T) {
+	v, pieces := smallVocab()
+	m := mustParse(t, `root ::= "é"*`).NewMatcher(v)
+	if err := m.Accept(tokenID(t, pieces, "\xc3")); err != nil {
+		t.Fatal(err)
+	}
+	mask := make([]uint64, (v.Size()+63)/64)
+	m.FillMask(mask)
+	if n := testing.AllocsPerRun(20, func() { m.FillMask(mask) }); n != 0 {
+		t.Fatalf("FillMask inside a character: %v allocations per call, want 0", n)
+	}
+}

@@ -189,7 +189,9 @@ func (g *Grammar) run(s *dstate) *selfLoops {
 	l.n = 1
 	level := []*dstate{tgt}
 	seen := map[*dstate]bool{tgt: true}
-	for l.n < runForever {
+	// A bounded run stops one short of runForever (which means any
+	// length): a count of 255 levels or more is kept as 254.
+	for l.n < runForever-1 {
 		var next []*dstate
 		for _, t := range level {
 			for _, cls := range classes {

@@ -102,3 +102,11 @@ func smallVocab() (*Vocab, [][]byte) {
 	pieces[len(words)] = nil // a control token
 	return NewVocab(pieces, []int32{1}), pieces
 }
+
+// nodes is the number of trie nodes (for benchmarks and sizing).
+func (v *Vocab) nodes() int { return len(v.first) - 1 }
+
+// clone returns an independent copy of the matcher at the same point.
+func (m *Matcher) clone() *Matcher {
+	return &Matcher{g: m.g, v: m.v, st: m.st, part: m.part}
+}

@@ -3,6 +3,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrRejected is returned by Matcher.Accept for a token the grammar does
@@ -90,11 +91,6 @@ func (g *Grammar) NewMatcher(v *Vocab) *Matcher {
 	return &Matcher{g: g, v: v, st: g.start()}
 }
 
-// Clone returns an independent copy of the matcher at the same point.
-func (m *Matcher) Clone() *Matcher {
-	return &Matcher{g: m.g, v: m.v, st: m.st, part: m.part}
-}
-
 // walk advances the state over a token's bytes.
 func (m *Matcher) walk(piece []byte) (*dstate, partial, bool) {
 	s, p := m.st, m.part
@@ -173,8 +169,9 @@ func (m *Matcher) Finished() bool { return m.Complete() && len(m.st.stacks) == 0
 // FillMask sets bit id of mask (mask[id/64] bit id%64) exactly for the
 // tokens Allows accepts, and clears the others; len(mask) should be
 // (v.Size()+63)/64 (ids beyond a shorter mask are left out). Masks are
-// cached per state of the Grammar and vocabulary, so a state seen before
-// costs one copy.
+// cached per state of the Grammar and vocabulary: at a character boundary
+// a state seen before costs one copy. Inside a multi-byte character (a
+// token left it unfinished) the mask is computed each time, into mask.
 func (m *Matcher) FillMask(mask []uint64) {
 	words := (len(m.v.pieces) + 63) / 64
 	if m.part.need == 0 {
@@ -184,13 +181,21 @@ func (m *Matcher) FillMask(mask []uint64) {
 			return
 		}
 	}
-	bits := make([]uint64, words)
-	m.fill(bits)
-	if m.part.need == 0 {
-		m.g.storeMask(m.st, m.v, bits)
+	if len(mask) < words {
+		// Too short to fill in place (ids beyond it are left out).
+		bits := make([]uint64, words)
+		m.fill(bits)
+		if m.part.need == 0 {
+			m.g.storeMask(m.st, m.v, bits)
+		}
+		copy(mask, bits)
+		return
 	}
-	n := copy(mask, bits)
-	clear(mask[n:])
+	clear(mask)
+	m.fill(mask[:words])
+	if m.part.need == 0 {
+		m.g.storeMask(m.st, m.v, slices.Clone(mask[:words]))
+	}
 }
 
 // fill computes the mask: one walk of the trie from the current state,

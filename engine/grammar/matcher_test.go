@@ -248,7 +248,7 @@ func TestRandomWalks(t *testing.T) {
 				for step := 0; step < 40; step++ {
 					mask := checkMask(t, m, v)
 					fresh := make([]uint64, len(mask))
-					m.Clone().fill(fresh)
+					m.clone().fill(fresh)
 					for i := range mask {
 						if mask[i] != fresh[i] {
 							t.Fatalf("seed %d step %d: cached mask differs from a fresh one at word %d", seed, step, i)
@@ -469,9 +469,9 @@ func TestShortcutApplies(t *testing.T) {
 		for _, w := range mask {
 			allowed += bits.OnesCount64(w)
 		}
-		t.Logf("%s: visited %d of %d trie nodes, %d tokens allowed", c.name, m.visited, v.Nodes(), allowed)
-		if m.visited > v.Nodes()/10 {
-			t.Errorf("%s: the walk visited %d of %d trie nodes: the shortcut did not apply", c.name, m.visited, v.Nodes())
+		t.Logf("%s: visited %d of %d trie nodes, %d tokens allowed", c.name, m.visited, v.nodes(), allowed)
+		if m.visited > v.nodes()/10 {
+			t.Errorf("%s: the walk visited %d of %d trie nodes: the shortcut did not apply", c.name, m.visited, v.nodes())
 		}
 		if allowed < v.Size()/2 {
 			t.Errorf("%s: only %d tokens allowed inside a string", c.name, allowed)

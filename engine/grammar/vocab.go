@@ -79,9 +79,6 @@ func NewVocab(pieces [][]byte, eog []int32) *Vocab {
 // Size is the number of token ids.
 func (v *Vocab) Size() int { return len(v.pieces) }
 
-// Nodes is the number of trie nodes (for benchmarks and sizing).
-func (v *Vocab) Nodes() int { return len(v.first) - 1 }
-
 func (v *Vocab) isEOG(id int32) bool {
 	return id >= 0 && int(id) < len(v.pieces) && v.eog[id>>6]>>(id&63)&1 != 0
 }

@@ -237,9 +237,6 @@ func (s *Sampler) Constrain(c Constraint, eog []int32, ignoreEOS bool) {
 	s.c, s.eog, s.noEOG = c, slices.Clone(eog), ignoreEOS
 }
 
-// Constrained reports whether Constrain was called.
-func (s *Sampler) Constrained() bool { return s.c != nil }
-
 // Ends reports whether id ends a constrained sequence: an end-of-generation
 // id under a Constraint, which ends it even when EOS is otherwise ignored.
 func (s *Sampler) Ends(id int32) bool { return s.c != nil && slices.Contains(s.eog, id) }
