@@ -200,3 +200,70 @@ func checkFields(body []byte, v any, lenient bool) ([]string, *httpError) {
 	}
 	return found, nil
 }
+
+// withoutUnknown is raw, a JSON value decoded into a t, less the fields t
+// does not have, at every depth unknownFields checks: what a lenient
+// request is decoded from, so that a key that differs from a known one
+// only in case ("Max_Tokens") is ignored, as the log says, rather than
+// honoured by encoding/json's case-insensitive matching. A value that is
+// not well-formed JSON is returned as it is (decoding reports it).
+func withoutUnknown(raw []byte, t reflect.Type) []byte {
+	trimmed := bytes.TrimSpace(raw)
+	switch {
+	case len(trimmed) == 0:
+		return raw
+	case trimmed[0] == '[':
+		var list []json.RawMessage
+		if json.Unmarshal(trimmed, &list) != nil {
+			return raw
+		}
+		var b bytes.Buffer
+		b.WriteByte('[')
+		for i, v := range list {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(withoutUnknown(v, t))
+		}
+		b.WriteByte(']')
+		return b.Bytes()
+	case trimmed[0] != '{':
+		return raw
+	}
+	names := knownFields[t]
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil {
+		return raw
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return raw
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return raw
+		}
+		inner, ok := names[key]
+		if !ok {
+			continue
+		}
+		if inner != nil {
+			v = withoutUnknown(v, inner)
+		}
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		n++
+		k, _ := json.Marshal(key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -284,14 +285,20 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *
 			return j, herr
 		}
 	}
+	if h.lenient {
+		// The unknown fields are left out of what is decoded: keys match
+		// exactly, as the known names are spelled (fields.go).
+		if ignored, _ := checkFields(body, v, true); len(ignored) > 0 {
+			h.log.InfoContext(r.Context(), "openai request: ignoring unknown fields (--openai-lenient)", "path", r.URL.Path,
+				"request_id", id, "fields", ignored)
+			body = withoutUnknown(body, reflect.TypeOf(v).Elem())
+		}
+		return j, decodeJSON(body, v)
+	}
 	if herr := decodeJSON(body, v); herr != nil {
 		return j, herr
 	}
-	ignored, herr := checkFields(body, v, h.lenient)
-	if len(ignored) > 0 {
-		h.log.InfoContext(r.Context(), "openai request: ignoring unknown fields (--openai-lenient)", "path", r.URL.Path,
-			"request_id", id, "fields", ignored)
-	}
+	_, herr = checkFields(body, v, false)
 	return j, herr
 }
 

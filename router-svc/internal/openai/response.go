@@ -196,6 +196,9 @@ func (f *completionFormat) convert(lps []*batonv1.TokenLogprob) *completionLogpr
 // they did not send is null too).
 func (f *completionFormat) begin(lps []*batonv1.TokenLogprob) (string, *completionLogprobs) {
 	f.begun = true
+	if !f.j.echo && !f.logprobs {
+		return "", nil // the prompt's characters count only for text_offset
+	}
 	ids := f.j.req.GetPromptTokenIds()
 	ints := make([]int32, len(ids))
 	for i, id := range ids {

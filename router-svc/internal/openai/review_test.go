@@ -234,3 +234,28 @@ func TestChatTemplateToolInfo(t *testing.T) {
 		t.Errorf("plain default: %q %v", plain.ToolFamily(), plain.RendersTools())
 	}
 }
+
+// TestCaseMismatchedKeys: keys match the documented names exactly, as
+// OpenAI matches them: "Max_Tokens" is unrecognized in strict mode, and
+// with --openai-lenient it is ignored — not honoured as max_tokens, as
+// encoding/json's case-insensitive matching would.
+func TestCaseMismatchedKeys(t *testing.T) {
+	eg := newEngineGen(t)
+	srv := apiServer(t, eg, nil, nil)
+	for _, c := range []struct{ path, body, param string }{
+		{cmplPath, `{"prompt":"x","Max_Tokens":1}`, "Max_Tokens"},
+		{chatPath, `{"messages":[{"Role":"user","role":"user","content":"x"}]}`, "messages[0].Role"},
+	} {
+		resp, b := post(t, srv.URL+c.path, c.body)
+		checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", c.param)
+	}
+	cap := &capture{eg: eg}
+	lenient := apiServer(t, eg, cap, func(o *openai.Options) { o.Lenient = true })
+	resp, b := post(t, lenient.URL+cmplPath, `{"prompt":"x","Max_Tokens":1,"stream_options":null,"Stream_Options":{"Include_Usage":true}}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("lenient: %d %s", resp.StatusCode, b)
+	}
+	if n := cap.request().GetSampling().GetMaxNewTokens(); n == 1 {
+		t.Errorf("lenient: Max_Tokens was honoured as max_tokens (max_new_tokens %d)", n)
+	}
+}
