@@ -9,6 +9,7 @@
 package benchengine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -420,6 +421,11 @@ func loadConstraint(o options, tok *tokenizer.Tokenizer, vocab int) (func() samp
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
+	}
+	if len(bytes.TrimSpace(src)) == 0 {
+		// An empty grammar or schema field means unconstrained: the
+		// benchmark would report the unconstrained speed as constrained.
+		return nil, fmt.Errorf("%s: the file is empty", file)
 	}
 	if o.jsonSchema != "" {
 		sp.JsonSchema = string(src)

@@ -177,4 +177,12 @@ func TestBenchConstrained(t *testing.T) {
 	if code, _, stderr := run("--model", path, "--batch", "1", "--grammar", g); code != 1 || !strings.Contains(stderr, "sampling.grammar") {
 		t.Errorf("bad grammar: exit %d, %q", code, stderr)
 	}
+	// An empty file would run unconstrained, reporting a speed that is
+	// not the constrained one: refused.
+	if err := os.WriteFile(g, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run("--model", path, "--batch", "1", "-n", "4", "-r", "1", "--threads", "1", "--grammar", g); code != 1 || !strings.Contains(stderr, "empty") {
+		t.Errorf("empty grammar file: exit %d, %q", code, stderr)
+	}
 }
