@@ -73,7 +73,7 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
-	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n); err != nil {
+	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n, s.maxTokenBytes); err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
 	// The first token is sampled here, under the request's grammar.

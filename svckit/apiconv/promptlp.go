@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/baton-serving/baton/engine/sample"
+	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
@@ -16,27 +17,46 @@ const MaxPromptLogprobsBytes = 4<<20 - 64<<10
 
 // PromptLogprobsBytes is the most bytes the prompt log-probabilities of a
 // prompt of promptTokens tokens, with top alternatives each, take on the
-// wire as the workers send them (token text and bytes empty): per entry a
-// tag and length (3), token_id (6), logprob (5), and per alternative a tag
-// and length (2), token_id (6) and logprob (5).
-func PromptLogprobsBytes(promptTokens, top int) int {
+// wire on the router's hop, where every entry and alternative gains its
+// token's text and bytes (a token of at most maxTokenBytes bytes or
+// control-token name; its text at most 3 bytes per byte, an invalid byte
+// shown as U+FFFD): per entry a tag and length (3), token_id (6), logprob
+// (5), and per alternative a tag and length (3), token_id (6) and logprob
+// (5); each of them text and bytes, a tag and length (4) and the content
+// each (4 × maxTokenBytes together).
+func PromptLogprobsBytes(promptTokens, top, maxTokenBytes int) int {
 	if promptTokens < 2 {
 		return 0
 	}
-	return (promptTokens - 1) * (14 + 13*top)
+	text := 8 + 4*maxTokenBytes
+	return (promptTokens - 1) * (14 + text + (14+text)*top)
+}
+
+// MaxTokenBytes is the longest token of tok's first vocab ids: its bytes,
+// or a control token's name (what the router shows as its text).
+func MaxTokenBytes(tok *tokenizer.Tokenizer, vocab int) int {
+	if tok == nil {
+		return 0
+	}
+	m := 0
+	for id := range int32(min(vocab, tok.VocabSize())) {
+		m = max(m, len(tok.TokenBytes(id)), len(tok.Piece(id)))
+	}
+	return m
 }
 
 // CheckPromptLogprobs refuses a request that asks for prompt
 // log-probabilities (p.prompt_logprobs) of more than MaxPromptLogprobsBytes
-// on the wire; the error names the field and wraps engine.ErrInvalidInput.
-func CheckPromptLogprobs(p *batonv1.SamplingParams, promptTokens int) error {
+// on the wire once the router added token texts (see PromptLogprobsBytes);
+// the error names the field and wraps engine.ErrInvalidInput.
+func CheckPromptLogprobs(p *batonv1.SamplingParams, promptTokens, maxTokenBytes int) error {
 	if !p.GetPromptLogprobs() {
 		return nil
 	}
 	top := int(p.GetTopLogprobs())
-	if n := PromptLogprobsBytes(promptTokens, top); n > MaxPromptLogprobsBytes {
+	if n := PromptLogprobsBytes(promptTokens, top, maxTokenBytes); n > MaxPromptLogprobsBytes {
 		return invalid("sampling.prompt_logprobs", true, fmt.Sprintf(
-			"a prompt whose log-probabilities fit in %d bytes (%d tokens with top_logprobs %d make up to %d: fewer top_logprobs or a shorter prompt)",
+			"a prompt whose log-probabilities fit in %d bytes (%d tokens with top_logprobs %d make up to %d with their texts: fewer top_logprobs or a shorter prompt)",
 			MaxPromptLogprobsBytes, promptTokens, top, n))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package apiconv
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -12,10 +13,11 @@ import (
 )
 
 // TestPromptLogprobsBytes: the bound holds for the largest entries the
-// workers send (ids needing 5 varint bytes, 20 alternatives), and
-// CheckPromptLogprobs refuses exactly the prompts over the limit.
+// router sends on (ids needing 5 varint bytes, 20 alternatives, each with
+// the text and bytes of a maxTokenBytes-byte token, its text all U+FFFD),
+// and CheckPromptLogprobs refuses exactly the prompts over the limit.
 func TestPromptLogprobsBytes(t *testing.T) {
-	const n = 50
+	const n, m = 50, 40
 	ts := make([]sample.Token, n-1)
 	for i := range ts {
 		ts[i] = sample.Token{ID: 1<<31 - 1, Logprob: -1.5}
@@ -24,22 +26,31 @@ func TestPromptLogprobsBytes(t *testing.T) {
 		}
 	}
 	msg := &batonv1.GenerateEvent{PromptLogprobs: WirePromptLogprobs(ts)}
-	if got, bound := proto.Size(msg), PromptLogprobsBytes(n, sample.MaxTopLogprobs); got > bound {
-		t.Fatalf("%d entries take %d bytes, bound %d", n-1, got, bound)
+	raw := bytes.Repeat([]byte{0xff}, m)
+	text := strings.Repeat("\uFFFD", m)
+	for _, lp := range msg.PromptLogprobs {
+		lp.Token, lp.Bytes = text, raw
+		for _, top := range lp.TopLogprobs {
+			top.Token, top.Bytes = text, raw
+		}
 	}
-	if PromptLogprobsBytes(1, 20) != 0 || WirePromptLogprobs(nil) != nil {
+	if got, bound := proto.Size(msg), PromptLogprobsBytes(n, sample.MaxTopLogprobs, m); got > bound {
+		t.Fatalf("%d entries with the router's token texts take %d bytes, bound %d", n-1, got, bound)
+	}
+	if PromptLogprobsBytes(1, 20, m) != 0 || WirePromptLogprobs(nil) != nil {
 		t.Error("a one-token prompt has no entries")
 	}
 	p := &batonv1.SamplingParams{PromptLogprobs: true, TopLogprobs: 20}
-	fits := MaxPromptLogprobsBytes/(14+13*20) + 1 // tokens, the first without an entry
-	if err := CheckPromptLogprobs(p, fits); err != nil {
+	per := PromptLogprobsBytes(2, 20, m)
+	fits := MaxPromptLogprobsBytes/per + 1 // tokens, the first without an entry
+	if err := CheckPromptLogprobs(p, fits, m); err != nil {
 		t.Errorf("%d tokens: %v", fits, err)
 	}
-	err := CheckPromptLogprobs(p, fits+1)
+	err := CheckPromptLogprobs(p, fits+1, m)
 	if !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), "sampling.prompt_logprobs") {
 		t.Errorf("%d tokens: %v, want an invalid sampling.prompt_logprobs", fits+1, err)
 	}
-	if err := CheckPromptLogprobs(&batonv1.SamplingParams{TopLogprobs: 20}, 1<<20); err != nil {
+	if err := CheckPromptLogprobs(&batonv1.SamplingParams{TopLogprobs: 20}, 1<<20, m); err != nil {
 		t.Errorf("without prompt_logprobs: %v", err)
 	}
 }

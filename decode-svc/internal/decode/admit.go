@@ -42,7 +42,7 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
-	if err := apiconv.CheckPromptLogprobs(r.GetSampling(), len(prompt)); err != nil {
+	if err := apiconv.CheckPromptLogprobs(r.GetSampling(), len(prompt), s.maxTokenBytes); err != nil {
 		return sched.Request{}, bad(err)
 	}
 	// The grammar is compiled here, colocated or not: decode samples every

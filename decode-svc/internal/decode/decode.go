@@ -13,6 +13,7 @@ import (
 
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
 	"github.com/baton-serving/baton/svckit/constrain"
 	"github.com/baton-serving/baton/svckit/enginehost"
 	"github.com/baton-serving/baton/svckit/tlsconf"
@@ -37,6 +38,9 @@ type Service struct {
 	// grammars compiles requests' grammars and JSON Schemas against the
 	// model's vocabulary, built once by Open.
 	grammars *constrain.Compiler
+	// maxTokenBytes is the model's longest token text (bytes or control
+	// name), for the bound on prompt log-probabilities with their texts.
+	maxTokenBytes int
 }
 
 // New returns an unconfigured decode worker; svckit.Main configures and runs it.
@@ -86,6 +90,7 @@ func (s *Service) Open(ctx context.Context, d *svckit.Deps) error {
 		return err
 	}
 	s.grammars = constrain.New(s.Host.Tokenizer, s.Host.Config.Vocab, 0)
+	s.maxTokenBytes = apiconv.MaxTokenBytes(s.Host.Tokenizer, s.Host.Config.Vocab)
 	return nil
 }
 
