@@ -108,9 +108,12 @@ type Handler struct {
 	keys        *Keys
 	log         *slog.Logger
 	fingerprint string
-	refused     func(codes.Code)
-	lenient     bool
-	admits      bool
+	// markers: the template's tool-call family's control-token markers
+	// (toolmarkers.go).
+	markers map[uint32]string
+	refused func(codes.Code)
+	lenient bool
+	admits  bool
 	// maxTokenBytes is MaxTokenBytes of the model's tokenizer and
 	// maxPromptBytes the longest prompt text that may fit (admit.go).
 	maxTokenBytes  int
@@ -145,6 +148,7 @@ func New(gen Generator, opts Options) (*Handler, error) {
 			return nil, fmt.Errorf("model %s: %w", m.ID, err)
 		}
 	}
+	h.markers = markerIDs(m.Tokenizer, h.tmpl.family)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -225,7 +229,10 @@ type job struct {
 	includeUsage bool
 	promptParam  string     // "prompt" or "messages"
 	tools        *toolSetup // the chat request's tools; nil: none
-	created      int64
+	// markers are the tool-call marker tokens put back into the text
+	// when the output is parsed for calls (toolmarkers.go).
+	markers map[uint32]string
+	created int64
 	// echo (completions): the response's text and logprobs start with the
 	// prompt's; SamplingParams.prompt_logprobs asks the workers for them.
 	echo bool
@@ -376,7 +383,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 			if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
 				return errAborted
 			}
-			out.add(ev)
+			out.add(j.withMarkers(h.model.Tokenizer, ev))
 			return nil
 		})
 		if err == nil && out.finish == batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
@@ -408,6 +415,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 		if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
 			return errAborted
 		}
+		ev = j.withMarkers(h.model.Tokenizer, ev)
 		out.add(ev)
 		if !s.started {
 			if err := s.start(); err != nil {

@@ -411,6 +411,9 @@ func (h *Handler) applyTools(in *chatRequest, j *job) *httpError {
 		return herr
 	}
 	j.tools = ts
+	if ts.parses() {
+		j.markers = h.markers
+	}
 	if !ts.forced() {
 		return nil
 	}
