@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -116,7 +117,8 @@ func (p Params) Validate() error {
 	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
 		return bad("top_logprobs", p.TopLogprobs, fmt.Sprintf("a value in [0, %d]", MaxTopLogprobs))
 	}
-	for id, v := range p.LogitBias {
+	for _, id := range slices.Sorted(maps.Keys(p.LogitBias)) { // the smallest bad id named
+		v := p.LogitBias[id]
 		if id < 0 {
 			return bad(fmt.Sprintf("logit_bias[%d]", id), v, "a token id ≥ 0")
 		}

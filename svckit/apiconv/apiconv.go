@@ -7,7 +7,9 @@ package apiconv
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/sample"
@@ -22,8 +24,7 @@ const (
 	MaxRequestIDLen = 128
 	MaxTopLogprobs  = sample.MaxTopLogprobs
 	MaxLogitBias    = 1024 // entries of sampling.logit_bias
-	MaxGrammarBytes = 1 << 20
-	penaltyWindow   = 64 // llama.cpp's repeat_last_n default
+	penaltyWindow   = 64   // llama.cpp's repeat_last_n default
 )
 
 func invalid(field string, v any, want string) error {
@@ -87,23 +88,21 @@ func Sampling(p *batonv1.SamplingParams) (sample.Params, error) {
 	}
 	if len(p.GetLogitBias()) > 0 {
 		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
-		for id, v := range p.GetLogitBias() {
-			if !finite(v) || v < -sample.MaxLogitBias || v > sample.MaxLogitBias {
-				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), v, fmt.Sprintf("a value in [-%d, %d]", sample.MaxLogitBias, sample.MaxLogitBias))
-			}
+		// The values' range is Params.Validate's (below); ids in order,
+		// so that the error names the smallest bad one.
+		for _, id := range slices.Sorted(maps.Keys(p.GetLogitBias())) {
+			v := p.GetLogitBias()[id]
 			if id > math.MaxInt32 {
 				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), "a token id", "an id in the vocabulary")
 			}
 			out.LogitBias[int32(id)] = v
 		}
 	}
+	// The one check that grammar and json_schema exclude each other (their
+	// sizes are engine/grammar's and engine/jsonschema's to bound, when a
+	// worker compiles them).
 	if p.GetGrammar() != "" && p.GetJsonSchema() != "" {
 		return out, invalid("sampling.grammar", "set with sampling.json_schema", "at most one of grammar and json_schema")
-	}
-	for field, src := range map[string]string{"sampling.grammar": p.GetGrammar(), "sampling.json_schema": p.GetJsonSchema()} {
-		if len(src) > MaxGrammarBytes {
-			return out, invalid(field, fmt.Sprintf("%d bytes", len(src)), fmt.Sprintf("at most %d", MaxGrammarBytes))
-		}
 	}
 	if len(p.GetStop()) > MaxStopStrings {
 		return out, invalid("sampling.stop", fmt.Sprintf("%d strings", len(p.GetStop())), fmt.Sprintf("at most %d", MaxStopStrings))
@@ -138,7 +137,7 @@ func SamplingVocab(p *batonv1.SamplingParams, vocab int) (sample.Params, error) 
 // LogitBiasIDs checks that every sampling.logit_bias id is in the
 // vocabulary.
 func LogitBiasIDs(p *batonv1.SamplingParams, vocab int) error {
-	for id := range p.GetLogitBias() {
+	for _, id := range slices.Sorted(maps.Keys(p.GetLogitBias())) {
 		if int64(id) >= int64(vocab) {
 			return invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), id, fmt.Sprintf("an id below the vocabulary size %d", vocab))
 		}

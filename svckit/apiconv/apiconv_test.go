@@ -99,10 +99,10 @@ func TestLogitBias(t *testing.T) {
 		in   *batonv1.SamplingParams
 		want string
 	}{
-		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: 101}}, "sampling.logit_bias[5]"},
-		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: -100.5}}, "sampling.logit_bias[5]"},
-		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.NaN())}}, "sampling.logit_bias[5]"},
-		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.Inf(1))}}, "sampling.logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: 101}}, "logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: -100.5}}, "logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.NaN())}}, "logit_bias[5]"},
+		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{5: float32(math.Inf(1))}}, "logit_bias[5]"},
 		{&batonv1.SamplingParams{LogitBias: many}, "sampling.logit_bias"},
 		{&batonv1.SamplingParams{LogitBias: map[uint32]float32{512: 1}}, "sampling.logit_bias[512]"},
 		{&batonv1.SamplingParams{Grammar: `root ::= "a"`, JsonSchema: `{}`}, "sampling.grammar"},
@@ -116,5 +116,20 @@ func TestLogitBias(t *testing.T) {
 	// Sampling alone does not know the vocabulary.
 	if _, err := Sampling(&batonv1.SamplingParams{LogitBias: map[uint32]float32{512: 1}}); err != nil {
 		t.Errorf("Sampling refused an id it cannot check: %v", err)
+	}
+}
+
+// TestLogitBiasErrorNamesSmallestID: of several bad logit_bias entries the
+// error names the smallest id, whatever the map's iteration order.
+func TestLogitBiasErrorNamesSmallestID(t *testing.T) {
+	ids := &batonv1.SamplingParams{LogitBias: map[uint32]float32{900: 1, 600: 1, 700: 1, 800: 1, 650: 1}}
+	vals := &batonv1.SamplingParams{LogitBias: map[uint32]float32{9: 200, 6: 200, 7: 200, 8: 200, 1: 0}}
+	for range 50 {
+		if err := LogitBiasIDs(ids, 512); err == nil || !strings.Contains(err.Error(), "logit_bias[600]") {
+			t.Fatalf("ids: %v, want it to name logit_bias[600]", err)
+		}
+		if _, err := Sampling(vals); err == nil || !strings.Contains(err.Error(), "logit_bias[6]") {
+			t.Fatalf("values: %v, want it to name logit_bias[6]", err)
+		}
 	}
 }

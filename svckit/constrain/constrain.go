@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/grammar"
 	"github.com/baton-serving/baton/engine/jsonschema"
 	"github.com/baton-serving/baton/engine/sample"
@@ -100,9 +99,8 @@ func New(tok *tokenizer.Tokenizer, vocab, cacheSize int) *Compiler {
 // when p has neither. Errors name the field (sampling.grammar,
 // sampling.json_schema) and wrap engine.ErrInvalidInput.
 func (c *Compiler) Constraint(p *batonv1.SamplingParams) (sample.Constraint, error) {
+	// apiconv.Sampling refuses both set; grammar is taken first.
 	switch {
-	case p.GetGrammar() != "" && p.GetJsonSchema() != "":
-		return nil, fmt.Errorf("sampling.grammar: set with sampling.json_schema, want at most one: %w", engine.ErrInvalidInput)
 	case p.GetGrammar() != "":
 		g, err := c.compile("g", p.GetGrammar())
 		if err != nil {
