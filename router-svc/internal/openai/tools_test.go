@@ -475,3 +475,22 @@ func TestWithPreamble(t *testing.T) {
 		}
 	}
 }
+
+// TestHermesStreamIncremental: a long <tool_call> block streamed a byte at
+// a time is not rescanned from its start on every push (the work stays
+// linear in its length).
+func TestHermesStreamIncremental(t *testing.T) {
+	s := newToolStream(&toolSetup{family: familyHermes, choice: "auto", tools: []ToolDef{{Name: "f"}}})
+	text := "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"" + strings.Repeat("x", 4000) + "\"}}\n</tool_call>"
+	var calls int
+	for i := range len(text) {
+		_, cs := s.push(text[i : i+1])
+		calls += len(cs)
+	}
+	if calls != 1 {
+		t.Fatalf("%d calls", calls)
+	}
+	if s.scanned > 16*len(text) { // each push reads its byte and the end tag's length before it
+		t.Errorf("scanned %d bytes for a %d-byte block", s.scanned, len(text))
+	}
+}

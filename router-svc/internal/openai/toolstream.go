@@ -23,6 +23,13 @@ type toolStream struct {
 	dropped string
 	calls   int  // calls parsed
 	sent    bool // content sent before the calls (Hermes)
+	// scanned counts the bytes of held read in search of a block's end
+	// (a test's measure of the work per push).
+	scanned int
+	// open: held starts (after space) with an unclosed <tool_call> block
+	// whose first open bytes hold no </tool_call>, so a push searches for
+	// the end only in what it added.
+	open int
 }
 
 func newToolStream(ts *toolSetup) *toolStream { return &toolStream{ts: ts} }
@@ -85,7 +92,17 @@ func (s *toolStream) hermes(final bool) (string, []parsedCall) {
 	var calls []parsedCall
 	for !s.done && !s.plain {
 		if s.calls < maxToolCalls {
+			if s.open > 0 && !final {
+				from := max(0, s.open-len(hermesClose)+1)
+				s.scanned += len(s.held) - from
+				if !strings.Contains(s.held[from:], hermesClose) {
+					s.open = len(s.held)
+					return "", calls // the block is still open
+				}
+			}
+			s.scanned += len(s.held)
 			c, rest, st := hermesNext(s.held, s.ts.declared, final)
+			s.open = 0
 			switch st {
 			case hermesCall:
 				if !s.ts.single || s.calls == 0 {
@@ -95,6 +112,9 @@ func (s *toolStream) hermes(final bool) (string, []parsedCall) {
 				s.held = rest
 				continue
 			case hermesMore:
+				if strings.HasPrefix(strings.TrimLeft(s.held, " \t\r\n"), hermesOpen) {
+					s.open = len(s.held)
+				}
 				return "", calls
 			}
 			if s.calls == 0 {
