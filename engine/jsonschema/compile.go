@@ -656,6 +656,9 @@ func count(n *node, path, kw string) (int, error) {
 		return -1, nil
 	}
 	r, ok := v.rat()
+	if !ok && hugePositive(v) {
+		return 0, errorf(path, kw, "%s is above the supported maximum of %d", v.num, MaxCount)
+	}
 	if !ok || !r.IsInt() || r.Sign() < 0 {
 		return 0, errorf(path, kw, "must be a non-negative integer")
 	}
@@ -663,6 +666,17 @@ func count(n *node, path, kw string) (int, error) {
 		return 0, errorf(path, kw, "%s is above the supported maximum of %d", v.num, MaxCount)
 	}
 	return int(r.Num().Int64()), nil
+}
+
+// hugePositive reports whether n is a number rat refused for its
+// exponent that is positive and at least 1 (1e5000, not -1e5000 or
+// 1e-5000).
+func hugePositive(n *node) bool {
+	if n.kind != kNumber || strings.HasPrefix(n.num, "-") {
+		return false
+	}
+	i := strings.IndexAny(n.num, "eE")
+	return i >= 0 && !strings.HasPrefix(n.num[i+1:], "-") && strings.Trim(n.num[:i], "0.") != ""
 }
 
 // bounds reads a min/max keyword pair.

@@ -258,3 +258,21 @@ func TestAmbiguousPatternBounded(t *testing.T) {
 
 // hostilePattern is TestAmbiguousPatternBounded's schema (also a fuzz seed).
 var hostilePattern = `{"type":"string","pattern":"^` + strings.Repeat("(", 22) + "a?" + strings.Repeat("){2}", 22) + `$"}`
+
+// TestHugeCount: a count too large to read ("maxLength": 1e5000) is
+// reported as above the supported maximum, not as not an integer; a
+// negative or fractional one is still not a non-negative integer.
+func TestHugeCount(t *testing.T) {
+	for schema, want := range map[string]string{
+		`{"type":"string","maxLength":1e5000}`:  "above the supported maximum",
+		`{"type":"string","maxLength":1E+999}`:  "above the supported maximum",
+		`{"type":"string","maxLength":-1e5000}`: "non-negative integer",
+		`{"type":"string","maxLength":1e-5000}`: "non-negative integer",
+		`{"type":"string","maxLength":2.5}`:     "non-negative integer",
+	} {
+		_, err := ToGrammar([]byte(schema))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "maxLength") {
+			t.Errorf("%s: %v, want it to say %q", schema, err, want)
+		}
+	}
+}
