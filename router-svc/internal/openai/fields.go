@@ -49,8 +49,11 @@ var fieldShapes = map[string]reflect.Type{
 		} `json:"function"`
 	}](),
 	"tool_call": reflect.TypeFor[struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
+		ID   string `json:"id"`
+		Type string `json:"type"`
+		// Index is what a call's stream deltas carry; clients that put
+		// a streamed reply back together send it back.
+		Index    json.RawMessage `json:"index"`
 		Function *struct {
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`

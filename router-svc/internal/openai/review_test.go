@@ -175,7 +175,7 @@ var nestedUnknown = []struct{ name, body, param string }{
 	{"function typo", `{` + userMsg + `,"tools":[{"type":"function","function":{"name":"f","parameter":{"type":"object"}}}]}`, "tools[0].function.parameter"},
 	{"tool_choice", `{` + userMsg + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"},"x":1}}`, "tool_choice.x"},
 	{"tool_choice.function", `{` + userMsg + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f","args":1}}}`, "tool_choice.function.args"},
-	{"tool call", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},"index":0}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`, "messages[1].tool_calls[0].index"},
+	{"tool call", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},"index":0,"weight":1}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`, "messages[1].tool_calls[0].weight"},
 	{"tool call function", `{"messages":[{"role":"user","content":"a"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","x":2}}]},{"role":"tool","tool_call_id":"c","content":"1"}]}`, "messages[1].tool_calls[0].function.x"},
 	{"content part", `{"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{}}]}]}`, "messages[0].content[0].cache_control"},
 }
@@ -257,5 +257,18 @@ func TestCaseMismatchedKeys(t *testing.T) {
 	}
 	if n := cap.request().GetSampling().GetMaxNewTokens(); n == 1 {
 		t.Errorf("lenient: Max_Tokens was honoured as max_tokens (max_new_tokens %d)", n)
+	}
+}
+
+// TestMaxTokenBytesOption: Options.MaxTokenBytes, computed once by the
+// router, is the byte bound the handler checks prompts with.
+func TestMaxTokenBytesOption(t *testing.T) {
+	eg := newEngineGen(t)
+	srv := apiServer(t, eg, nil, func(o *openai.Options) { o.MaxTokenBytes = 1 })
+	// 200 bytes: more than stories260K's 127 prompt tokens of 1 byte.
+	resp, b := post(t, srv.URL+cmplPath, `{"prompt":"`+strings.Repeat("a", 200)+`","max_tokens":1}`)
+	e := checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", "prompt")
+	if msg, _ := e["message"].(string); !strings.Contains(msg, "(1 bytes at most per token") {
+		t.Errorf("message %q", msg)
 	}
 }
