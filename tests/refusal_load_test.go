@@ -41,7 +41,25 @@ func TestOversizedPromptFlood(t *testing.T) {
 		interval = v
 	}
 	c := startCluster(t, workerFlags) // the default --max-body-bytes (4 MiB) takes the flood's bodies
+	story := strings.Repeat("Once upon a time ", floodPromptBytes/17)
+	for _, fc := range []struct {
+		name, path, flood, param string
+	}{
+		{"completions", "/v1/completions", `{"prompt":"` + story + `","max_tokens":8}`, "prompt"},
+		// A chat message is checked by its bytes too, before any
+		// template rendering or tokenizing.
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + story + `"}],"max_tokens":8}`, "messages"},
+	} {
+		t.Run(fc.name, func(t *testing.T) { oversizedFlood(t, c, n, interval, fc.path, fc.flood, fc.param) })
+	}
+}
+
+// oversizedFlood is one phase pair of TestOversizedPromptFlood: normal
+// completions alone, then while 8 clients post flood to path, each of
+// which must be refused with 400 context_length_exceeded naming param.
+func oversizedFlood(t *testing.T, c *cluster, n int, interval time.Duration, path, flood, param string) {
 	url := "http://" + c.colocated.http + "/v1/completions"
+	floodURL := "http://" + c.colocated.http + path
 	const normal = `{"prompt":"Once upon a time","max_tokens":8,"temperature":0}`
 	measure := func(t *testing.T) []time.Duration {
 		var lat []time.Duration
@@ -64,7 +82,6 @@ func TestOversizedPromptFlood(t *testing.T) {
 	measure(t) // warm up
 	alone := measure(t)
 
-	flood := `{"prompt":"` + strings.Repeat("Once upon a time ", floodPromptBytes/17) + `","max_tokens":8}`
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var sent, refused atomic.Int64
@@ -75,7 +92,7 @@ func TestOversizedPromptFlood(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				next := time.Now().Add(interval)
-				resp, err := postNoFatal(ctx, url, flood, "")
+				resp, err := postNoFatal(ctx, floodURL, flood, "")
 				if err != nil {
 					continue // the flood's end cancels its last request
 				}
@@ -83,7 +100,7 @@ func TestOversizedPromptFlood(t *testing.T) {
 				resp.Body.Close()
 				sent.Add(1)
 				if resp.StatusCode == http.StatusBadRequest && strings.Contains(string(b), `"context_length_exceeded"`) &&
-					strings.Contains(string(b), `"param":"prompt"`) {
+					strings.Contains(string(b), `"param":"`+param+`"`) {
 					refused.Add(1)
 				} else {
 					s := fmt.Sprintf("%s %.300s", resp.Status, b)
@@ -104,13 +121,13 @@ func TestOversizedPromptFlood(t *testing.T) {
 	stop()
 	wg.Wait()
 	if s := bad.Load(); s != nil {
-		t.Errorf("an oversized prompt was not refused with 400 context_length_exceeded naming prompt: %s", *s)
+		t.Errorf("an oversized prompt was not refused with 400 context_length_exceeded naming %s: %s", param, *s)
 	}
 	pct := func(d []time.Duration, p int) time.Duration {
 		s := slices.Clone(d)
 		slices.Sort(s)
 		return s[min(len(s)-1, len(s)*p/100)].Round(100 * time.Microsecond)
 	}
-	t.Logf("normal requests (%d per phase), p50 / p99: alone %v / %v; with 8 clients flooding %d-byte prompts (one per %v each) %v / %v (%d oversized prompts refused)",
-		n, pct(alone, 50), pct(alone, 99), floodPromptBytes, interval, pct(flooded, 50), pct(flooded, 99), refused.Load())
+	t.Logf("normal requests (%d per phase), p50 / p99: alone %v / %v; with 8 clients flooding %s with %d-byte prompts (one per %v each) %v / %v (%d oversized prompts refused)",
+		n, pct(alone, 50), pct(alone, 99), path, floodPromptBytes, interval, pct(flooded, 50), pct(flooded, 99), refused.Load())
 }

@@ -128,6 +128,42 @@ func (h *Handler) precheckCompletion(body []byte) *httpError {
 	return nil
 }
 
+// precheckChat is precheckCompletion for chat: the contents of messages,
+// which every chat template renders into the prompt, are summed (a
+// content's longest JSON string: the string, or its longest text part)
+// and refused past maxEscapeRatio times the byte bound, naming messages,
+// before the body is decoded. Other strings (roles, names, tool calls)
+// are not counted, so it never refuses what could fit; a body it cannot
+// read plainly is left to the decoder.
+func (h *Handler) precheckChat(body []byte) *httpError {
+	v := rawMember(body, "messages")
+	if v == nil {
+		return nil
+	}
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '[' {
+		return nil
+	}
+	var n int64
+	for i = skipSpace(v, i+1); i < len(v) && v[i] != ']'; {
+		stop := skipValue(v, i)
+		if stop < 0 {
+			return nil
+		}
+		if c := rawMember(v[i:stop], "content"); c != nil {
+			n += int64(max(longestString(c)-2, 0))
+		}
+		i = skipSpace(v, stop)
+		if i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+		}
+	}
+	if n > maxEscapeRatio*h.maxPromptBytes {
+		return h.promptTooLong("messages", fmt.Sprintf("the messages' contents are JSON strings of %d bytes (at least %d bytes of text)", n, n/maxEscapeRatio))
+	}
+	return nil
+}
+
 // rawMember is the raw value of the last member name of the JSON object
 // body, or nil when body is not plainly such an object or a key might also
 // decode to name (an escape, or name in other letter case).

@@ -287,8 +287,13 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) (*job, *
 	if herr != nil {
 		return j, herr
 	}
-	if _, ok := v.(*completionRequest); ok { // a hopeless prompt costs no decoding (admit.go)
+	switch v.(type) { // a hopeless prompt costs no decoding (admit.go)
+	case *completionRequest:
 		if herr := h.precheckCompletion(body); herr != nil {
+			return j, herr
+		}
+	case *chatRequest:
+		if herr := h.precheckChat(body); herr != nil {
 			return j, herr
 		}
 	}

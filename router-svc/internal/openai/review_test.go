@@ -272,3 +272,24 @@ func TestMaxTokenBytesOption(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// TestChatPrecheck: chat messages whose contents' JSON strings together
+// are past six times the prompt byte bound are refused before the body is
+// decoded (a 3 MB message costs no decoding), as completions' prompt is;
+// other strings (a name) do not count, and contents within it pass on.
+func TestChatPrecheck(t *testing.T) {
+	eg := newEngineGen(t)
+	// A byte bound of 127 (the context window less one, 1 byte a token).
+	srv := apiServer(t, eg, nil, func(o *openai.Options) { o.MaxTokenBytes = 1 })
+	half := strings.Repeat("a", 6*127/2+1)
+	// max_tokens "x" would be the decoder's 400: the precheck answers first.
+	over := `{"messages":[{"role":"user","content":"` + half + `"},{"role":"user","content":[{"type":"text","text":"` + half + `"}]}],"max_tokens":"x"}`
+	resp, b := post(t, srv.URL+chatPath, over)
+	e := checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", "messages")
+	if e["code"] != "context_length_exceeded" {
+		t.Errorf("code %v: %s", e["code"], b)
+	}
+	named := `{"messages":[{"role":"user","content":"hi","name":"` + strings.Repeat("n", 2000) + `"}],"max_tokens":"x"}`
+	resp, b = post(t, srv.URL+chatPath, named)
+	checkError(t, resp.StatusCode, object(t, b), 400, "invalid_request_error", "max_tokens")
+}
