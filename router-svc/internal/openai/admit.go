@@ -147,15 +147,17 @@ func (h *Handler) precheckChat(body []byte) *httpError {
 	var n int64
 	for i = skipSpace(v, i+1); i < len(v) && v[i] != ']'; {
 		stop := skipValue(v, i)
-		if stop < 0 {
-			return nil
+		if stop <= i {
+			return nil // not plainly a value: the decoder's to judge
 		}
 		if c := rawMember(v[i:stop], "content"); c != nil {
 			n += int64(max(longestString(c)-2, 0))
 		}
-		i = skipSpace(v, stop)
-		if i < len(v) && v[i] == ',' {
+		switch i = skipSpace(v, stop); {
+		case i < len(v) && v[i] == ',':
 			i = skipSpace(v, i+1)
+		case i >= len(v) || v[i] != ']':
+			return nil
 		}
 	}
 	if n > maxEscapeRatio*h.maxPromptBytes {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/refdata"
@@ -253,5 +254,23 @@ func TestPrecheckNeverRefusesAFit(t *testing.T) {
 	over := `{"prompt":"` + strings.Repeat("a", maxEscapeRatio*limit+1) + `"}`
 	if herr := h.precheckCompletion([]byte(over)); herr == nil || herr.param != "prompt" || herr.code != "context_length_exceeded" {
 		t.Errorf("a prompt of %d raw bytes passed the pre-decode check: %v", maxEscapeRatio*limit+1, herr)
+	}
+}
+
+// TestPrecheckChatMalformed: the chat precheck leaves every malformed
+// messages value to the decoder, and returns.
+func TestPrecheckChatMalformed(t *testing.T) {
+	_, h, _ := countingHandler(t, GeneratorFunc(finish), true)
+	for _, body := range []string{`{"messages":[}`, `{"messages":[1 2]}`, `{"messages":[{"content":"a"},]}`, `{"messages":[,]}`, `{"messages":[`, `{"messages":]`} {
+		done := make(chan *httpError, 1)
+		go func() { done <- h.precheckChat([]byte(body)) }()
+		select {
+		case herr := <-done:
+			if herr != nil {
+				t.Errorf("%s: refused %s", body, herr.message)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the precheck does not return", body)
+		}
 	}
 }
