@@ -122,7 +122,7 @@ func (p Params) Validate() error {
 		if id < 0 {
 			return bad(fmt.Sprintf("logit_bias[%d]", id), v, "a token id ≥ 0")
 		}
-		if !finite(v) || v < -MaxLogitBias || v > MaxLogitBias {
+		if !ValidLogitBias(v) {
 			return bad(fmt.Sprintf("logit_bias[%d]", id), v, fmt.Sprintf("a value in [-%d, %d]", MaxLogitBias, MaxLogitBias))
 		}
 	}
@@ -628,4 +628,11 @@ func Logprobs(logits []float32, chosen int32, n int) (float32, []TokenLogprob) {
 		top[i] = TokenLogprob{ID: c[i].id, Logprob: lp(c[i].logit)}
 	}
 	return chosenLP, top
+}
+
+// ValidLogitBias reports whether v is a bias Params.LogitBias may hold: a
+// finite value in [-MaxLogitBias, MaxLogitBias]. API layers use it to name
+// the offending field in their own terms.
+func ValidLogitBias(v float32) bool {
+	return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) && v >= -MaxLogitBias && v <= MaxLogitBias
 }

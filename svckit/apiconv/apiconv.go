@@ -88,12 +88,16 @@ func Sampling(p *batonv1.SamplingParams) (sample.Params, error) {
 	}
 	if len(p.GetLogitBias()) > 0 {
 		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
-		// The values' range is Params.Validate's (below); ids in order,
-		// so that the error names the smallest bad one.
+		// The values' range is sample's (ValidLogitBias), checked here so
+		// that the error names the wire field; ids in order, so that it
+		// names the smallest bad one.
 		for _, id := range slices.Sorted(maps.Keys(p.GetLogitBias())) {
 			v := p.GetLogitBias()[id]
 			if id > math.MaxInt32 {
 				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), "a token id", "an id in the vocabulary")
+			}
+			if !sample.ValidLogitBias(v) {
+				return out, invalid(fmt.Sprintf("sampling.logit_bias[%d]", id), v, fmt.Sprintf("a value in [-%d, %d]", sample.MaxLogitBias, sample.MaxLogitBias))
 			}
 			out.LogitBias[int32(id)] = v
 		}
