@@ -103,6 +103,13 @@ type result struct {
 // collect reads a stream to its end, failing the test after timeout.
 func collect(t testing.TB, st *Stream, timeout time.Duration) result {
 	t.Helper()
+	return collectEach(t, st, timeout, nil)
+}
+
+// collectEach is collect calling onToken (when not nil) after each token
+// event is recorded, so a test can act on the stream mid-flight.
+func collectEach(t testing.TB, st *Stream, timeout time.Duration, onToken func(Event)) result {
+	t.Helper()
 	var res result
 	deadline := time.After(timeout)
 	for {
@@ -122,6 +129,9 @@ func collect(t testing.TB, st *Stream, timeout time.Duration) result {
 			case EventToken:
 				res.ids = append(res.ids, ev.Token.ID)
 				res.text += ev.Text
+				if onToken != nil {
+					onToken(ev)
+				}
 			case EventDone:
 				res.text += ev.Text
 				res.done = ev

@@ -168,31 +168,15 @@ func TestPromptLogprobs(t *testing.T) {
 // first token, to its end.
 func collectHandover(t testing.TB, st *Stream, timeout time.Duration) result {
 	t.Helper()
-	var res result
-	deadline := time.After(timeout)
-	for {
-		select {
-		case ev, ok := <-st.Events():
-			if !ok {
-				if res.done.Kind != EventDone || res.done.Finish != FinishHandedOver {
-					t.Fatalf("request %s: ended %+v, want handed over", st.ID(), res.done)
-				}
-				return res
-			}
-			res.events = append(res.events, ev)
-			switch ev.Kind {
-			case EventToken:
-				res.ids = append(res.ids, ev.Token.ID)
-				if err := st.Handover(); err != nil {
-					t.Fatal(err)
-				}
-			case EventDone:
-				res.done = ev
-			}
-		case <-deadline:
-			t.Fatalf("request %s: no end after %v", st.ID(), timeout)
+	res := collectEach(t, st, timeout, func(Event) {
+		if err := st.Handover(); err != nil {
+			t.Fatal(err)
 		}
+	})
+	if res.done.Finish != FinishHandedOver {
+		t.Fatalf("request %s: ended %+v, want handed over", st.ID(), res.done)
 	}
+	return res
 }
 
 // TestPromptLogprobsPreempted: echo requests under page pressure are
