@@ -23,6 +23,29 @@ type partial struct {
 // (anything below is an overlong encoding).
 var minRune = [5]rune{0, 0, 0x80, 0x800, 0x10000}
 
+// utf8Lead starts the sequence a lead byte b (≥ 0x80) begins; ok is false
+// for a byte no well-formed sequence starts with (a continuation byte, an
+// overlong 0xC0/0xC1 lead, or one beyond U+10FFFF).
+func utf8Lead(b byte) (p partial, ok bool) {
+	switch {
+	case b >= 0xC2 && b <= 0xDF:
+		return partial{val: rune(b & 0x1F), need: 1, n: 2}, true
+	case b&0xF0 == 0xE0:
+		return partial{val: rune(b & 0x0F), need: 2, n: 3}, true
+	case b >= 0xF0 && b <= 0xF4:
+		return partial{val: rune(b & 0x07), need: 3, n: 4}, true
+	}
+	return partial{}, false
+}
+
+// completions is the range of code points the unfinished sequence p may
+// still become (lo > hi when none: the prefix only starts overlong forms
+// or ones beyond U+10FFFF).
+func (p partial) completions() (lo, hi rune) {
+	shift := 6 * uint(p.need)
+	return max(p.val<<shift, minRune[p.n]), min(p.val<<shift|(1<<shift-1), maxRune)
+}
+
 // stepByte advances (s, p) over one byte of output; ok is false when the
 // byte cannot follow: invalid UTF-8, or no character the grammar allows
 // here can be encoded starting with the bytes so far.
@@ -32,14 +55,8 @@ func (g *Grammar) stepByte(s *dstate, p partial, b byte) (*dstate, partial, bool
 			t := g.next(s, int(g.asciiClass[b]))
 			return t, partial{}, t != nil
 		}
-		switch {
-		case b >= 0xC2 && b <= 0xDF:
-			p = partial{val: rune(b & 0x1F), need: 1, n: 2}
-		case b&0xF0 == 0xE0:
-			p = partial{val: rune(b & 0x0F), need: 2, n: 3}
-		case b >= 0xF0 && b <= 0xF4:
-			p = partial{val: rune(b & 0x07), need: 3, n: 4}
-		default:
+		var ok bool
+		if p, ok = utf8Lead(b); !ok {
 			return nil, partial{}, false
 		}
 	} else {
@@ -57,9 +74,7 @@ func (g *Grammar) stepByte(s *dstate, p partial, b byte) (*dstate, partial, bool
 			return t, partial{}, t != nil
 		}
 	}
-	shift := 6 * uint(p.need)
-	lo := max(p.val<<shift, minRune[p.n])
-	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	lo, hi := p.completions()
 	if lo > hi || isSurrogate(lo) && isSurrogate(hi) || !g.allowsRange(s, lo, hi) {
 		return nil, partial{}, false
 	}

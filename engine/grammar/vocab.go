@@ -181,16 +181,11 @@ func (v *Vocab) build(ids []int32) {
 // code point completes).
 func utf8Next(p partial, b byte) (partial, bool) {
 	if p.need == 0 {
-		switch {
-		case b < 0x80:
+		if b < 0x80 {
 			return partial{}, true
-		case b >= 0xC2 && b <= 0xDF:
-			p = partial{val: rune(b & 0x1F), need: 1, n: 2}
-		case b&0xF0 == 0xE0:
-			p = partial{val: rune(b & 0x0F), need: 2, n: 3}
-		case b >= 0xF0 && b <= 0xF4:
-			p = partial{val: rune(b & 0x07), need: 3, n: 4}
-		default:
+		}
+		var ok bool
+		if p, ok = utf8Lead(b); !ok {
 			return partial{}, false
 		}
 	} else {
@@ -204,8 +199,6 @@ func utf8Next(p partial, b byte) (partial, bool) {
 			return partial{}, c >= minRune[p.n] && c <= maxRune && !(0xD800 <= c && c <= 0xDFFF)
 		}
 	}
-	shift := 6 * uint(p.need)
-	lo := max(p.val<<shift, minRune[p.n])
-	hi := min(p.val<<shift|(1<<shift-1), maxRune)
+	lo, hi := p.completions()
 	return p, lo <= hi && !(isSurrogate(lo) && isSurrogate(hi))
 }
