@@ -74,6 +74,16 @@ type engineGen struct {
 // newEngineGen loads the shared stories model.
 func newEngineGen(t testing.TB) *engineGen {
 	t.Helper()
+	return newEngineGenCtx(t, 0)
+}
+
+// newEngineGenCtx is newEngineGen with the model's context window set to
+// ctx tokens (as the workers' --context-length sets it; 0 keeps the
+// model's own): stories260K's own 128 tokens cannot hold a tools prompt,
+// nor a stream long enough to tell a client that keeps up from one that
+// does not.
+func newEngineGenCtx(t testing.TB, ctx int) *engineGen {
+	t.Helper()
 	f, err := gguf.Open(refdata.Model(t))
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +92,7 @@ func newEngineGen(t testing.TB) *engineGen {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(f, model.Options{Threads: 1})
+	m, err := model.Load(f, model.Options{Threads: 1, ContextLength: ctx})
 	if err != nil {
 		t.Fatal(err)
 	}

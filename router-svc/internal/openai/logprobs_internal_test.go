@@ -12,25 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-serving/baton/engine/gguf"
-	"github.com/baton-serving/baton/engine/refdata"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
-
-func storiesTok(t *testing.T) *tokenizer.Tokenizer {
-	t.Helper()
-	f, err := gguf.Open(refdata.Model(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 func tokID(t *testing.T, tok *tokenizer.Tokenizer, text string) uint32 {
 	t.Helper()
@@ -73,7 +57,7 @@ func partialEvents(t *testing.T, tok *tokenizer.Tokenizer) []*batonv1.GenerateEv
 }
 
 func TestChatLogprobsPartialUTF8(t *testing.T) {
-	tok := storiesTok(t)
+	tok := storiesTokenizer(t)
 	h := &Handler{model: Model{ID: "m", Tokenizer: tok}}
 	j := &job{req: &batonv1.GenerateRequest{RequestId: "r"}}
 	f := &chatFormat{h: h, j: j, logprobs: true}
@@ -105,7 +89,7 @@ func TestChatLogprobsPartialUTF8(t *testing.T) {
 }
 
 func TestCompletionLogprobsPartialUTF8(t *testing.T) {
-	tok := storiesTok(t)
+	tok := storiesTokenizer(t)
 	h := &Handler{model: Model{ID: "m", Tokenizer: tok}}
 	prompt := tok.Encode("Hi 東", tokenizer.EncodeOptions{AddSpecial: true})
 	j := &job{req: &batonv1.GenerateRequest{RequestId: "r", PromptTokenIds: wireIDs(prompt)}}
@@ -176,7 +160,7 @@ func echoEvents(t *testing.T, tok *tokenizer.Tokenizer, prompt []int32) []*baton
 }
 
 func TestEchoRendering(t *testing.T) {
-	tok := storiesTok(t)
+	tok := storiesTokenizer(t)
 	h := &Handler{model: Model{ID: "m", Tokenizer: tok}}
 	const promptText = "Once upon a"
 	prompt := tok.Encode(promptText, tokenizer.EncodeOptions{AddSpecial: true})
@@ -259,7 +243,7 @@ func TestEchoRendering(t *testing.T) {
 // The native API's text: U+FFFD for a partial character (bytes exact), a
 // control token by name with no bytes, the prompt's logprobs too.
 func TestFillTokenText(t *testing.T) {
-	tok := storiesTok(t)
+	tok := storiesTokenizer(t)
 	e6, a, eos := tokID(t, tok, "<0xE6>"), tokID(t, tok, "▁a"), uint32(tok.EOS())
 	ev := &batonv1.GenerateEvent{
 		Logprobs:       []*batonv1.TokenLogprob{{TokenId: e6, TopLogprobs: []*batonv1.TopLogprob{{TokenId: e6}, {TokenId: eos}, {TokenId: 1 << 31}}}},

@@ -24,10 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-serving/baton/engine/gguf"
-	"github.com/baton-serving/baton/engine/model"
-	"github.com/baton-serving/baton/engine/refdata"
-	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"google.golang.org/grpc"
@@ -110,7 +106,7 @@ func readAllUntil(conn net.Conn, r io.Reader, within time.Duration) (got []byte,
 // (in-flight entry, limiter slot) and the worker, and its connection ends.
 func TestRouterUnreadSSEEndsAtRequestTimeout(t *testing.T) {
 	const requestTimeout = 2 * time.Second
-	tr := startRouterOn(t, newLongEngineGen(t, 2048), "--context-length", "2048",
+	tr := startRouterOn(t, newEngineGenCtx(t, 2048), "--context-length", "2048",
 		"--client-write-timeout", "0", "--request-timeout", requestTimeout.String(), "--max-concurrent-requests", "1")
 	conn := slowLinkDial(t, strings.TrimPrefix(tr.http, "http://"), "")
 	start := time.Now()
@@ -145,7 +141,7 @@ func TestRouterUnreadSSEEndsAtRequestTimeout(t *testing.T) {
 // stopped reading (SSE or gRPC) releases it within 2 s, though the write
 // timeout and the deadline are far off.
 func TestRouterAbortUnreadStream(t *testing.T) {
-	tr := startRouterOn(t, newLongEngineGen(t, 2048), "--context-length", "2048", "--client-write-timeout", "1m", "--request-timeout", "1m")
+	tr := startRouterOn(t, newEngineGenCtx(t, 2048), "--context-length", "2048", "--client-write-timeout", "1m", "--request-timeout", "1m")
 	client := batonv1.NewRouterServiceClient(tr.grpc)
 	abort := func(t *testing.T, id string) {
 		t.Helper()
@@ -181,30 +177,6 @@ func TestRouterAbortUnreadStream(t *testing.T) {
 	})
 }
 
-// newLongEngineGen is newEngineGen with a context window of n tokens, for
-// streams long enough to tell a client that keeps up from one that does
-// not.
-func newLongEngineGen(t *testing.T, n int) *engineGen {
-	t.Helper()
-	f, err := gguf.Open(refdata.Model(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(f, model.Options{Threads: 1, ContextLength: n})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		f.Close()
-	})
-	return &engineGen{m: m, tok: tok, cfg: m.Config(), inflight: map[string]bool{}, ended: make(chan error, 64)}
-}
-
 // smallBufListener gives every accepted connection a small send buffer, as
 // a server on a constrained link (or a kernel that wakes writers early) has:
 // then each write waits only for the client's next read, and only the
@@ -227,7 +199,7 @@ func (l smallBufListener) Accept() (net.Conn, error) {
 // at the end of its (here ~3 MB) stream.
 func TestSSETricklingClientEvicted(t *testing.T) {
 	const writeTimeout = 2 * time.Second
-	eg := newLongEngineGen(t, 2048)
+	eg := newEngineGenCtx(t, 2048)
 	h, err := openai.New(eg, openai.Options{
 		Model: openai.Model{ID: modelID, Created: 1700000000, Architecture: eg.cfg.Architecture,
 			Fingerprint: eg.m.Fingerprint(), ContextLength: eg.cfg.ContextLength, Tokenizer: eg.tok},

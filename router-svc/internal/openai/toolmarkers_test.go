@@ -12,7 +12,7 @@ import (
 // the text with them put back where their ids are, so that the
 // [TOOL_CALLS]name[ARGS]{...} form parses, whole and streamed.
 func TestMistralMarkersRestored(t *testing.T) {
-	eg := storiesTok(t)
+	eg := storiesTokenizer(t)
 	enc := func(s string) []uint32 { return wireIDs(eg.Encode(s, tokenizer.EncodeOptions{})) }
 	const callsID, argsID = 1 << 20, 1<<20 + 1 // ids no text has
 	j := &job{markers: map[uint32]string{callsID: mistralMark, argsID: mistralArgs}}
