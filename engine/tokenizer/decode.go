@@ -216,7 +216,7 @@ func (d *StreamDecoder) Next(id int32) string {
 	if cut == 0 {
 		return ""
 	}
-	s := validString(d.pending[:cut])
+	s := ValidText(d.pending[:cut])
 	d.pending = d.pending[:copy(d.pending, d.pending[cut:])]
 	return s
 }
@@ -224,7 +224,7 @@ func (d *StreamDecoder) Next(id int32) string {
 // Flush returns whatever is held back, an incomplete character becoming
 // U+FFFD per byte, and resets the decoder.
 func (d *StreamDecoder) Flush() string {
-	s := validString(d.pending)
+	s := ValidText(d.pending)
 	d.pending = d.pending[:0]
 	return s
 }
@@ -240,9 +240,10 @@ func completePrefix(b []byte) int {
 	return len(b)
 }
 
-// validString converts b, replacing each byte that is not part of a valid
-// UTF-8 sequence with U+FFFD.
-func validString(b []byte) string {
+// ValidText converts b, replacing each byte that is not part of a valid
+// UTF-8 sequence with U+FFFD, as the streaming decoder writes its text (so
+// a layer that renders token bytes itself renders them the same way).
+func ValidText(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
@@ -231,7 +232,7 @@ func (f *completionFormat) begin(lps []*batonv1.TokenLogprob) (string, *completi
 		}
 		f.entry(out, v, lp)
 	}
-	return validText(text), out
+	return tokenizer.ValidText(text), out
 }
 
 // generated is what the response shows of the generated part: nothing for

@@ -74,16 +74,16 @@ func viewOf(tok *tokenizer.Tokenizer, id uint32) tokenView {
 // native is the native API's token string.
 func (v tokenView) native() string {
 	if v.bytes == nil {
-		return validText([]byte(v.name))
+		return tokenizer.ValidText([]byte(v.name))
 	}
-	return validText(v.bytes)
+	return tokenizer.ValidText(v.bytes)
 }
 
 // chat is chat completions' token string.
 func (v tokenView) chat() string {
 	switch {
 	case v.bytes == nil:
-		return validText([]byte(v.name))
+		return tokenizer.ValidText([]byte(v.name))
 	case utf8.Valid(v.bytes):
 		return string(v.bytes)
 	}
@@ -95,7 +95,7 @@ func (v tokenView) chat() string {
 func (v tokenView) completion() string {
 	switch {
 	case v.bytes == nil:
-		return validText([]byte(v.name))
+		return tokenizer.ValidText([]byte(v.name))
 	case utf8.Valid(v.bytes):
 		return string(v.bytes)
 	}
@@ -129,25 +129,6 @@ func escapeBytes(b []byte) string {
 		s.WriteString(`\x`)
 		s.WriteByte(hex[c>>4])
 		s.WriteByte(hex[c&15])
-	}
-	return s.String()
-}
-
-// validText is b with each byte that is not part of a valid UTF-8
-// character replaced by U+FFFD, as the streaming decoder writes the text.
-func validText(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	var s strings.Builder
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		if r == utf8.RuneError && n == 1 {
-			s.WriteString("\uFFFD")
-		} else {
-			s.Write(b[:n])
-		}
-		b = b[n:]
 	}
 	return s.String()
 }
