@@ -1,48 +1,13 @@
 package grammar
 
 import (
-	"slices"
+	"github.com/baton-serving/baton/engine/internal/runeset"
 )
 
-const maxRune = 0x10FFFF
+const maxRune = runeset.MaxRune
 
 // rng is an inclusive range of code points.
-type rng struct{ lo, hi rune }
-
-// normalize sorts ranges and merges those that overlap or touch.
-func normalize(set []rng) []rng {
-	if len(set) == 0 {
-		return nil
-	}
-	set = slices.Clone(set)
-	slices.SortFunc(set, func(a, b rng) int { return int(a.lo) - int(b.lo) })
-	out := set[:1]
-	for _, r := range set[1:] {
-		last := &out[len(out)-1]
-		if r.lo <= last.hi+1 {
-			last.hi = max(last.hi, r.hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// complement returns the code points 0..maxRune not in a normalized set.
-func complement(set []rng) []rng {
-	var out []rng
-	next := rune(0)
-	for _, r := range set {
-		if r.lo > next {
-			out = append(out, rng{next, r.lo - 1})
-		}
-		next = r.hi + 1
-	}
-	if next <= maxRune {
-		out = append(out, rng{next, maxRune})
-	}
-	return out
-}
+type rng = runeset.Range
 
 // charset is a compiled set: normalized ranges plus an ASCII bitmap.
 type charset struct {
@@ -53,7 +18,7 @@ type charset struct {
 func newCharset(ranges []rng) charset {
 	cs := charset{ranges: ranges}
 	for _, r := range ranges {
-		for c := r.lo; c <= r.hi && c < 128; c++ {
+		for c := r.Lo; c <= r.Hi && c < 128; c++ {
 			cs.ascii[c>>6] |= 1 << (c & 63)
 		}
 	}
@@ -65,10 +30,10 @@ func (cs *charset) has(c rune) bool {
 		return cs.ascii[c>>6]>>(c&63)&1 != 0
 	}
 	for _, r := range cs.ranges {
-		if c < r.lo {
+		if c < r.Lo {
 			return false
 		}
-		if c <= r.hi {
+		if c <= r.Hi {
 			return true
 		}
 	}
@@ -78,10 +43,10 @@ func (cs *charset) has(c rune) bool {
 // overlaps reports whether some code point in [lo, hi] is in the set.
 func (cs *charset) overlaps(lo, hi rune) bool {
 	for _, r := range cs.ranges {
-		if r.lo > hi {
+		if r.Lo > hi {
 			return false
 		}
-		if r.hi >= lo {
+		if r.Hi >= lo {
 			return true
 		}
 	}

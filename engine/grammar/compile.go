@@ -64,7 +64,7 @@ func compile(p *parser) *Grammar {
 				} else {
 					key.Reset()
 					for _, r := range it.set {
-						fmt.Fprintf(&key, "%x-%x,", r.lo, r.hi)
+						fmt.Fprintf(&key, "%x-%x,", r.Lo, r.Hi)
 					}
 					si, ok := setIdx[key.String()]
 					if !ok {
@@ -117,9 +117,9 @@ func (g *Grammar) classes() {
 	cut := map[rune]bool{0: true, 0x80: true, 0xD800: true, 0xE000: true}
 	for _, s := range g.sets {
 		for _, r := range s.ranges {
-			cut[r.lo] = true
-			if r.hi < maxRune {
-				cut[r.hi+1] = true
+			cut[r.Lo] = true
+			if r.Hi < maxRune {
+				cut[r.Hi+1] = true
 			}
 		}
 	}

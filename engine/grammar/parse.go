@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/internal/runeset"
 )
 
 // Limits that keep a hostile grammar from taking unbounded memory or time
@@ -256,7 +257,7 @@ func (p *parser) sequence(name string, nested bool) []item {
 					break
 				}
 				r := p.char()
-				seq = p.add(seq, item{set: []rng{{r, r}}, off: int32(off)})
+				seq = p.add(seq, item{set: []rng{{Lo: r, Hi: r}}, off: int32(off)})
 			}
 			p.pos++
 			if len(seq) == last {
@@ -286,19 +287,19 @@ func (p *parser) sequence(name string, nested bool) []item {
 						p.fail(p.pos, "character range is backwards (%U > %U)", lo, hi)
 					}
 				}
-				set = append(set, rng{lo, hi})
+				set = append(set, rng{Lo: lo, Hi: hi})
 			}
 			p.pos++
-			set = normalize(set)
+			set = runeset.Normalize(set)
 			if neg {
-				set = complement(set)
+				set = runeset.Complement(set)
 			}
 			last = len(seq)
 			seq = p.add(seq, item{set: set, off: int32(off)})
 		case c == '.':
 			p.pos++
 			last = len(seq)
-			seq = p.add(seq, item{set: []rng{{0, maxRune}}, off: int32(off)})
+			seq = p.add(seq, item{set: []rng{{Lo: 0, Hi: maxRune}}, off: int32(off)})
 		case isWordChar(c):
 			n := p.name()
 			last = len(seq)

@@ -2,9 +2,10 @@ package jsonschema
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/baton-serving/baton/engine/internal/runeset"
 )
 
 // The pattern subset: literals, escapes of punctuation, \d \w \s (and their
@@ -16,9 +17,9 @@ import (
 // anchored at an end may have anything there. Everything else (lookaround,
 // backreferences, \b, \p{...}, named groups, flags) is refused by name.
 
-type rng struct{ lo, hi rune }
+type rng = runeset.Range
 
-const maxRune = 0x10FFFF
+const maxRune = runeset.MaxRune
 
 type rxOp uint8
 
@@ -244,11 +245,11 @@ func (p *rxParser) braces() (lo, hi int, ok bool) {
 }
 
 var (
-	setDigit = []rng{{'0', '9'}}
-	setWord  = []rng{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}
-	setSpace = []rng{{'\t', '\n'}, {'\f', '\r'}, {' ', ' '}}
+	setDigit = []rng{{Lo: '0', Hi: '9'}}
+	setWord  = []rng{{Lo: '0', Hi: '9'}, {Lo: 'A', Hi: 'Z'}, {Lo: '_', Hi: '_'}, {Lo: 'a', Hi: 'z'}}
+	setSpace = []rng{{Lo: '\t', Hi: '\n'}, {Lo: '\f', Hi: '\r'}, {Lo: ' ', Hi: ' '}}
 	// setDot is what '.' matches: any character but a newline (Go regexp).
-	setDot = []rng{{0, '\n' - 1}, {'\n' + 1, maxRune}}
+	setDot = []rng{{Lo: 0, Hi: '\n' - 1}, {Lo: '\n' + 1, Hi: maxRune}}
 )
 
 func (p *rxParser) atom() (*rx, error) {
@@ -290,7 +291,7 @@ func (p *rxParser) atom() (*rx, error) {
 		return &rx{op: rxSet, set: set}, nil
 	}
 	p.pos++
-	return &rx{op: rxSet, set: []rng{{r, r}}}, nil
+	return &rx{op: rxSet, set: []rng{{Lo: r, Hi: r}}}, nil
 }
 
 // escape reads a backslash escape and returns its character set.
@@ -301,20 +302,20 @@ func (p *rxParser) escape(inClass bool) ([]rng, error) {
 	}
 	e := p.src[p.pos]
 	p.pos++
-	one := func(r rune) []rng { return []rng{{r, r}} }
+	one := func(r rune) []rng { return []rng{{Lo: r, Hi: r}} }
 	switch e {
 	case 'd':
 		return setDigit, nil
 	case 'D':
-		return complement(setDigit), nil
+		return runeset.Complement(setDigit), nil
 	case 'w':
 		return setWord, nil
 	case 'W':
-		return complement(setWord), nil
+		return runeset.Complement(setWord), nil
 	case 's':
 		return setSpace, nil
 	case 'S':
-		return complement(setSpace), nil
+		return runeset.Complement(setSpace), nil
 	case 't':
 		return one('\t'), nil
 	case 'n':
@@ -390,11 +391,11 @@ func (p *rxParser) class() (*rx, error) {
 			lo = s
 		} else {
 			p.pos++
-			lo = []rng{{r, r}}
+			lo = []rng{{Lo: r, Hi: r}}
 		}
 		// A range a-b, unless '-' ends the class.
 		if p.peek() == '-' && p.pos+1 < len(p.src) && p.src[p.pos+1] != ']' {
-			if len(lo) != 1 || lo[0].lo != lo[0].hi {
+			if len(lo) != 1 || lo[0].Lo != lo[0].Hi {
 				return nil, p.fail("a range must start with one character")
 			}
 			p.pos++
@@ -404,73 +405,42 @@ func (p *rxParser) class() (*rx, error) {
 				if err != nil {
 					return nil, err
 				}
-				if len(s) != 1 || s[0].lo != s[0].hi {
+				if len(s) != 1 || s[0].Lo != s[0].Hi {
 					return nil, p.fail("a range must end with one character")
 				}
-				hi = s[0].lo
+				hi = s[0].Lo
 			} else {
 				hi = p.src[p.pos]
 				p.pos++
 			}
-			if hi < lo[0].lo {
-				return nil, p.fail("the range %q-%q is backwards", lo[0].lo, hi)
+			if hi < lo[0].Lo {
+				return nil, p.fail("the range %q-%q is backwards", lo[0].Lo, hi)
 			}
-			lo = []rng{{lo[0].lo, hi}}
+			lo = []rng{{Lo: lo[0].Lo, Hi: hi}}
 		}
 		set = append(set, lo...)
 	}
-	set = normalize(set)
+	set = runeset.Normalize(set)
 	if neg {
-		set = complement(set)
+		set = runeset.Complement(set)
 	}
 	return &rx{op: rxSet, set: set}, nil
 }
 
-// normalize sorts and merges ranges.
-func normalize(set []rng) []rng {
-	set = slices.Clone(set)
-	slices.SortFunc(set, func(a, b rng) int { return int(a.lo - b.lo) })
-	var out []rng
-	for _, r := range set {
-		if n := len(out); n > 0 && r.lo <= out[n-1].hi+1 {
-			out[n-1].hi = max(out[n-1].hi, r.hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// complement is every code point not in a normalized set.
-func complement(set []rng) []rng {
-	var out []rng
-	next := rune(0)
-	for _, r := range set {
-		if r.lo > next {
-			out = append(out, rng{next, r.lo - 1})
-		}
-		next = r.hi + 1
-	}
-	if next <= maxRune {
-		out = append(out, rng{next, maxRune})
-	}
-	return out
-}
-
 // subtract removes the code points of b from a (both normalized).
 func subtract(a, b []rng) []rng {
-	return intersect(a, complement(b))
+	return intersect(a, runeset.Complement(b))
 }
 
 func intersect(a, b []rng) []rng {
 	var out []rng
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		lo, hi := max(a[i].lo, b[j].lo), min(a[i].hi, b[j].hi)
+		lo, hi := max(a[i].Lo, b[j].Lo), min(a[i].Hi, b[j].Hi)
 		if lo <= hi {
-			out = append(out, rng{lo, hi})
+			out = append(out, rng{Lo: lo, Hi: hi})
 		}
-		if a[i].hi < b[j].hi {
+		if a[i].Hi < b[j].Hi {
 			i++
 		} else {
 			j++
@@ -482,33 +452,33 @@ func intersect(a, b []rng) []rng {
 // jsonSpecial are the code points a JSON string cannot hold raw; surrogates
 // are not characters at all.
 var (
-	jsonSpecial = []rng{{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}
-	surrogates  = []rng{{0xD800, 0xDFFF}}
+	jsonSpecial = []rng{{Lo: 0, Hi: 0x1F}, {Lo: '"', Hi: '"'}, {Lo: '\\', Hi: '\\'}}
+	surrogates  = []rng{{Lo: 0xD800, Hi: 0xDFFF}}
 )
 
 // setGBNF is the GBNF of one decoded character from set, as it appears
 // inside a JSON string: raw where JSON allows, else as its escape.
 func setGBNF(set []rng) string {
 	set = subtract(set, surrogates)
-	if len(set) == 1 && set[0].lo == set[0].hi && set[0].lo >= 0x20 {
-		return gbnfLit(jsonEscapeIfNeeded(set[0].lo))
+	if len(set) == 1 && set[0].Lo == set[0].Hi && set[0].Lo >= 0x20 {
+		return gbnfLit(jsonEscapeIfNeeded(set[0].Lo))
 	}
 	var alts []string
 	if raw := subtract(set, jsonSpecial); len(raw) > 0 {
 		var sb strings.Builder
 		sb.WriteByte('[')
 		for _, r := range raw {
-			sb.WriteString(classChar(r.lo))
-			if r.hi > r.lo {
+			sb.WriteString(classChar(r.Lo))
+			if r.Hi > r.Lo {
 				sb.WriteByte('-')
-				sb.WriteString(classChar(r.hi))
+				sb.WriteString(classChar(r.Hi))
 			}
 		}
 		sb.WriteByte(']')
 		alts = append(alts, sb.String())
 	}
 	for _, r := range intersect(set, jsonSpecial) {
-		for ch := r.lo; ch <= r.hi; ch++ {
+		for ch := r.Lo; ch <= r.Hi; ch++ {
 			alts = append(alts, gbnfLit(jsonEscape(ch)))
 		}
 	}
@@ -519,7 +489,7 @@ func setGBNF(set []rng) string {
 }
 
 func jsonEscapeIfNeeded(r rune) string {
-	if len(intersect([]rng{{r, r}}, jsonSpecial)) > 0 {
+	if len(intersect([]rng{{Lo: r, Hi: r}}, jsonSpecial)) > 0 {
 		return jsonEscape(r)
 	}
 	return string(r)
