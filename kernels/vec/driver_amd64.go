@@ -312,7 +312,7 @@ func newAsmImpl(name string, g geometry) *impl {
 	}
 	for q := range numQ {
 		sh, qt := g.q80, g.main
-		if q == q4_K || q == q6_K {
+		if q == q4_K || q == q6_K || isKQuant2(q) {
 			sh, qt = g.kq, g.kquant
 		}
 		k := &qKernels{dot: qt.dotQ[q], tiles: &qt.q[q], shape: sh,

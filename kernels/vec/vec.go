@@ -31,6 +31,10 @@ const (
 	q4_0
 	q4_K
 	q6_K
+	q2_K // q2_K … iq4_XS: kquant2.go
+	q3_K
+	q5_K
+	iq4_XS
 	numQ
 )
 
@@ -46,6 +50,8 @@ var qinfo = [numQ]struct {
 	q4_0: {"Q4_0", 32, 18, Q8_0Bytes},
 	q4_K: {"Q4_K", 256, 144, Q8_KBytes},
 	q6_K: {"Q6_K", 256, 210, Q8_KBytes},
+	q2_K: {"Q2_K", 256, 84, Q8_KBytes}, q3_K: {"Q3_K", 256, 110, Q8_KBytes},
+	q5_K: {"Q5_K", 256, 176, Q8_KBytes}, iq4_XS: {"IQ4_XS", 256, 136, Q8_KBytes},
 }
 
 // impl is one implementation of every kernel. The exported functions check

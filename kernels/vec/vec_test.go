@@ -590,12 +590,16 @@ func TestExportedAPI(t *testing.T) {
 		case q6_K:
 			MatMulQ6_K(mm, rows, wq, xq, rows, cols, tokens)
 			MatVecQ6_K(mvq, wq, xq[:cols/256*292], rows, cols)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			kq2Exported[q].matMul(mm, rows, wq, xq, rows, cols, tokens)
+			kq2Exported[q].matVec(mvq, wq, xq[:cols/256*292], rows, cols)
 		}
 		rb, xr := cols/qi.values*qi.wBytes, cols/qi.values*qi.xBytes
 		for i := range rows {
 			row := wq[i*rb : (i+1)*rb]
 			want, mag := exactDot(q, row, xq[:xr], cols/qi.values)
-			dot := [numQ]func([]byte, []byte, int) float32{DotQ8_0, DotQ4_0, DotQ4_K, DotQ6_K}[q]
+			dot := [numQ]func([]byte, []byte, int) float32{DotQ8_0, DotQ4_0, DotQ4_K, DotQ6_K,
+				q2_K: DotQ2_K, q3_K: DotQ3_K, q5_K: DotQ5_K, iq4_XS: DotIQ4_XS}[q]
 			for _, got := range []float32{mm[i], mvq[i], dot(row, xq[:xr], cols)} {
 				if !relClose(got, want, mag, intTol) {
 					t.Errorf("%s row %d: got %g, exact %g", qi.name, i, got, want)

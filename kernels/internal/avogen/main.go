@@ -44,6 +44,7 @@ func main() {
 		genQ80Kernels(s)
 		genQ4KKernels(s)
 		genQ6KKernels(s)
+		genKQuant2Kernels(s)
 		genQuantizers(s)
 	}
 	Generate()
@@ -66,6 +67,7 @@ func writeTables(path string) error {
 		"Q8_0": "q[q8_0]", "Q4_0": "q[q4_0]", "Q4_K": "q[q4_K]", "Q6_K": "q[q6_K]"}
 	dotField := map[string]string{"F32": "dotF32", "F16": "dotF16", "BF16": "dotBF16",
 		"Q8_0": "dotQ[q8_0]", "Q4_0": "dotQ[q4_0]", "Q4_K": "dotQ[q4_K]", "Q6_K": "dotQ[q6_K]"}
+	kq2Fields(field, dotField)
 	for _, s := range []isa{avx2, avx512} {
 		fmt.Fprintf(&b, "// kernels%s gathers the %s kernels.\n", s.name, s.name)
 		fmt.Fprintf(&b, "var kernels%s = func() *kernelTables {\n\tk := new(kernelTables)\n", s.name)
