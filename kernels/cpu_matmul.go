@@ -10,7 +10,7 @@ import (
 // Weight products run on the kernels of kernels/vec: float weights (F32,
 // F16, BF16) multiply the float activations directly; quantized weights
 // multiply activations quantized once per call (Q8_0 blocks for Q8_0 and
-// Q4_0 weights, Q8_K blocks for Q4_K and Q6_K), with integer block dot
+// Q4_0 weights, Q8_K blocks for the K-quants and IQ4_XS), with integer block dot
 // products, as llama.cpp does.
 //
 // A token's results must not depend on the batch it is computed in, nor
@@ -116,6 +116,14 @@ func (c *mmCall) run(_, lo, hi int) {
 		vec.MatMulQ4_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	case quant.Q6_K:
 		vec.MatMulQ6_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q2_K:
+		vec.MatMulQ2_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q3_K:
+		vec.MatMulQ3_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q5_K:
+		vec.MatMulQ5_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.IQ4_XS:
+		vec.MatMulIQ4_XS(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	default:
 		// Types without a vec kernel: the reference dot products, a token
 		// at a time (the same arithmetic for any n).
@@ -156,7 +164,7 @@ func quantized(w *cpuMatrix) (kquant bool, xRow int, ok bool) {
 	switch w.typ {
 	case quant.Q8_0, quant.Q4_0:
 		return false, w.cols / vec.Q8_0Values * vec.Q8_0Bytes, true
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q6_K, quant.Q2_K, quant.Q3_K, quant.Q5_K, quant.IQ4_XS:
 		return true, w.cols / vec.Q8_KValues * vec.Q8_KBytes, true
 	}
 	return false, 0, false
