@@ -8560,9 +8560,139 @@ DATA vec_cD32<>+24(SB)/4, $0x00000020
 DATA vec_cD32<>+28(SB)/4, $0x00000020
 GLOBL vec_cD32<>(SB), RODATA|NOPTR, $32
 
+DATA vec_cPair<>+0(SB)/1, $0x00
+DATA vec_cPair<>+1(SB)/1, $0x01
+DATA vec_cPair<>+2(SB)/1, $0x00
+DATA vec_cPair<>+3(SB)/1, $0x01
+DATA vec_cPair<>+4(SB)/1, $0x00
+DATA vec_cPair<>+5(SB)/1, $0x01
+DATA vec_cPair<>+6(SB)/1, $0x00
+DATA vec_cPair<>+7(SB)/1, $0x01
+DATA vec_cPair<>+8(SB)/1, $0x00
+DATA vec_cPair<>+9(SB)/1, $0x01
+DATA vec_cPair<>+10(SB)/1, $0x00
+DATA vec_cPair<>+11(SB)/1, $0x01
+DATA vec_cPair<>+12(SB)/1, $0x00
+DATA vec_cPair<>+13(SB)/1, $0x01
+DATA vec_cPair<>+14(SB)/1, $0x00
+DATA vec_cPair<>+15(SB)/1, $0x01
+DATA vec_cPair<>+16(SB)/1, $0x02
+DATA vec_cPair<>+17(SB)/1, $0x03
+DATA vec_cPair<>+18(SB)/1, $0x02
+DATA vec_cPair<>+19(SB)/1, $0x03
+DATA vec_cPair<>+20(SB)/1, $0x02
+DATA vec_cPair<>+21(SB)/1, $0x03
+DATA vec_cPair<>+22(SB)/1, $0x02
+DATA vec_cPair<>+23(SB)/1, $0x03
+DATA vec_cPair<>+24(SB)/1, $0x02
+DATA vec_cPair<>+25(SB)/1, $0x03
+DATA vec_cPair<>+26(SB)/1, $0x02
+DATA vec_cPair<>+27(SB)/1, $0x03
+DATA vec_cPair<>+28(SB)/1, $0x02
+DATA vec_cPair<>+29(SB)/1, $0x03
+DATA vec_cPair<>+30(SB)/1, $0x02
+DATA vec_cPair<>+31(SB)/1, $0x03
+DATA vec_cPair<>+32(SB)/1, $0x04
+DATA vec_cPair<>+33(SB)/1, $0x05
+DATA vec_cPair<>+34(SB)/1, $0x04
+DATA vec_cPair<>+35(SB)/1, $0x05
+DATA vec_cPair<>+36(SB)/1, $0x04
+DATA vec_cPair<>+37(SB)/1, $0x05
+DATA vec_cPair<>+38(SB)/1, $0x04
+DATA vec_cPair<>+39(SB)/1, $0x05
+DATA vec_cPair<>+40(SB)/1, $0x04
+DATA vec_cPair<>+41(SB)/1, $0x05
+DATA vec_cPair<>+42(SB)/1, $0x04
+DATA vec_cPair<>+43(SB)/1, $0x05
+DATA vec_cPair<>+44(SB)/1, $0x04
+DATA vec_cPair<>+45(SB)/1, $0x05
+DATA vec_cPair<>+46(SB)/1, $0x04
+DATA vec_cPair<>+47(SB)/1, $0x05
+DATA vec_cPair<>+48(SB)/1, $0x06
+DATA vec_cPair<>+49(SB)/1, $0x07
+DATA vec_cPair<>+50(SB)/1, $0x06
+DATA vec_cPair<>+51(SB)/1, $0x07
+DATA vec_cPair<>+52(SB)/1, $0x06
+DATA vec_cPair<>+53(SB)/1, $0x07
+DATA vec_cPair<>+54(SB)/1, $0x06
+DATA vec_cPair<>+55(SB)/1, $0x07
+DATA vec_cPair<>+56(SB)/1, $0x06
+DATA vec_cPair<>+57(SB)/1, $0x07
+DATA vec_cPair<>+58(SB)/1, $0x06
+DATA vec_cPair<>+59(SB)/1, $0x07
+DATA vec_cPair<>+60(SB)/1, $0x06
+DATA vec_cPair<>+61(SB)/1, $0x07
+DATA vec_cPair<>+62(SB)/1, $0x06
+DATA vec_cPair<>+63(SB)/1, $0x07
+DATA vec_cPair<>+64(SB)/1, $0x08
+DATA vec_cPair<>+65(SB)/1, $0x09
+DATA vec_cPair<>+66(SB)/1, $0x08
+DATA vec_cPair<>+67(SB)/1, $0x09
+DATA vec_cPair<>+68(SB)/1, $0x08
+DATA vec_cPair<>+69(SB)/1, $0x09
+DATA vec_cPair<>+70(SB)/1, $0x08
+DATA vec_cPair<>+71(SB)/1, $0x09
+DATA vec_cPair<>+72(SB)/1, $0x08
+DATA vec_cPair<>+73(SB)/1, $0x09
+DATA vec_cPair<>+74(SB)/1, $0x08
+DATA vec_cPair<>+75(SB)/1, $0x09
+DATA vec_cPair<>+76(SB)/1, $0x08
+DATA vec_cPair<>+77(SB)/1, $0x09
+DATA vec_cPair<>+78(SB)/1, $0x08
+DATA vec_cPair<>+79(SB)/1, $0x09
+DATA vec_cPair<>+80(SB)/1, $0x0a
+DATA vec_cPair<>+81(SB)/1, $0x0b
+DATA vec_cPair<>+82(SB)/1, $0x0a
+DATA vec_cPair<>+83(SB)/1, $0x0b
+DATA vec_cPair<>+84(SB)/1, $0x0a
+DATA vec_cPair<>+85(SB)/1, $0x0b
+DATA vec_cPair<>+86(SB)/1, $0x0a
+DATA vec_cPair<>+87(SB)/1, $0x0b
+DATA vec_cPair<>+88(SB)/1, $0x0a
+DATA vec_cPair<>+89(SB)/1, $0x0b
+DATA vec_cPair<>+90(SB)/1, $0x0a
+DATA vec_cPair<>+91(SB)/1, $0x0b
+DATA vec_cPair<>+92(SB)/1, $0x0a
+DATA vec_cPair<>+93(SB)/1, $0x0b
+DATA vec_cPair<>+94(SB)/1, $0x0a
+DATA vec_cPair<>+95(SB)/1, $0x0b
+DATA vec_cPair<>+96(SB)/1, $0x0c
+DATA vec_cPair<>+97(SB)/1, $0x0d
+DATA vec_cPair<>+98(SB)/1, $0x0c
+DATA vec_cPair<>+99(SB)/1, $0x0d
+DATA vec_cPair<>+100(SB)/1, $0x0c
+DATA vec_cPair<>+101(SB)/1, $0x0d
+DATA vec_cPair<>+102(SB)/1, $0x0c
+DATA vec_cPair<>+103(SB)/1, $0x0d
+DATA vec_cPair<>+104(SB)/1, $0x0c
+DATA vec_cPair<>+105(SB)/1, $0x0d
+DATA vec_cPair<>+106(SB)/1, $0x0c
+DATA vec_cPair<>+107(SB)/1, $0x0d
+DATA vec_cPair<>+108(SB)/1, $0x0c
+DATA vec_cPair<>+109(SB)/1, $0x0d
+DATA vec_cPair<>+110(SB)/1, $0x0c
+DATA vec_cPair<>+111(SB)/1, $0x0d
+DATA vec_cPair<>+112(SB)/1, $0x0e
+DATA vec_cPair<>+113(SB)/1, $0x0f
+DATA vec_cPair<>+114(SB)/1, $0x0e
+DATA vec_cPair<>+115(SB)/1, $0x0f
+DATA vec_cPair<>+116(SB)/1, $0x0e
+DATA vec_cPair<>+117(SB)/1, $0x0f
+DATA vec_cPair<>+118(SB)/1, $0x0e
+DATA vec_cPair<>+119(SB)/1, $0x0f
+DATA vec_cPair<>+120(SB)/1, $0x0e
+DATA vec_cPair<>+121(SB)/1, $0x0f
+DATA vec_cPair<>+122(SB)/1, $0x0e
+DATA vec_cPair<>+123(SB)/1, $0x0f
+DATA vec_cPair<>+124(SB)/1, $0x0e
+DATA vec_cPair<>+125(SB)/1, $0x0f
+DATA vec_cPair<>+126(SB)/1, $0x0e
+DATA vec_cPair<>+127(SB)/1, $0x0f
+GLOBL vec_cPair<>(SB), RODATA|NOPTR, $128
+
 // func dotQ2_KAVX2(w *byte, x *byte, nb int) float32
 // Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
-TEXT ·dotQ2_KAVX2(SB), $288-28
+TEXT ·dotQ2_KAVX2(SB), NOSPLIT, $64-28
 	MOVQ  w+0(FP), AX
 	MOVQ  x+8(FP), CX
 	MOVQ  nb+16(FP), DX
@@ -8580,69 +8710,57 @@ block:
 	VPMOVZXBW    X3, Y3
 	VMOVDQU      Y3, (SP)
 	VPAND        vec_c0F<>+0(SB), X2, X2
-	VPSHUFB      vec_cEvOdd<>+0(SB), X2, X2
 	VPMOVZXBW    X2, Y2
-	VPUNPCKLWD   Y2, Y2, Y3
-	VPUNPCKHWD   Y2, Y2, Y2
-	VPUNPCKLDQ   Y3, Y3, Y4
-	VPUNPCKHDQ   Y3, Y3, Y3
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 32(SP)
-	VMOVDQU      Y4, 64(SP)
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 96(SP)
-	VMOVDQU      Y3, 128(SP)
-	VPUNPCKLDQ   Y2, Y2, Y3
-	VPUNPCKHDQ   Y2, Y2, Y2
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 160(SP)
-	VMOVDQU      Y3, 192(SP)
-	VPUNPCKLQDQ  Y2, Y2, Y3
-	VPUNPCKHQDQ  Y2, Y2, Y2
-	VMOVDQU      Y3, 224(SP)
-	VMOVDQU      Y2, 256(SP)
+	VMOVDQU      Y2, 32(SP)
 	VMOVDQU      16(AX), Y2
-	VPAND        vec_c03<>+0(SB), Y2, Y3
-	VPMADDUBSW   4(CX), Y3, Y3
-	VPMADDWD     32(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x02, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   36(CX), Y3, Y3
-	VPMADDWD     64(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x04, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   68(CX), Y3, Y3
-	VPMADDWD     96(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
+	VPERMQ       $0x44, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   36(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
 	VPSRLW       $0x06, Y2, Y2
 	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
 	VPMADDUBSW   100(CX), Y2, Y2
-	VPMADDWD     128(SP), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
 	VPADDD       Y2, Y1, Y1
 	VMOVDQU      48(AX), Y2
-	VPAND        vec_c03<>+0(SB), Y2, Y3
-	VPMADDUBSW   132(CX), Y3, Y3
-	VPMADDWD     160(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x02, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   164(CX), Y3, Y3
-	VPMADDWD     192(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x04, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   196(CX), Y3, Y3
-	VPMADDWD     224(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
+	VPERMQ       $0xee, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   164(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
 	VPSRLW       $0x06, Y2, Y2
 	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
 	VPMADDUBSW   228(CX), Y2, Y2
-	VPMADDWD     256(SP), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
 	VPADDD       Y2, Y1, Y1
 	VPBROADCASTW 80(AX), X2
 	VCVTPH2PS    X2, Y2
@@ -8675,7 +8793,7 @@ done:
 
 // func tileQ2_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·tileQ2_K_1x1_AVX2(SB), $288-56
+TEXT ·tileQ2_K_1x1_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  nb+32(FP), DX
@@ -8693,69 +8811,57 @@ block:
 	VPMOVZXBW    X3, Y3
 	VMOVDQU      Y3, (SP)
 	VPAND        vec_c0F<>+0(SB), X2, X2
-	VPSHUFB      vec_cEvOdd<>+0(SB), X2, X2
 	VPMOVZXBW    X2, Y2
-	VPUNPCKLWD   Y2, Y2, Y3
-	VPUNPCKHWD   Y2, Y2, Y2
-	VPUNPCKLDQ   Y3, Y3, Y4
-	VPUNPCKHDQ   Y3, Y3, Y3
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 32(SP)
-	VMOVDQU      Y4, 64(SP)
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 96(SP)
-	VMOVDQU      Y3, 128(SP)
-	VPUNPCKLDQ   Y2, Y2, Y3
-	VPUNPCKHDQ   Y2, Y2, Y2
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 160(SP)
-	VMOVDQU      Y3, 192(SP)
-	VPUNPCKLQDQ  Y2, Y2, Y3
-	VPUNPCKHQDQ  Y2, Y2, Y2
-	VMOVDQU      Y3, 224(SP)
-	VMOVDQU      Y2, 256(SP)
+	VMOVDQU      Y2, 32(SP)
 	VMOVDQU      16(AX), Y2
-	VPAND        vec_c03<>+0(SB), Y2, Y3
-	VPMADDUBSW   4(CX), Y3, Y3
-	VPMADDWD     32(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x02, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   36(CX), Y3, Y3
-	VPMADDWD     64(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x04, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   68(CX), Y3, Y3
-	VPMADDWD     96(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
+	VPERMQ       $0x44, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   36(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
 	VPSRLW       $0x06, Y2, Y2
 	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
 	VPMADDUBSW   100(CX), Y2, Y2
-	VPMADDWD     128(SP), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
 	VPADDD       Y2, Y1, Y1
 	VMOVDQU      48(AX), Y2
-	VPAND        vec_c03<>+0(SB), Y2, Y3
-	VPMADDUBSW   132(CX), Y3, Y3
-	VPMADDWD     160(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x02, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   164(CX), Y3, Y3
-	VPMADDWD     192(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
-	VPSRLW       $0x04, Y2, Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPMADDUBSW   196(CX), Y3, Y3
-	VPMADDWD     224(SP), Y3, Y3
-	VPADDD       Y3, Y1, Y1
+	VPERMQ       $0xee, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   164(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
 	VPSRLW       $0x06, Y2, Y2
 	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
 	VPMADDUBSW   228(CX), Y2, Y2
-	VPMADDWD     256(SP), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
 	VPADDD       Y2, Y1, Y1
 	VPBROADCASTW 80(AX), X2
 	VCVTPH2PS    X2, Y2
@@ -8791,7 +8897,7 @@ done:
 
 // func tileQ2_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ2_K_1x2_AVX2(SB), $288-56
+TEXT ·tileQ2_K_1x2_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -8811,93 +8917,81 @@ block:
 	VPMOVZXBW    X5, Y5
 	VMOVDQU      Y5, (SP)
 	VPAND        vec_c0F<>+0(SB), X4, X4
-	VPSHUFB      vec_cEvOdd<>+0(SB), X4, X4
 	VPMOVZXBW    X4, Y4
-	VPUNPCKLWD   Y4, Y4, Y5
-	VPUNPCKHWD   Y4, Y4, Y4
-	VPUNPCKLDQ   Y5, Y5, Y6
-	VPUNPCKHDQ   Y5, Y5, Y5
-	VPUNPCKLQDQ  Y6, Y6, Y7
-	VPUNPCKHQDQ  Y6, Y6, Y6
-	VMOVDQU      Y7, 32(SP)
-	VMOVDQU      Y6, 64(SP)
-	VPUNPCKLQDQ  Y5, Y5, Y6
-	VPUNPCKHQDQ  Y5, Y5, Y5
-	VMOVDQU      Y6, 96(SP)
-	VMOVDQU      Y5, 128(SP)
-	VPUNPCKLDQ   Y4, Y4, Y5
-	VPUNPCKHDQ   Y4, Y4, Y4
-	VPUNPCKLQDQ  Y5, Y5, Y6
-	VPUNPCKHQDQ  Y5, Y5, Y5
-	VMOVDQU      Y6, 160(SP)
-	VMOVDQU      Y5, 192(SP)
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 224(SP)
-	VMOVDQU      Y4, 256(SP)
+	VMOVDQU      Y4, 32(SP)
 	VMOVDQU      16(AX), Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y5
-	VPMADDUBSW   4(CX), Y5, Y6
-	VPMADDWD     32(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   4(DX), Y5, Y5
-	VPMADDWD     32(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x02, Y4, Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y5
-	VPMADDUBSW   36(CX), Y5, Y6
-	VPMADDWD     64(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   36(DX), Y5, Y5
-	VPMADDWD     64(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y5
-	VPMADDUBSW   68(CX), Y5, Y6
-	VPMADDWD     96(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   68(DX), Y5, Y5
-	VPMADDWD     96(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   4(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   36(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   68(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
 	VPSRLW       $0x06, Y4, Y4
 	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPMADDUBSW   100(CX), Y4, Y5
-	VPMADDWD     128(SP), Y5, Y5
-	VPADDD       Y5, Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y2, Y2
 	VPMADDUBSW   100(DX), Y4, Y4
-	VPMADDWD     128(SP), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
 	VPADDD       Y4, Y3, Y3
 	VMOVDQU      48(AX), Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y5
-	VPMADDUBSW   132(CX), Y5, Y6
-	VPMADDWD     160(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   132(DX), Y5, Y5
-	VPMADDWD     160(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x02, Y4, Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y5
-	VPMADDUBSW   164(CX), Y5, Y6
-	VPMADDWD     192(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   164(DX), Y5, Y5
-	VPMADDWD     192(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
-	VPSRLW       $0x04, Y4, Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y5
-	VPMADDUBSW   196(CX), Y5, Y6
-	VPMADDWD     224(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
-	VPMADDUBSW   196(DX), Y5, Y5
-	VPMADDWD     224(SP), Y5, Y5
-	VPADDD       Y5, Y3, Y3
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   132(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   164(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   196(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
 	VPSRLW       $0x06, Y4, Y4
 	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPMADDUBSW   228(CX), Y4, Y5
-	VPMADDWD     256(SP), Y5, Y5
-	VPADDD       Y5, Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   228(CX), Y4, Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y2, Y2
 	VPMADDUBSW   228(DX), Y4, Y4
-	VPMADDWD     256(SP), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
 	VPADDD       Y4, Y3, Y3
 	VPBROADCASTW 80(AX), X4
 	VCVTPH2PS    X4, Y4
@@ -8952,7 +9046,7 @@ done:
 
 // func tileQ2_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ2_K_1x3_AVX2(SB), $288-56
+TEXT ·tileQ2_K_1x3_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -8975,117 +9069,105 @@ block:
 	VPMOVZXBW    X7, Y7
 	VMOVDQU      Y7, (SP)
 	VPAND        vec_c0F<>+0(SB), X6, X6
-	VPSHUFB      vec_cEvOdd<>+0(SB), X6, X6
 	VPMOVZXBW    X6, Y6
-	VPUNPCKLWD   Y6, Y6, Y7
-	VPUNPCKHWD   Y6, Y6, Y6
-	VPUNPCKLDQ   Y7, Y7, Y8
-	VPUNPCKHDQ   Y7, Y7, Y7
-	VPUNPCKLQDQ  Y8, Y8, Y9
-	VPUNPCKHQDQ  Y8, Y8, Y8
-	VMOVDQU      Y9, 32(SP)
-	VMOVDQU      Y8, 64(SP)
-	VPUNPCKLQDQ  Y7, Y7, Y8
-	VPUNPCKHQDQ  Y7, Y7, Y7
-	VMOVDQU      Y8, 96(SP)
-	VMOVDQU      Y7, 128(SP)
-	VPUNPCKLDQ   Y6, Y6, Y7
-	VPUNPCKHDQ   Y6, Y6, Y6
-	VPUNPCKLQDQ  Y7, Y7, Y8
-	VPUNPCKHQDQ  Y7, Y7, Y7
-	VMOVDQU      Y8, 160(SP)
-	VMOVDQU      Y7, 192(SP)
-	VPUNPCKLQDQ  Y6, Y6, Y7
-	VPUNPCKHQDQ  Y6, Y6, Y6
-	VMOVDQU      Y7, 224(SP)
-	VMOVDQU      Y6, 256(SP)
+	VMOVDQU      Y6, 32(SP)
 	VMOVDQU      16(AX), Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y7
-	VPMADDUBSW   4(CX), Y7, Y8
-	VPMADDWD     32(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   4(BX), Y7, Y8
-	VPMADDWD     32(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   4(DX), Y7, Y7
-	VPMADDWD     32(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
-	VPSRLW       $0x02, Y6, Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y7
-	VPMADDUBSW   36(CX), Y7, Y8
-	VPMADDWD     64(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   36(BX), Y7, Y8
-	VPMADDWD     64(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   36(DX), Y7, Y7
-	VPMADDWD     64(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y7
-	VPMADDUBSW   68(CX), Y7, Y8
-	VPMADDWD     96(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   68(BX), Y7, Y8
-	VPMADDWD     96(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   68(DX), Y7, Y7
-	VPMADDWD     96(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
+	VPERMQ       $0x44, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   4(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   4(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   36(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   36(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   36(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   68(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   68(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
 	VPSRLW       $0x06, Y6, Y6
 	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPMADDUBSW   100(CX), Y6, Y7
-	VPMADDWD     128(SP), Y7, Y7
-	VPADDD       Y7, Y3, Y3
-	VPMADDUBSW   100(BX), Y6, Y7
-	VPMADDWD     128(SP), Y7, Y7
-	VPADDD       Y7, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   100(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   100(BX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y4, Y4
 	VPMADDUBSW   100(DX), Y6, Y6
-	VPMADDWD     128(SP), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      48(AX), Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y7
-	VPMADDUBSW   132(CX), Y7, Y8
-	VPMADDWD     160(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   132(BX), Y7, Y8
-	VPMADDWD     160(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   132(DX), Y7, Y7
-	VPMADDWD     160(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
-	VPSRLW       $0x02, Y6, Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y7
-	VPMADDUBSW   164(CX), Y7, Y8
-	VPMADDWD     192(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   164(BX), Y7, Y8
-	VPMADDWD     192(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   164(DX), Y7, Y7
-	VPMADDWD     192(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y7
-	VPMADDUBSW   196(CX), Y7, Y8
-	VPMADDWD     224(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   196(BX), Y7, Y8
-	VPMADDWD     224(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   196(DX), Y7, Y7
-	VPMADDWD     224(SP), Y7, Y7
-	VPADDD       Y7, Y5, Y5
+	VPERMQ       $0xee, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   132(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   132(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   164(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   164(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   164(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   196(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   196(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
 	VPSRLW       $0x06, Y6, Y6
 	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPMADDUBSW   228(CX), Y6, Y7
-	VPMADDWD     256(SP), Y7, Y7
-	VPADDD       Y7, Y3, Y3
-	VPMADDUBSW   228(BX), Y6, Y7
-	VPMADDWD     256(SP), Y7, Y7
-	VPADDD       Y7, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   228(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   228(BX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y4, Y4
 	VPMADDUBSW   228(DX), Y6, Y6
-	VPMADDWD     256(SP), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VPBROADCASTW 80(AX), X6
 	VCVTPH2PS    X6, Y6
@@ -9159,7 +9241,7 @@ done:
 
 // func tileQ2_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ2_K_1x4_AVX2(SB), $288-56
+TEXT ·tileQ2_K_1x4_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -9185,141 +9267,129 @@ block:
 	VPMOVZXBW    X9, Y9
 	VMOVDQU      Y9, (SP)
 	VPAND        vec_c0F<>+0(SB), X8, X8
-	VPSHUFB      vec_cEvOdd<>+0(SB), X8, X8
 	VPMOVZXBW    X8, Y8
-	VPUNPCKLWD   Y8, Y8, Y9
-	VPUNPCKHWD   Y8, Y8, Y8
-	VPUNPCKLDQ   Y9, Y9, Y10
-	VPUNPCKHDQ   Y9, Y9, Y9
-	VPUNPCKLQDQ  Y10, Y10, Y11
-	VPUNPCKHQDQ  Y10, Y10, Y10
-	VMOVDQU      Y11, 32(SP)
-	VMOVDQU      Y10, 64(SP)
-	VPUNPCKLQDQ  Y9, Y9, Y10
-	VPUNPCKHQDQ  Y9, Y9, Y9
-	VMOVDQU      Y10, 96(SP)
-	VMOVDQU      Y9, 128(SP)
-	VPUNPCKLDQ   Y8, Y8, Y9
-	VPUNPCKHDQ   Y8, Y8, Y8
-	VPUNPCKLQDQ  Y9, Y9, Y10
-	VPUNPCKHQDQ  Y9, Y9, Y9
-	VMOVDQU      Y10, 160(SP)
-	VMOVDQU      Y9, 192(SP)
-	VPUNPCKLQDQ  Y8, Y8, Y9
-	VPUNPCKHQDQ  Y8, Y8, Y8
-	VMOVDQU      Y9, 224(SP)
-	VMOVDQU      Y8, 256(SP)
+	VMOVDQU      Y8, 32(SP)
 	VMOVDQU      16(AX), Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y9
-	VPMADDUBSW   4(CX), Y9, Y10
-	VPMADDWD     32(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   4(BX), Y9, Y10
-	VPMADDWD     32(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   4(SI), Y9, Y10
-	VPMADDWD     32(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   4(DX), Y9, Y9
-	VPMADDWD     32(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
-	VPSRLW       $0x02, Y8, Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y9
-	VPMADDUBSW   36(CX), Y9, Y10
-	VPMADDWD     64(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   36(BX), Y9, Y10
-	VPMADDWD     64(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   36(SI), Y9, Y10
-	VPMADDWD     64(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   36(DX), Y9, Y9
-	VPMADDWD     64(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
-	VPSRLW       $0x04, Y8, Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y9
-	VPMADDUBSW   68(CX), Y9, Y10
-	VPMADDWD     96(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   68(BX), Y9, Y10
-	VPMADDWD     96(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   68(SI), Y9, Y10
-	VPMADDWD     96(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   68(DX), Y9, Y9
-	VPMADDWD     96(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
+	VPERMQ       $0x44, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   4(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   4(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   4(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   36(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   36(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   36(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   36(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   68(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   68(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   68(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
 	VPSRLW       $0x06, Y8, Y8
 	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPMADDUBSW   100(CX), Y8, Y9
-	VPMADDWD     128(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   100(BX), Y8, Y9
-	VPMADDWD     128(SP), Y9, Y9
-	VPADDD       Y9, Y5, Y5
-	VPMADDUBSW   100(SI), Y8, Y9
-	VPMADDWD     128(SP), Y9, Y9
-	VPADDD       Y9, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   100(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   100(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   100(SI), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y6, Y6
 	VPMADDUBSW   100(DX), Y8, Y8
-	VPMADDWD     128(SP), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y8, Y7, Y7
 	VMOVDQU      48(AX), Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y9
-	VPMADDUBSW   132(CX), Y9, Y10
-	VPMADDWD     160(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   132(BX), Y9, Y10
-	VPMADDWD     160(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   132(SI), Y9, Y10
-	VPMADDWD     160(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   132(DX), Y9, Y9
-	VPMADDWD     160(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
-	VPSRLW       $0x02, Y8, Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y9
-	VPMADDUBSW   164(CX), Y9, Y10
-	VPMADDWD     192(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   164(BX), Y9, Y10
-	VPMADDWD     192(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   164(SI), Y9, Y10
-	VPMADDWD     192(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   164(DX), Y9, Y9
-	VPMADDWD     192(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
-	VPSRLW       $0x04, Y8, Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y9
-	VPMADDUBSW   196(CX), Y9, Y10
-	VPMADDWD     224(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   196(BX), Y9, Y10
-	VPMADDWD     224(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   196(SI), Y9, Y10
-	VPMADDWD     224(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
-	VPMADDUBSW   196(DX), Y9, Y9
-	VPMADDWD     224(SP), Y9, Y9
-	VPADDD       Y9, Y7, Y7
+	VPERMQ       $0xee, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   132(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   132(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   132(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   164(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   164(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   164(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   164(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   196(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   196(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   196(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
 	VPSRLW       $0x06, Y8, Y8
 	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPMADDUBSW   228(CX), Y8, Y9
-	VPMADDWD     256(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   228(BX), Y8, Y9
-	VPMADDWD     256(SP), Y9, Y9
-	VPADDD       Y9, Y5, Y5
-	VPMADDUBSW   228(SI), Y8, Y9
-	VPMADDWD     256(SP), Y9, Y9
-	VPADDD       Y9, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   228(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   228(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   228(SI), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y6, Y6
 	VPMADDUBSW   228(DX), Y8, Y8
-	VPMADDWD     256(SP), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y8, Y7, Y7
 	VPBROADCASTW 80(AX), X8
 	VCVTPH2PS    X8, Y8
@@ -9412,7 +9482,7 @@ done:
 
 // func dotQ3_KAVX2(w *byte, x *byte, nb int) float32
 // Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
-TEXT ·dotQ3_KAVX2(SB), $288-28
+TEXT ·dotQ3_KAVX2(SB), NOSPLIT, $64-28
 	MOVQ  w+0(FP), AX
 	MOVQ  x+8(FP), CX
 	MOVQ  nb+16(FP), DX
@@ -9459,102 +9529,87 @@ block:
 	ORQ          SI, BX
 	VMOVQ        R8, X2
 	VPINSRQ      $0x01, BX, X2, X2
-	VPMOVZXBW    X2, Y3
-	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
-	VMOVDQU      Y3, (SP)
-	VPSHUFB      vec_cEvOdd<>+0(SB), X2, X2
 	VPMOVZXBW    X2, Y2
 	VPSUBW       vec_c32w<>+0(SB), Y2, Y2
-	VPUNPCKLWD   Y2, Y2, Y3
-	VPUNPCKHWD   Y2, Y2, Y2
-	VPUNPCKLDQ   Y3, Y3, Y4
-	VPUNPCKHDQ   Y3, Y3, Y3
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 32(SP)
-	VMOVDQU      Y4, 64(SP)
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 96(SP)
-	VMOVDQU      Y3, 128(SP)
-	VPUNPCKLDQ   Y2, Y2, Y3
-	VPUNPCKHDQ   Y2, Y2, Y2
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 160(SP)
-	VMOVDQU      Y3, 192(SP)
-	VPUNPCKLQDQ  Y2, Y2, Y3
-	VPUNPCKHQDQ  Y2, Y2, Y2
-	VMOVDQU      Y3, 224(SP)
-	VMOVDQU      Y2, 256(SP)
+	VMOVDQU      Y2, 32(SP)
 	VMOVDQU      (AX), Y2
 	VMOVDQU      32(AX), Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y4
-	VPSLLW       $0x02, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   4(CX), Y4, Y4
-	VPMADDWD     32(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x02, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSLLW       $0x01, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   36(CX), Y4, Y4
-	VPMADDWD     64(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x04, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPAND        vec_c04<>+0(SB), Y2, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   68(CX), Y4, Y4
-	VPMADDWD     96(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSLLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y2, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
 	VPSRLW       $0x06, Y3, Y3
 	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPSRLW       $0x01, Y2, Y4
-	VPAND        vec_c04<>+0(SB), Y4, Y4
-	VPOR         Y4, Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
 	VPMADDUBSW   100(CX), Y3, Y3
-	VPMADDWD     128(SP), Y3, Y3
+	VPMADDWD     Y4, Y3, Y3
 	VPADDD       Y3, Y1, Y1
 	VMOVDQU      64(AX), Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y4
-	VPSRLW       $0x02, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   132(CX), Y4, Y4
-	VPMADDWD     160(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x02, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSRLW       $0x03, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   164(CX), Y4, Y4
-	VPMADDWD     192(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x04, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSRLW       $0x04, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   196(CX), Y4, Y4
-	VPMADDWD     224(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSRLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x03, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x04, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
 	VPSRLW       $0x06, Y3, Y3
 	VPAND        vec_c03<>+0(SB), Y3, Y3
 	VPSRLW       $0x05, Y2, Y2
 	VPAND        vec_c04<>+0(SB), Y2, Y2
 	VPOR         Y2, Y3, Y3
-	VPMADDUBSW   228(CX), Y3, Y2
-	VPMADDWD     256(SP), Y2, Y2
-	VPADDD       Y2, Y1, Y1
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y2
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
 	VPBROADCASTW 108(AX), X2
 	VCVTPH2PS    X2, Y2
 	VMOVDQU      260(CX), Y3
-	VPMADDWD     (SP), Y3, Y3
+	VPMADDWD     32(SP), Y3, Y3
 	VPSLLD       $0x02, Y3, Y3
 	VPSUBD       Y3, Y1, Y1
 	VBROADCASTSS (CX), Y3
@@ -9579,7 +9634,7 @@ done:
 
 // func tileQ3_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·tileQ3_K_1x1_AVX2(SB), $288-56
+TEXT ·tileQ3_K_1x1_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  nb+32(FP), DX
@@ -9626,102 +9681,87 @@ block:
 	ORQ          SI, BX
 	VMOVQ        R8, X2
 	VPINSRQ      $0x01, BX, X2, X2
-	VPMOVZXBW    X2, Y3
-	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
-	VMOVDQU      Y3, (SP)
-	VPSHUFB      vec_cEvOdd<>+0(SB), X2, X2
 	VPMOVZXBW    X2, Y2
 	VPSUBW       vec_c32w<>+0(SB), Y2, Y2
-	VPUNPCKLWD   Y2, Y2, Y3
-	VPUNPCKHWD   Y2, Y2, Y2
-	VPUNPCKLDQ   Y3, Y3, Y4
-	VPUNPCKHDQ   Y3, Y3, Y3
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 32(SP)
-	VMOVDQU      Y4, 64(SP)
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 96(SP)
-	VMOVDQU      Y3, 128(SP)
-	VPUNPCKLDQ   Y2, Y2, Y3
-	VPUNPCKHDQ   Y2, Y2, Y2
-	VPUNPCKLQDQ  Y3, Y3, Y4
-	VPUNPCKHQDQ  Y3, Y3, Y3
-	VMOVDQU      Y4, 160(SP)
-	VMOVDQU      Y3, 192(SP)
-	VPUNPCKLQDQ  Y2, Y2, Y3
-	VPUNPCKHQDQ  Y2, Y2, Y2
-	VMOVDQU      Y3, 224(SP)
-	VMOVDQU      Y2, 256(SP)
+	VMOVDQU      Y2, 32(SP)
 	VMOVDQU      (AX), Y2
 	VMOVDQU      32(AX), Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y4
-	VPSLLW       $0x02, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   4(CX), Y4, Y4
-	VPMADDWD     32(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x02, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSLLW       $0x01, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   36(CX), Y4, Y4
-	VPMADDWD     64(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x04, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPAND        vec_c04<>+0(SB), Y2, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   68(CX), Y4, Y4
-	VPMADDWD     96(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSLLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y2, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
 	VPSRLW       $0x06, Y3, Y3
 	VPAND        vec_c03<>+0(SB), Y3, Y3
-	VPSRLW       $0x01, Y2, Y4
-	VPAND        vec_c04<>+0(SB), Y4, Y4
-	VPOR         Y4, Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
 	VPMADDUBSW   100(CX), Y3, Y3
-	VPMADDWD     128(SP), Y3, Y3
+	VPMADDWD     Y4, Y3, Y3
 	VPADDD       Y3, Y1, Y1
 	VMOVDQU      64(AX), Y3
-	VPAND        vec_c03<>+0(SB), Y3, Y4
-	VPSRLW       $0x02, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   132(CX), Y4, Y4
-	VPMADDWD     160(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x02, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSRLW       $0x03, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   164(CX), Y4, Y4
-	VPMADDWD     192(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
-	VPSRLW       $0x04, Y3, Y4
-	VPAND        vec_c03<>+0(SB), Y4, Y4
-	VPSRLW       $0x04, Y2, Y5
-	VPAND        vec_c04<>+0(SB), Y5, Y5
-	VPOR         Y5, Y4, Y4
-	VPMADDUBSW   196(CX), Y4, Y4
-	VPMADDWD     224(SP), Y4, Y4
-	VPADDD       Y4, Y1, Y1
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSRLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x03, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x04, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
 	VPSRLW       $0x06, Y3, Y3
 	VPAND        vec_c03<>+0(SB), Y3, Y3
 	VPSRLW       $0x05, Y2, Y2
 	VPAND        vec_c04<>+0(SB), Y2, Y2
 	VPOR         Y2, Y3, Y3
-	VPMADDUBSW   228(CX), Y3, Y2
-	VPMADDWD     256(SP), Y2, Y2
-	VPADDD       Y2, Y1, Y1
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y2
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
 	VPBROADCASTW 108(AX), X2
 	VCVTPH2PS    X2, Y2
 	VMOVDQU      260(CX), Y3
-	VPMADDWD     (SP), Y3, Y3
+	VPMADDWD     32(SP), Y3, Y3
 	VPSLLD       $0x02, Y3, Y3
 	VPSUBD       Y3, Y1, Y1
 	VBROADCASTSS (CX), Y3
@@ -9749,7 +9789,7 @@ done:
 
 // func tileQ3_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ3_K_1x2_AVX2(SB), $288-56
+TEXT ·tileQ3_K_1x2_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -9798,126 +9838,111 @@ block:
 	ORQ          DI, SI
 	VMOVQ        R9, X4
 	VPINSRQ      $0x01, SI, X4, X4
-	VPMOVZXBW    X4, Y5
-	VPSUBW       vec_c32w<>+0(SB), Y5, Y5
-	VMOVDQU      Y5, (SP)
-	VPSHUFB      vec_cEvOdd<>+0(SB), X4, X4
 	VPMOVZXBW    X4, Y4
 	VPSUBW       vec_c32w<>+0(SB), Y4, Y4
-	VPUNPCKLWD   Y4, Y4, Y5
-	VPUNPCKHWD   Y4, Y4, Y4
-	VPUNPCKLDQ   Y5, Y5, Y6
-	VPUNPCKHDQ   Y5, Y5, Y5
-	VPUNPCKLQDQ  Y6, Y6, Y7
-	VPUNPCKHQDQ  Y6, Y6, Y6
-	VMOVDQU      Y7, 32(SP)
-	VMOVDQU      Y6, 64(SP)
-	VPUNPCKLQDQ  Y5, Y5, Y6
-	VPUNPCKHQDQ  Y5, Y5, Y5
-	VMOVDQU      Y6, 96(SP)
-	VMOVDQU      Y5, 128(SP)
-	VPUNPCKLDQ   Y4, Y4, Y5
-	VPUNPCKHDQ   Y4, Y4, Y4
-	VPUNPCKLQDQ  Y5, Y5, Y6
-	VPUNPCKHQDQ  Y5, Y5, Y5
-	VMOVDQU      Y6, 160(SP)
-	VMOVDQU      Y5, 192(SP)
-	VPUNPCKLQDQ  Y4, Y4, Y5
-	VPUNPCKHQDQ  Y4, Y4, Y4
-	VMOVDQU      Y5, 224(SP)
-	VMOVDQU      Y4, 256(SP)
+	VMOVDQU      Y4, 32(SP)
 	VMOVDQU      (AX), Y4
 	VMOVDQU      32(AX), Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y6
-	VPSLLW       $0x02, Y4, Y7
-	VPAND        vec_c04<>+0(SB), Y7, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   4(CX), Y6, Y7
-	VPMADDWD     32(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   4(DX), Y6, Y6
-	VPMADDWD     32(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPSLLW       $0x01, Y4, Y7
-	VPAND        vec_c04<>+0(SB), Y7, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   36(CX), Y6, Y7
-	VPMADDWD     64(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   36(DX), Y6, Y6
-	VPMADDWD     64(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPAND        vec_c04<>+0(SB), Y4, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   68(CX), Y6, Y7
-	VPMADDWD     96(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   68(DX), Y6, Y6
-	VPMADDWD     96(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
+	VPERMQ       $0x44, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSLLW       $0x02, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   4(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   4(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSLLW       $0x01, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   36(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   36(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPAND        vec_c04<>+0(SB), Y4, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   68(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   68(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
 	VPSRLW       $0x06, Y5, Y5
 	VPAND        vec_c03<>+0(SB), Y5, Y5
-	VPSRLW       $0x01, Y4, Y6
-	VPAND        vec_c04<>+0(SB), Y6, Y6
-	VPOR         Y6, Y5, Y5
-	VPMADDUBSW   100(CX), Y5, Y6
-	VPMADDWD     128(SP), Y6, Y6
-	VPADDD       Y6, Y2, Y2
+	VPSRLW       $0x01, Y4, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   100(CX), Y5, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y2, Y2
 	VPMADDUBSW   100(DX), Y5, Y5
-	VPMADDWD     128(SP), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
 	VPADDD       Y5, Y3, Y3
 	VMOVDQU      64(AX), Y5
-	VPAND        vec_c03<>+0(SB), Y5, Y6
-	VPSRLW       $0x02, Y4, Y7
-	VPAND        vec_c04<>+0(SB), Y7, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   132(CX), Y6, Y7
-	VPMADDWD     160(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   132(DX), Y6, Y6
-	VPMADDWD     160(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
-	VPSRLW       $0x02, Y5, Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPSRLW       $0x03, Y4, Y7
-	VPAND        vec_c04<>+0(SB), Y7, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   164(CX), Y6, Y7
-	VPMADDWD     192(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   164(DX), Y6, Y6
-	VPMADDWD     192(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
-	VPSRLW       $0x04, Y5, Y6
-	VPAND        vec_c03<>+0(SB), Y6, Y6
-	VPSRLW       $0x04, Y4, Y7
-	VPAND        vec_c04<>+0(SB), Y7, Y7
-	VPOR         Y7, Y6, Y6
-	VPMADDUBSW   196(CX), Y6, Y7
-	VPMADDWD     224(SP), Y7, Y7
-	VPADDD       Y7, Y2, Y2
-	VPMADDUBSW   196(DX), Y6, Y6
-	VPMADDWD     224(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
+	VPERMQ       $0xee, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSRLW       $0x02, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   132(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   132(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x03, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   164(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   164(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x04, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   196(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   196(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
 	VPSRLW       $0x06, Y5, Y5
 	VPAND        vec_c03<>+0(SB), Y5, Y5
 	VPSRLW       $0x05, Y4, Y4
 	VPAND        vec_c04<>+0(SB), Y4, Y4
 	VPOR         Y4, Y5, Y5
-	VPMADDUBSW   228(CX), Y5, Y4
-	VPMADDWD     256(SP), Y4, Y4
-	VPADDD       Y4, Y2, Y2
-	VPMADDUBSW   228(DX), Y5, Y4
-	VPMADDWD     256(SP), Y4, Y4
-	VPADDD       Y4, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y4
+	VPMADDUBSW   228(CX), Y5, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDUBSW   228(DX), Y5, Y5
+	VPMADDWD     Y4, Y5, Y5
+	VPADDD       Y5, Y3, Y3
 	VPBROADCASTW 108(AX), X4
 	VCVTPH2PS    X4, Y4
 	VMOVDQU      260(CX), Y5
-	VPMADDWD     (SP), Y5, Y5
+	VPMADDWD     32(SP), Y5, Y5
 	VPSLLD       $0x02, Y5, Y5
 	VPSUBD       Y5, Y2, Y2
 	VBROADCASTSS (CX), Y5
@@ -9925,7 +9950,7 @@ block:
 	VCVTDQ2PS    Y2, Y2
 	VFMADD231PS  Y2, Y5, Y0
 	VMOVDQU      260(DX), Y2
-	VPMADDWD     (SP), Y2, Y2
+	VPMADDWD     32(SP), Y2, Y2
 	VPSLLD       $0x02, Y2, Y2
 	VPSUBD       Y2, Y3, Y3
 	VBROADCASTSS (DX), Y2
@@ -9963,7 +9988,7 @@ done:
 
 // func tileQ3_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ3_K_1x3_AVX2(SB), $288-56
+TEXT ·tileQ3_K_1x3_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -10015,150 +10040,135 @@ block:
 	ORQ          R8, DI
 	VMOVQ        R10, X6
 	VPINSRQ      $0x01, DI, X6, X6
-	VPMOVZXBW    X6, Y7
-	VPSUBW       vec_c32w<>+0(SB), Y7, Y7
-	VMOVDQU      Y7, (SP)
-	VPSHUFB      vec_cEvOdd<>+0(SB), X6, X6
 	VPMOVZXBW    X6, Y6
 	VPSUBW       vec_c32w<>+0(SB), Y6, Y6
-	VPUNPCKLWD   Y6, Y6, Y7
-	VPUNPCKHWD   Y6, Y6, Y6
-	VPUNPCKLDQ   Y7, Y7, Y8
-	VPUNPCKHDQ   Y7, Y7, Y7
-	VPUNPCKLQDQ  Y8, Y8, Y9
-	VPUNPCKHQDQ  Y8, Y8, Y8
-	VMOVDQU      Y9, 32(SP)
-	VMOVDQU      Y8, 64(SP)
-	VPUNPCKLQDQ  Y7, Y7, Y8
-	VPUNPCKHQDQ  Y7, Y7, Y7
-	VMOVDQU      Y8, 96(SP)
-	VMOVDQU      Y7, 128(SP)
-	VPUNPCKLDQ   Y6, Y6, Y7
-	VPUNPCKHDQ   Y6, Y6, Y6
-	VPUNPCKLQDQ  Y7, Y7, Y8
-	VPUNPCKHQDQ  Y7, Y7, Y7
-	VMOVDQU      Y8, 160(SP)
-	VMOVDQU      Y7, 192(SP)
-	VPUNPCKLQDQ  Y6, Y6, Y7
-	VPUNPCKHQDQ  Y6, Y6, Y6
-	VMOVDQU      Y7, 224(SP)
-	VMOVDQU      Y6, 256(SP)
+	VMOVDQU      Y6, 32(SP)
 	VMOVDQU      (AX), Y6
 	VMOVDQU      32(AX), Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y8
-	VPSLLW       $0x02, Y6, Y9
-	VPAND        vec_c04<>+0(SB), Y9, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   4(CX), Y8, Y9
-	VPMADDWD     32(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   4(BX), Y8, Y9
-	VPMADDWD     32(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   4(DX), Y8, Y8
-	VPMADDWD     32(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
-	VPSRLW       $0x02, Y7, Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPSLLW       $0x01, Y6, Y9
-	VPAND        vec_c04<>+0(SB), Y9, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   36(CX), Y8, Y9
-	VPMADDWD     64(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   36(BX), Y8, Y9
-	VPMADDWD     64(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   36(DX), Y8, Y8
-	VPMADDWD     64(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
-	VPSRLW       $0x04, Y7, Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPAND        vec_c04<>+0(SB), Y6, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   68(CX), Y8, Y9
-	VPMADDWD     96(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   68(BX), Y8, Y9
-	VPMADDWD     96(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   68(DX), Y8, Y8
-	VPMADDWD     96(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
+	VPERMQ       $0x44, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSLLW       $0x02, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   4(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   4(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   4(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   36(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   36(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   36(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPAND        vec_c04<>+0(SB), Y6, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   68(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   68(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   68(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
 	VPSRLW       $0x06, Y7, Y7
 	VPAND        vec_c03<>+0(SB), Y7, Y7
-	VPSRLW       $0x01, Y6, Y8
-	VPAND        vec_c04<>+0(SB), Y8, Y8
-	VPOR         Y8, Y7, Y7
-	VPMADDUBSW   100(CX), Y7, Y8
-	VPMADDWD     128(SP), Y8, Y8
-	VPADDD       Y8, Y3, Y3
-	VPMADDUBSW   100(BX), Y7, Y8
-	VPMADDWD     128(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
+	VPSRLW       $0x01, Y6, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   100(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VPMADDUBSW   100(BX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y4, Y4
 	VPMADDUBSW   100(DX), Y7, Y7
-	VPMADDWD     128(SP), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
 	VPADDD       Y7, Y5, Y5
 	VMOVDQU      64(AX), Y7
-	VPAND        vec_c03<>+0(SB), Y7, Y8
-	VPSRLW       $0x02, Y6, Y9
-	VPAND        vec_c04<>+0(SB), Y9, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   132(CX), Y8, Y9
-	VPMADDWD     160(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   132(BX), Y8, Y9
-	VPMADDWD     160(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   132(DX), Y8, Y8
-	VPMADDWD     160(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
-	VPSRLW       $0x02, Y7, Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPSRLW       $0x03, Y6, Y9
-	VPAND        vec_c04<>+0(SB), Y9, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   164(CX), Y8, Y9
-	VPMADDWD     192(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   164(BX), Y8, Y9
-	VPMADDWD     192(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   164(DX), Y8, Y8
-	VPMADDWD     192(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
-	VPSRLW       $0x04, Y7, Y8
-	VPAND        vec_c03<>+0(SB), Y8, Y8
-	VPSRLW       $0x04, Y6, Y9
-	VPAND        vec_c04<>+0(SB), Y9, Y9
-	VPOR         Y9, Y8, Y8
-	VPMADDUBSW   196(CX), Y8, Y9
-	VPMADDWD     224(SP), Y9, Y9
-	VPADDD       Y9, Y3, Y3
-	VPMADDUBSW   196(BX), Y8, Y9
-	VPMADDWD     224(SP), Y9, Y9
-	VPADDD       Y9, Y4, Y4
-	VPMADDUBSW   196(DX), Y8, Y8
-	VPMADDWD     224(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
+	VPERMQ       $0xee, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   132(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   132(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   132(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x03, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   164(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   164(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   164(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x04, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   196(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   196(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   196(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
 	VPSRLW       $0x06, Y7, Y7
 	VPAND        vec_c03<>+0(SB), Y7, Y7
 	VPSRLW       $0x05, Y6, Y6
 	VPAND        vec_c04<>+0(SB), Y6, Y6
 	VPOR         Y6, Y7, Y7
-	VPMADDUBSW   228(CX), Y7, Y6
-	VPMADDWD     256(SP), Y6, Y6
-	VPADDD       Y6, Y3, Y3
-	VPMADDUBSW   228(BX), Y7, Y6
-	VPMADDWD     256(SP), Y6, Y6
-	VPADDD       Y6, Y4, Y4
-	VPMADDUBSW   228(DX), Y7, Y6
-	VPMADDWD     256(SP), Y6, Y6
-	VPADDD       Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y6
+	VPMADDUBSW   228(CX), Y7, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   228(BX), Y7, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VPMADDUBSW   228(DX), Y7, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
 	VPBROADCASTW 108(AX), X6
 	VCVTPH2PS    X6, Y6
 	VMOVDQU      260(CX), Y7
-	VPMADDWD     (SP), Y7, Y7
+	VPMADDWD     32(SP), Y7, Y7
 	VPSLLD       $0x02, Y7, Y7
 	VPSUBD       Y7, Y3, Y3
 	VBROADCASTSS (CX), Y7
@@ -10166,7 +10176,7 @@ block:
 	VCVTDQ2PS    Y3, Y3
 	VFMADD231PS  Y3, Y7, Y0
 	VMOVDQU      260(BX), Y3
-	VPMADDWD     (SP), Y3, Y3
+	VPMADDWD     32(SP), Y3, Y3
 	VPSLLD       $0x02, Y3, Y3
 	VPSUBD       Y3, Y4, Y4
 	VBROADCASTSS (BX), Y3
@@ -10174,7 +10184,7 @@ block:
 	VCVTDQ2PS    Y4, Y4
 	VFMADD231PS  Y4, Y3, Y1
 	VMOVDQU      260(DX), Y3
-	VPMADDWD     (SP), Y3, Y3
+	VPMADDWD     32(SP), Y3, Y3
 	VPSLLD       $0x02, Y3, Y3
 	VPSUBD       Y3, Y5, Y5
 	VBROADCASTSS (DX), Y3
@@ -10222,7 +10232,7 @@ done:
 
 // func tileQ3_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·tileQ3_K_1x4_AVX2(SB), $288-56
+TEXT ·tileQ3_K_1x4_AVX2(SB), NOSPLIT, $64-56
 	MOVQ  w+0(FP), AX
 	MOVQ  x+16(FP), CX
 	MOVQ  xs+24(FP), DX
@@ -10277,174 +10287,159 @@ block:
 	ORQ          R9, R8
 	VMOVQ        R11, X8
 	VPINSRQ      $0x01, R8, X8, X8
-	VPMOVZXBW    X8, Y9
-	VPSUBW       vec_c32w<>+0(SB), Y9, Y9
-	VMOVDQU      Y9, (SP)
-	VPSHUFB      vec_cEvOdd<>+0(SB), X8, X8
 	VPMOVZXBW    X8, Y8
 	VPSUBW       vec_c32w<>+0(SB), Y8, Y8
-	VPUNPCKLWD   Y8, Y8, Y9
-	VPUNPCKHWD   Y8, Y8, Y8
-	VPUNPCKLDQ   Y9, Y9, Y10
-	VPUNPCKHDQ   Y9, Y9, Y9
-	VPUNPCKLQDQ  Y10, Y10, Y11
-	VPUNPCKHQDQ  Y10, Y10, Y10
-	VMOVDQU      Y11, 32(SP)
-	VMOVDQU      Y10, 64(SP)
-	VPUNPCKLQDQ  Y9, Y9, Y10
-	VPUNPCKHQDQ  Y9, Y9, Y9
-	VMOVDQU      Y10, 96(SP)
-	VMOVDQU      Y9, 128(SP)
-	VPUNPCKLDQ   Y8, Y8, Y9
-	VPUNPCKHDQ   Y8, Y8, Y8
-	VPUNPCKLQDQ  Y9, Y9, Y10
-	VPUNPCKHQDQ  Y9, Y9, Y9
-	VMOVDQU      Y10, 160(SP)
-	VMOVDQU      Y9, 192(SP)
-	VPUNPCKLQDQ  Y8, Y8, Y9
-	VPUNPCKHQDQ  Y8, Y8, Y8
-	VMOVDQU      Y9, 224(SP)
-	VMOVDQU      Y8, 256(SP)
+	VMOVDQU      Y8, 32(SP)
 	VMOVDQU      (AX), Y8
 	VMOVDQU      32(AX), Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y10
-	VPSLLW       $0x02, Y8, Y11
-	VPAND        vec_c04<>+0(SB), Y11, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   4(CX), Y10, Y11
-	VPMADDWD     32(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   4(BX), Y10, Y11
-	VPMADDWD     32(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   4(SI), Y10, Y11
-	VPMADDWD     32(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   4(DX), Y10, Y10
-	VPMADDWD     32(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
-	VPSRLW       $0x02, Y9, Y10
-	VPAND        vec_c03<>+0(SB), Y10, Y10
-	VPSLLW       $0x01, Y8, Y11
-	VPAND        vec_c04<>+0(SB), Y11, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   36(CX), Y10, Y11
-	VPMADDWD     64(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   36(BX), Y10, Y11
-	VPMADDWD     64(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   36(SI), Y10, Y11
-	VPMADDWD     64(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   36(DX), Y10, Y10
-	VPMADDWD     64(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
-	VPSRLW       $0x04, Y9, Y10
-	VPAND        vec_c03<>+0(SB), Y10, Y10
-	VPAND        vec_c04<>+0(SB), Y8, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   68(CX), Y10, Y11
-	VPMADDWD     96(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   68(BX), Y10, Y11
-	VPMADDWD     96(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   68(SI), Y10, Y11
-	VPMADDWD     96(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   68(DX), Y10, Y10
-	VPMADDWD     96(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
+	VPERMQ       $0x44, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSLLW       $0x02, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   4(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   4(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   4(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   4(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSLLW       $0x01, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   36(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   36(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   36(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   36(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPAND        vec_c04<>+0(SB), Y8, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   68(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   68(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   68(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   68(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
 	VPSRLW       $0x06, Y9, Y9
 	VPAND        vec_c03<>+0(SB), Y9, Y9
-	VPSRLW       $0x01, Y8, Y10
-	VPAND        vec_c04<>+0(SB), Y10, Y10
-	VPOR         Y10, Y9, Y9
-	VPMADDUBSW   100(CX), Y9, Y10
-	VPMADDWD     128(SP), Y10, Y10
-	VPADDD       Y10, Y4, Y4
-	VPMADDUBSW   100(BX), Y9, Y10
-	VPMADDWD     128(SP), Y10, Y10
-	VPADDD       Y10, Y5, Y5
-	VPMADDUBSW   100(SI), Y9, Y10
-	VPMADDWD     128(SP), Y10, Y10
-	VPADDD       Y10, Y6, Y6
+	VPSRLW       $0x01, Y8, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   100(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   100(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VPMADDUBSW   100(SI), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y6, Y6
 	VPMADDUBSW   100(DX), Y9, Y9
-	VPMADDWD     128(SP), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
 	VPADDD       Y9, Y7, Y7
 	VMOVDQU      64(AX), Y9
-	VPAND        vec_c03<>+0(SB), Y9, Y10
-	VPSRLW       $0x02, Y8, Y11
-	VPAND        vec_c04<>+0(SB), Y11, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   132(CX), Y10, Y11
-	VPMADDWD     160(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   132(BX), Y10, Y11
-	VPMADDWD     160(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   132(SI), Y10, Y11
-	VPMADDWD     160(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   132(DX), Y10, Y10
-	VPMADDWD     160(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
-	VPSRLW       $0x02, Y9, Y10
-	VPAND        vec_c03<>+0(SB), Y10, Y10
-	VPSRLW       $0x03, Y8, Y11
-	VPAND        vec_c04<>+0(SB), Y11, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   164(CX), Y10, Y11
-	VPMADDWD     192(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   164(BX), Y10, Y11
-	VPMADDWD     192(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   164(SI), Y10, Y11
-	VPMADDWD     192(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   164(DX), Y10, Y10
-	VPMADDWD     192(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
-	VPSRLW       $0x04, Y9, Y10
-	VPAND        vec_c03<>+0(SB), Y10, Y10
-	VPSRLW       $0x04, Y8, Y11
-	VPAND        vec_c04<>+0(SB), Y11, Y11
-	VPOR         Y11, Y10, Y10
-	VPMADDUBSW   196(CX), Y10, Y11
-	VPMADDWD     224(SP), Y11, Y11
-	VPADDD       Y11, Y4, Y4
-	VPMADDUBSW   196(BX), Y10, Y11
-	VPMADDWD     224(SP), Y11, Y11
-	VPADDD       Y11, Y5, Y5
-	VPMADDUBSW   196(SI), Y10, Y11
-	VPMADDWD     224(SP), Y11, Y11
-	VPADDD       Y11, Y6, Y6
-	VPMADDUBSW   196(DX), Y10, Y10
-	VPMADDWD     224(SP), Y10, Y10
-	VPADDD       Y10, Y7, Y7
+	VPERMQ       $0xee, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSRLW       $0x02, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   132(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   132(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   132(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   132(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSRLW       $0x03, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   164(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   164(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   164(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   164(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSRLW       $0x04, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   196(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   196(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   196(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   196(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
 	VPSRLW       $0x06, Y9, Y9
 	VPAND        vec_c03<>+0(SB), Y9, Y9
 	VPSRLW       $0x05, Y8, Y8
 	VPAND        vec_c04<>+0(SB), Y8, Y8
 	VPOR         Y8, Y9, Y9
-	VPMADDUBSW   228(CX), Y9, Y8
-	VPMADDWD     256(SP), Y8, Y8
-	VPADDD       Y8, Y4, Y4
-	VPMADDUBSW   228(BX), Y9, Y8
-	VPMADDWD     256(SP), Y8, Y8
-	VPADDD       Y8, Y5, Y5
-	VPMADDUBSW   228(SI), Y9, Y8
-	VPMADDWD     256(SP), Y8, Y8
-	VPADDD       Y8, Y6, Y6
-	VPMADDUBSW   228(DX), Y9, Y8
-	VPMADDWD     256(SP), Y8, Y8
-	VPADDD       Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y8
+	VPMADDUBSW   228(CX), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   228(BX), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   228(SI), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	VPMADDUBSW   228(DX), Y9, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
 	VPBROADCASTW 108(AX), X8
 	VCVTPH2PS    X8, Y8
 	VMOVDQU      260(CX), Y9
-	VPMADDWD     (SP), Y9, Y9
+	VPMADDWD     32(SP), Y9, Y9
 	VPSLLD       $0x02, Y9, Y9
 	VPSUBD       Y9, Y4, Y4
 	VBROADCASTSS (CX), Y9
@@ -10452,7 +10447,7 @@ block:
 	VCVTDQ2PS    Y4, Y4
 	VFMADD231PS  Y4, Y9, Y0
 	VMOVDQU      260(BX), Y4
-	VPMADDWD     (SP), Y4, Y4
+	VPMADDWD     32(SP), Y4, Y4
 	VPSLLD       $0x02, Y4, Y4
 	VPSUBD       Y4, Y5, Y5
 	VBROADCASTSS (BX), Y4
@@ -10460,7 +10455,7 @@ block:
 	VCVTDQ2PS    Y5, Y5
 	VFMADD231PS  Y5, Y4, Y1
 	VMOVDQU      260(SI), Y4
-	VPMADDWD     (SP), Y4, Y4
+	VPMADDWD     32(SP), Y4, Y4
 	VPSLLD       $0x02, Y4, Y4
 	VPSUBD       Y4, Y6, Y6
 	VBROADCASTSS (SI), Y4
@@ -10468,7 +10463,7 @@ block:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y4, Y2
 	VMOVDQU      260(DX), Y4
-	VPMADDWD     (SP), Y4, Y4
+	VPMADDWD     32(SP), Y4, Y4
 	VPSLLD       $0x02, Y4, Y4
 	VPSUBD       Y4, Y7, Y7
 	VBROADCASTSS (DX), Y4

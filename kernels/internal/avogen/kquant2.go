@@ -33,6 +33,7 @@ var (
 	cIQ4               Mem // the 16 IQ4 levels as int8, in both 128-bit lanes
 	cSh4, cSh2         Mem // dword shifts 0, 4, …, 28 and 0, 2, …, 14
 	cD0F, cD30, cD32   Mem // dwords 0x0f, 0x30, 32
+	cPair              Mem // four vpshufb controls, 32 bytes each (see twoBitBlock)
 	kq2ConstantsIssued bool
 )
 
@@ -57,6 +58,13 @@ func kq2Constants() {
 	cD0F = dwordsConst("vec_cD0F", rep(0x0f))
 	cD30 = dwordsConst("vec_cD30", rep(0x30))
 	cD32 = dwordsConst("vec_cD32", rep(32))
+	// Control k picks word 2k of a lane's eight for lane 0 and word 2k+1
+	// for lane 1, repeated: from eight scale words in both lanes, the
+	// scales of chunk k's two 16-value sub-blocks.
+	cPair = bytesConst("vec_cPair", 128, func(i int) byte {
+		k, lane, j := i/32, i%32/16, i%2
+		return byte(4*k + 2*lane + j)
+	})
 }
 
 // genKQuant2Kernels emits the dot product and tiles of the four types.
@@ -136,7 +144,7 @@ func q5kHigh(qh VecVirtual, b int, lv VecVirtual) {
 //
 // and the block adds f16(d)·xd·isum − f16(dmin)·xd·msum.
 func q2kTile(s isa, R, T int, ret bool) {
-	name := begin(s, "Q2_K", R, T, ret, "byte", "nb", 288*R, true)
+	name := begin(s, "Q2_K", R, T, ret, "byte", "nb", 64*R, true)
 	kq2Doc(name, "Q2_K", R, T, ret, q2KBytes, []string{
 		"and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of",
 		"qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).",
@@ -153,11 +161,10 @@ func q2kTile(s isa, R, T int, ret bool) {
 		"\t\t\t\td := f32(xq[0:])",
 		"\t\t\t\tsum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)",
 	)
-	// Per row: the 16 mins as words (32 bytes) and the eight scale pairs
-	// (256 bytes).
-	kTileLoop(s, R, T, ret, q2KBytes, 288, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
+	// Per row: the 16 mins and the 16 scales as words (64 bytes).
+	kTileLoop(s, R, T, ret, q2KBytes, 64, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
 		for r := range wp {
-			base := stack.Offset(288 * r)
+			base := stack.Offset(64 * r)
 			x, m := XMM(), XMM()
 			VMOVDQU(Mem{Base: wp[r]}, x)
 			VPSRLW(U8(4), x, m)
@@ -166,14 +173,13 @@ func q2kTile(s isa, R, T int, ret bool) {
 			VPMOVZXBW(m, mw)
 			VMOVDQU(mw, base)
 			VPAND(c0F, x, x)
-			VPSHUFB(cEvOdd, x, x)
 			v := YMM()
 			VPMOVZXBW(x, v)
-			scalePairs(v, base.Offset(32))
+			VMOVDQU(v, base.Offset(32))
 		}
-		twoBitBlock(s, wp, xp, isum, stack, 16, nil)
+		twoBitBlock(s, wp, xp, isum, stack, 64, 16, nil)
 		for r := range wp {
-			base := stack.Offset(288 * r)
+			base := stack.Offset(64 * r)
 			dw, dm := YMM(), YMM()
 			s.f16Bcast(Mem{Base: wp[r], Disp: 80}, dw)
 			s.f16Bcast(Mem{Base: wp[r], Disp: 82}, dm)
@@ -195,11 +201,13 @@ func q2kTile(s isa, R, T int, ret bool) {
 	})
 }
 
-// twoBitBlock adds Σ_s P·Σ q·x for the 2-bit values at qsOff of each row
-// (Q2_K, Q3_K): 32 values (two sub-blocks) per vpmaddubsw, scaled by the
-// scale pairs at stack + 288·r + 32. With hmOff non-nil (Q3_K), the third
-// bit of each value, from the 32 bytes at *hmOff, is added as 4.
-func twoBitBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem, qsOff int, hmOff *int) {
+// twoBitBlock adds Σ_s sc_s·Σ q·x for the 2-bit values at qsOff of each
+// row (Q2_K, Q3_K): 32 values (two sub-blocks) per vpmaddubsw, scaled by
+// vpmaddwd with the sixteen scale words at stack + perRow·r + 32, which a
+// vpshufb spreads to the two sub-blocks of each 32 values. With hmOff
+// non-nil (Q3_K), the third bit of each value, from the 32 bytes at
+// *hmOff, is added as 4.
+func twoBitBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem, perRow, qsOff int, hmOff *int) {
 	R, T := len(wp), len(xp)
 	hm := make([]VecVirtual, R)
 	if hmOff != nil {
@@ -209,13 +217,16 @@ func twoBitBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem, qsOf
 		}
 	}
 	for h := 0; h < 2; h++ {
-		qs := make([]VecVirtual, R)
+		qs, sh := make([]VecVirtual, R), make([]VecVirtual, R)
 		for r := range qs {
 			qs[r] = YMM()
 			VMOVDQU(Mem{Base: wp[r], Disp: qsOff + 32*h}, qs[r])
+			// Scales 8h … 8h+7 in both lanes.
+			sh[r] = YMM()
+			VPERMQ(U8(0x44+0xaa*h), stack.Offset(perRow*r+32), sh[r])
 		}
 		for k := 0; k < 4; k++ {
-			lv := make([]VecVirtual, R)
+			lv, sc := make([]VecVirtual, R), make([]VecVirtual, R)
 			for r := range lv {
 				lv[r] = YMM()
 				lowBits(qs[r], 2*k, c03, lv[r])
@@ -223,12 +234,14 @@ func twoBitBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem, qsOf
 					tmp := YMM()
 					bitTo(hm[r], 4*h+k, 2, c04, lv[r], tmp)
 				}
+				sc[r] = YMM()
+				VPSHUFB(cPair.Offset(32*k), sh[r], sc[r])
 			}
 			for t := 0; t < T; t++ {
 				for r := 0; r < R; r++ {
 					p := YMM()
 					VPMADDUBSW(Mem{Base: xp[t], Disp: 4 + 128*h + 32*k}, lv[r], p)
-					VPMADDWD(stack.Offset(288*r+32+32*(4*h+k)), p, p)
+					VPMADDWD(sc[r], p, p)
 					VPADDD(p, isum[r][t], isum[r][t])
 				}
 			}
@@ -243,7 +256,7 @@ func twoBitBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem, qsOf
 //
 // and the block adds f16(d)·xd·isum.
 func q3kTile(s isa, R, T int, ret bool) {
-	name := begin(s, "Q3_K", R, T, ret, "byte", "nb", 288*R, true)
+	name := begin(s, "Q3_K", R, T, ret, "byte", "nb", 64*R, true)
 	kq2Doc(name, "Q3_K", R, T, ret, q3KBytes, []string{
 		"scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32",
 		"(ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the",
@@ -260,17 +273,16 @@ func q3kTile(s isa, R, T int, ret bool) {
 		"\t\t\t\t}",
 		"\t\t\t\tsum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))",
 	)
-	// Per row: the 16 scales as words (32 bytes) and the eight scale
-	// pairs (256 bytes).
-	kTileLoop(s, R, T, ret, q3KBytes, 288, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
+	// Per row: the 16 scales as words (32 bytes), at offset 32 where
+	// twoBitBlock reads them.
+	kTileLoop(s, R, T, ret, q3KBytes, 64, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
 		for r := range wp {
-			base := stack.Offset(288 * r)
-			q3kScales(wp[r], base)
+			q3kScales(wp[r], stack.Offset(64*r+32))
 		}
 		hmOff := 0
-		twoBitBlock(s, wp, xp, isum, stack, 32, &hmOff)
+		twoBitBlock(s, wp, xp, isum, stack, 64, 32, &hmOff)
 		for r := range wp {
-			base := stack.Offset(288 * r)
+			base := stack.Offset(64*r + 32)
 			dw := YMM()
 			s.f16Bcast(Mem{Base: wp[r], Disp: 108}, dw)
 			for t := range xp {
@@ -292,7 +304,7 @@ func q3kTile(s isa, R, T int, ret bool) {
 // q3kScales unpacks the sixteen 6-bit scales of the Q3_K block at w (bytes
 // 96–107: low nibbles of scales 0–7 then, in the high nibbles, 8–15; the
 // top bit pairs of scale j at bits 2·(j/4) of byte 8 + j%4), less 32, to
-// base as words in order and to base+32 as scale pairs (scalePairs).
+// base as sixteen words.
 func q3kScales(w GPVirtual, base Mem) {
 	a0, a1, tmp := GP32(), GP32(), GP32()
 	MOVL(Mem{Base: w, Disp: 96}, a0)
@@ -330,11 +342,6 @@ func q3kScales(w GPVirtual, base Mem) {
 	VPMOVZXBW(x, w16)
 	VPSUBW(c32w, w16, w16)
 	VMOVDQU(w16, base)
-	VPSHUFB(cEvOdd, x, x)
-	v := YMM()
-	VPMOVZXBW(x, v)
-	VPSUBW(c32w, v, v)
-	scalePairs(v, base.Offset(32))
 }
 
 // q5kTile emits a Q5_K·Q8_K tile: Q4_K's (q4kBlock), with the fifth bit of
