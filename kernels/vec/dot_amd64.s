@@ -26602,3 +26602,3580 @@ done:
 	VMOVUPS       X0, (AX)
 	VZEROUPPER
 	RET
+
+// func dotQ2_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ2_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      (AX), X3
+	VPSRLW       $0x04, X3, X4
+	VPAND        vec_c0F<>+0(SB), X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      16(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VMOVDQU      48(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VPBROADCASTW 80(AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 82(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     (SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ2_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ2_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      (AX), X3
+	VPSRLW       $0x04, X3, X4
+	VPAND        vec_c0F<>+0(SB), X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      16(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VMOVDQU      48(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VPBROADCASTW 80(AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 82(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     (SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      (AX), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        vec_c0F<>+0(SB), X6, X6
+	VPMOVZXBW    X6, Y6
+	VMOVDQU      Y6, (SP)
+	VPAND        vec_c0F<>+0(SB), X5, X5
+	VPMOVZXBW    X5, Y5
+	VMOVDQU      Y5, 32(SP)
+	VMOVDQU      16(AX), Y5
+	VPERMQ       $0x44, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   4(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   4(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   36(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   36(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   68(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   68(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   100(CX), Y5, Y7
+	VPDPWSSD     Y6, Y7, Y3
+	VPMADDUBSW   100(DX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y4
+	VMOVDQU      48(AX), Y5
+	VPERMQ       $0xee, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   132(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   132(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   164(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   164(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   196(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   196(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   228(CX), Y5, Y7
+	VPDPWSSD     Y6, Y7, Y3
+	VPMADDUBSW   228(DX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y4
+	VPBROADCASTW 80(AX), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW 82(AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y5, Y8
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y8, Y1
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     (SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y7, Y6, Y7
+	VFNMADD231PS Y3, Y7, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y5, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y6, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      (AX), X7
+	VPSRLW       $0x04, X7, X8
+	VPAND        vec_c0F<>+0(SB), X8, X8
+	VPMOVZXBW    X8, Y8
+	VMOVDQU      Y8, (SP)
+	VPAND        vec_c0F<>+0(SB), X7, X7
+	VPMOVZXBW    X7, Y7
+	VMOVDQU      Y7, 32(SP)
+	VMOVDQU      16(AX), Y7
+	VPERMQ       $0x44, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   4(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   4(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   4(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   36(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   36(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   36(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   68(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   68(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   68(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   100(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y4
+	VPMADDUBSW   100(BX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y5
+	VPMADDUBSW   100(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y6
+	VMOVDQU      48(AX), Y7
+	VPERMQ       $0xee, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   132(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   132(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   132(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   164(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   164(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   164(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   196(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   196(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   196(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   228(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y4
+	VPMADDUBSW   228(BX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y5
+	VPMADDUBSW   228(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y6
+	VPBROADCASTW 80(AX), X7
+	VCVTPH2PS    X7, Y7
+	VPBROADCASTW 82(AX), X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y9, Y7, Y10
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y10, Y1
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y9, Y8, Y9
+	VFNMADD231PS Y4, Y9, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y7, Y9
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y9, Y2
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y7, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      (AX), X9
+	VPSRLW       $0x04, X9, X10
+	VPAND        vec_c0F<>+0(SB), X10, X10
+	VPMOVZXBW    X10, Y10
+	VMOVDQU      Y10, (SP)
+	VPAND        vec_c0F<>+0(SB), X9, X9
+	VPMOVZXBW    X9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      16(AX), Y9
+	VPERMQ       $0x44, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   4(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   4(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   4(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   4(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   36(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   36(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   36(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   36(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   68(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   68(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   68(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   68(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   100(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   100(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y6
+	VPMADDUBSW   100(SI), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y7
+	VPMADDUBSW   100(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y8
+	VMOVDQU      48(AX), Y9
+	VPERMQ       $0xee, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   132(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   132(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   132(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   132(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   164(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   164(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   164(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   164(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   196(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   196(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   196(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   196(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   228(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   228(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y6
+	VPMADDUBSW   228(SI), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y7
+	VPMADDUBSW   228(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y8
+	VPBROADCASTW 80(AX), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW 82(AX), X10
+	VCVTPH2PS    X10, Y10
+	VBROADCASTSS (CX), Y11
+	VMULPS       Y11, Y9, Y12
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y12, Y1
+	VMOVDQU      260(CX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y11, Y10, Y11
+	VFNMADD231PS Y5, Y11, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y5, Y9, Y11
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y11, Y2
+	VMOVDQU      260(BX), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VMOVDQU      260(SI), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VMOVDQU      260(DX), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y4
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ3_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ3_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X3
+	VPINSRQ      $0x01, BX, X3, X3
+	VPMOVZXBW    X3, Y3
+	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      (AX), Y3
+	VMOVDQU      32(AX), Y4
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSLLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPAND        vec_c04<>+0(SB), Y3, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y4
+	VPDPWSSD     Y5, Y4, Y2
+	VMOVDQU      64(AX), Y4
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSRLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x03, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x04, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x05, Y3, Y3
+	VPAND        vec_c04<>+0(SB), Y3, Y3
+	VPOR         Y3, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y3
+	VPMADDUBSW   228(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPBROADCASTW 108(AX), X3
+	VCVTPH2PS    X3, Y3
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y2, Y2
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ3_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ3_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X3
+	VPINSRQ      $0x01, BX, X3, X3
+	VPMOVZXBW    X3, Y3
+	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      (AX), Y3
+	VMOVDQU      32(AX), Y4
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSLLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPAND        vec_c04<>+0(SB), Y3, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y4
+	VPDPWSSD     Y5, Y4, Y2
+	VMOVDQU      64(AX), Y4
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSRLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x03, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x04, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x05, Y3, Y3
+	VPAND        vec_c04<>+0(SB), Y3, Y3
+	VPOR         Y3, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y3
+	VPMADDUBSW   228(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPBROADCASTW 108(AX), X3
+	VCVTPH2PS    X3, Y3
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y2, Y2
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	MOVL         96(AX), SI
+	MOVL         100(AX), DI
+	MOVL         104(AX), R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         R8, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x02, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	MOVL         R8, R11
+	SHRL         $0x04, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, SI
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	ORL          R8, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R9
+	SHLQ         $0x20, DI
+	ORQ          DI, SI
+	VMOVQ        R9, X5
+	VPINSRQ      $0x01, SI, X5, X5
+	VPMOVZXBW    X5, Y5
+	VPSUBW       vec_c32w<>+0(SB), Y5, Y5
+	VMOVDQU      Y5, 32(SP)
+	VMOVDQU      (AX), Y5
+	VMOVDQU      32(AX), Y6
+	VPERMQ       $0x44, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSLLW       $0x02, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   4(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSLLW       $0x01, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   36(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   36(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPAND        vec_c04<>+0(SB), Y5, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   68(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x01, Y5, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   100(CX), Y6, Y8
+	VPDPWSSD     Y7, Y8, Y3
+	VPMADDUBSW   100(DX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y4
+	VMOVDQU      64(AX), Y6
+	VPERMQ       $0xee, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSRLW       $0x02, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   132(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x03, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   164(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   164(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   196(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x05, Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y5
+	VPMADDUBSW   228(CX), Y6, Y7
+	VPDPWSSD     Y5, Y7, Y3
+	VPMADDUBSW   228(DX), Y6, Y6
+	VPDPWSSD     Y5, Y6, Y4
+	VPBROADCASTW 108(AX), X5
+	VCVTPH2PS    X5, Y5
+	VMOVDQU      260(CX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VPSLLD       $0x02, Y6, Y6
+	VPSUBD       Y6, Y3, Y3
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y6, Y1
+	VMOVDQU      260(DX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y4, Y4
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	MOVL         96(AX), DI
+	MOVL         100(AX), R8
+	MOVL         104(AX), R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R9, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x02, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         R9, R12
+	SHRL         $0x04, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, DI
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R11
+	ORQ          R11, R10
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        R10, X7
+	VPINSRQ      $0x01, DI, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPSUBW       vec_c32w<>+0(SB), Y7, Y7
+	VMOVDQU      Y7, 32(SP)
+	VMOVDQU      (AX), Y7
+	VMOVDQU      32(AX), Y8
+	VPERMQ       $0x44, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSLLW       $0x02, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   4(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   4(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   36(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   36(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   36(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPAND        vec_c04<>+0(SB), Y7, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   68(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   68(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x01, Y7, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   100(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VPMADDUBSW   100(BX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y5
+	VPMADDUBSW   100(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y6
+	VMOVDQU      64(AX), Y8
+	VPERMQ       $0xee, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSRLW       $0x02, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   132(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   132(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x03, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   164(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   164(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   164(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x04, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   196(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   196(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x05, Y7, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y7
+	VPMADDUBSW   228(CX), Y8, Y9
+	VPDPWSSD     Y7, Y9, Y4
+	VPMADDUBSW   228(BX), Y8, Y9
+	VPDPWSSD     Y7, Y9, Y5
+	VPMADDUBSW   228(DX), Y8, Y8
+	VPDPWSSD     Y7, Y8, Y6
+	VPBROADCASTW 108(AX), X7
+	VCVTPH2PS    X7, Y7
+	VMOVDQU      260(CX), Y8
+	VPMADDWD     32(SP), Y8, Y8
+	VPSLLD       $0x02, Y8, Y8
+	VPSUBD       Y8, Y4, Y4
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VMOVDQU      260(BX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y6, Y6
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y3
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	MOVL         96(AX), R8
+	MOVL         100(AX), R9
+	MOVL         104(AX), R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R10, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	MOVL         R9, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         R10, R13
+	SHRL         $0x04, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R8
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHLQ         $0x20, R12
+	ORQ          R12, R11
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	VMOVQ        R11, X9
+	VPINSRQ      $0x01, R8, X9, X9
+	VPMOVZXBW    X9, Y9
+	VPSUBW       vec_c32w<>+0(SB), Y9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      (AX), Y9
+	VMOVDQU      32(AX), Y10
+	VPERMQ       $0x44, 32(SP), Y11
+	VPAND        vec_c03<>+0(SB), Y10, Y12
+	VPSLLW       $0x02, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+0(SB), Y11, Y13
+	VPMADDUBSW   4(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   4(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   4(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   4(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x02, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSLLW       $0x01, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+32(SB), Y11, Y13
+	VPMADDUBSW   36(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   36(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   36(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   36(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x04, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPAND        vec_c04<>+0(SB), Y9, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+64(SB), Y11, Y13
+	VPMADDUBSW   68(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   68(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   68(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   68(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x06, Y10, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x01, Y9, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSHUFB      vec_cPair<>+96(SB), Y11, Y11
+	VPMADDUBSW   100(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   100(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VPMADDUBSW   100(SI), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y7
+	VPMADDUBSW   100(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y8
+	VMOVDQU      64(AX), Y10
+	VPERMQ       $0xee, 32(SP), Y11
+	VPAND        vec_c03<>+0(SB), Y10, Y12
+	VPSRLW       $0x02, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+0(SB), Y11, Y13
+	VPMADDUBSW   132(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   132(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   132(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   132(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x02, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSRLW       $0x03, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+32(SB), Y11, Y13
+	VPMADDUBSW   164(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   164(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   164(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   164(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x04, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSRLW       $0x04, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+64(SB), Y11, Y13
+	VPMADDUBSW   196(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   196(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   196(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   196(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x06, Y10, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x05, Y9, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      vec_cPair<>+96(SB), Y11, Y9
+	VPMADDUBSW   228(CX), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y5
+	VPMADDUBSW   228(BX), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y6
+	VPMADDUBSW   228(SI), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y7
+	VPMADDUBSW   228(DX), Y10, Y10
+	VPDPWSSD     Y9, Y10, Y8
+	VPBROADCASTW 108(AX), X9
+	VCVTPH2PS    X9, Y9
+	VMOVDQU      260(CX), Y10
+	VPMADDWD     32(SP), Y10, Y10
+	VPSLLD       $0x02, Y10, Y10
+	VPSUBD       Y10, Y5, Y5
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y6, Y6
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VMOVDQU      260(SI), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y7, Y7
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y8, Y8
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y5, Y4
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      16(AX), Y3
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X4
+	VPMOVZXBW    X4, X4
+	VMOVDQU      X4, (SP)
+	VMOVQ        DI, X4
+	VPUNPCKLBW   X4, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      48(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x04, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x03, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   36(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      80(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   100(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      112(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y3, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   164(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      144(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSRLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x03, Y3, Y3
+	VPAND        vec_c10<>+0(SB), Y3, Y3
+	VPOR         Y3, Y5, Y5
+	VPBROADCASTW 12(SP), Y3
+	VPBROADCASTW 14(SP), Y6
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPMADDUBSW   228(CX), Y5, Y3
+	VPDPWSSD     Y6, Y3, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 2(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ5_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ5_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      16(AX), Y3
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X4
+	VPMOVZXBW    X4, X4
+	VMOVDQU      X4, (SP)
+	VMOVQ        DI, X4
+	VPUNPCKLBW   X4, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      48(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x04, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x03, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   36(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      80(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   100(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      112(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y3, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   164(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      144(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSRLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x03, Y3, Y3
+	VPAND        vec_c10<>+0(SB), Y3, Y3
+	VPOR         Y3, Y5, Y5
+	VPBROADCASTW 12(SP), Y3
+	VPBROADCASTW 14(SP), Y6
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPMADDUBSW   228(CX), Y5, Y3
+	VPDPWSSD     Y6, Y3, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 2(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      16(AX), Y5
+	MOVL         4(AX), SI
+	MOVL         8(AX), DI
+	MOVL         12(AX), R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	MOVL         R8, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R9, R10
+	ANDL         $0x3f3f3f3f, SI
+	MOVL         DI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R10
+	ORQ          SI, R10
+	SHLQ         $0x20, R8
+	ORQ          DI, R8
+	VMOVQ        R10, X6
+	VPMOVZXBW    X6, X6
+	VMOVDQU      X6, (SP)
+	VMOVQ        R8, X6
+	VPUNPCKLBW   X6, X6, X6
+	VPMOVZXBW    X6, Y6
+	VMOVDQU      Y6, 32(SP)
+	VMOVDQU      48(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSLLW       $0x04, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSLLW       $0x03, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   36(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   4(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   36(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      80(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSLLW       $0x02, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSLLW       $0x01, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   100(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   68(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   100(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      112(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPAND        vec_c10<>+0(SB), Y5, Y8
+	VPOR         Y8, Y6, Y6
+	VPSRLW       $0x01, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   164(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   132(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   164(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      144(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSRLW       $0x02, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y7, Y7
+	VPBROADCASTW 12(SP), Y5
+	VPBROADCASTW 14(SP), Y8
+	VPMADDUBSW   196(CX), Y6, Y9
+	VPDPWSSD     Y5, Y9, Y3
+	VPMADDUBSW   228(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   196(DX), Y6, Y6
+	VPDPWSSD     Y5, Y6, Y4
+	VPMADDUBSW   228(DX), Y7, Y5
+	VPDPWSSD     Y8, Y5, Y4
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW 2(AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y5, Y8
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y8, Y1
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y7, Y6, Y7
+	VFNMADD231PS Y3, Y7, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y5, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y6, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      16(AX), Y7
+	MOVL         4(AX), DI
+	MOVL         8(AX), R8
+	MOVL         12(AX), R9
+	MOVL         DI, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	MOVL         R9, R11
+	ANDL         $0x0f0f0f0f, R11
+	ORL          R10, R11
+	ANDL         $0x3f3f3f3f, DI
+	MOVL         R8, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R10, R9
+	ANDL         $0x3f3f3f3f, R8
+	SHLQ         $0x20, R11
+	ORQ          DI, R11
+	SHLQ         $0x20, R9
+	ORQ          R8, R9
+	VMOVQ        R11, X8
+	VPMOVZXBW    X8, X8
+	VMOVDQU      X8, (SP)
+	VMOVQ        R9, X8
+	VPUNPCKLBW   X8, X8, X8
+	VPMOVZXBW    X8, Y8
+	VMOVDQU      Y8, 32(SP)
+	VMOVDQU      48(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSLLW       $0x04, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW (SP), Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMADDUBSW   4(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   36(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   4(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   36(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   36(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      80(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW 4(SP), Y10
+	VPBROADCASTW 6(SP), Y11
+	VPMADDUBSW   68(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   100(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   68(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   100(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   100(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      112(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPAND        vec_c10<>+0(SB), Y7, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW 8(SP), Y10
+	VPBROADCASTW 10(SP), Y11
+	VPMADDUBSW   132(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   164(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   132(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   164(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   164(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      144(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSRLW       $0x02, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y7, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y9, Y9
+	VPBROADCASTW 12(SP), Y7
+	VPBROADCASTW 14(SP), Y10
+	VPMADDUBSW   196(CX), Y8, Y11
+	VPDPWSSD     Y7, Y11, Y4
+	VPMADDUBSW   228(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   196(BX), Y8, Y11
+	VPDPWSSD     Y7, Y11, Y5
+	VPMADDUBSW   228(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPDPWSSD     Y7, Y8, Y6
+	VPMADDUBSW   228(DX), Y9, Y7
+	VPDPWSSD     Y10, Y7, Y6
+	VPBROADCASTW (AX), X7
+	VCVTPH2PS    X7, Y7
+	VPBROADCASTW 2(AX), X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y9, Y7, Y10
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y10, Y1
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y9, Y8, Y9
+	VFNMADD231PS Y4, Y9, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y7, Y9
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y9, Y2
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y7, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      16(AX), Y9
+	MOVL         4(AX), R8
+	MOVL         8(AX), R9
+	MOVL         12(AX), R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	MOVL         R10, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R11, R12
+	ANDL         $0x3f3f3f3f, R8
+	MOVL         R9, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R11, R10
+	ANDL         $0x3f3f3f3f, R9
+	SHLQ         $0x20, R12
+	ORQ          R8, R12
+	SHLQ         $0x20, R10
+	ORQ          R9, R10
+	VMOVQ        R12, X10
+	VPMOVZXBW    X10, X10
+	VMOVDQU      X10, (SP)
+	VMOVQ        R10, X10
+	VPUNPCKLBW   X10, X10, X10
+	VPMOVZXBW    X10, Y10
+	VMOVDQU      Y10, 32(SP)
+	VMOVDQU      48(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSLLW       $0x04, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSLLW       $0x03, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW (SP), Y12
+	VPBROADCASTW 2(SP), Y13
+	VPMADDUBSW   4(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   36(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   4(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   36(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   4(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   36(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   36(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      80(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSLLW       $0x02, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSLLW       $0x01, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW 4(SP), Y12
+	VPBROADCASTW 6(SP), Y13
+	VPMADDUBSW   68(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   100(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   68(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   100(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   68(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   100(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   100(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      112(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPAND        vec_c10<>+0(SB), Y9, Y12
+	VPOR         Y12, Y10, Y10
+	VPSRLW       $0x01, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW 8(SP), Y12
+	VPBROADCASTW 10(SP), Y13
+	VPMADDUBSW   132(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   164(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   132(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   164(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   132(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   164(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   164(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      144(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y11, Y11
+	VPBROADCASTW 12(SP), Y9
+	VPBROADCASTW 14(SP), Y12
+	VPMADDUBSW   196(CX), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y5
+	VPMADDUBSW   228(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   196(BX), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y6
+	VPMADDUBSW   228(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   196(SI), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y7
+	VPMADDUBSW   228(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPDPWSSD     Y9, Y10, Y8
+	VPMADDUBSW   228(DX), Y11, Y9
+	VPDPWSSD     Y12, Y9, Y8
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW 2(AX), X10
+	VCVTPH2PS    X10, Y10
+	VBROADCASTSS (CX), Y11
+	VMULPS       Y11, Y9, Y12
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y12, Y1
+	VMOVDQU      260(CX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y11, Y10, Y11
+	VFNMADD231PS Y5, Y11, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y5, Y9, Y11
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y11, Y2
+	VMOVDQU      260(BX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VMOVDQU      260(SI), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VMOVDQU      260(DX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y4
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotIQ4_XSAVX512(SB), NOSPLIT, $32-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      vec_cIQ4<>+0(SB), Y3
+	VPBROADCASTD 4(AX), Y4
+	VPSRLVD      vec_cSh4<>+0(SB), Y4, Y4
+	VPAND        vec_cD0F<>+0(SB), Y4, Y4
+	VPBROADCASTW 2(AX), Y5
+	VPSLLD       $0x04, Y5, Y5
+	VPSRLVD      vec_cSh2<>+0(SB), Y5, Y5
+	VPAND        vec_cD30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSUBD       vec_cD32<>+0(SB), Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      8(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW (SP), Y7
+	VMOVDQU      4(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      24(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 4(SP), Y7
+	VMOVDQU      36(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      40(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 8(SP), Y7
+	VMOVDQU      68(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      56(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 12(SP), Y7
+	VMOVDQU      100(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      72(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 16(SP), Y7
+	VMOVDQU      132(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      88(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 20(SP), Y7
+	VMOVDQU      164(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      104(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 24(SP), Y7
+	VMOVDQU      196(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      120(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y3
+	VPBROADCASTW 28(SP), Y5
+	VMOVDQU      228(CX), Y7
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y3, Y7
+	VPDPWSSD     Y5, Y7, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileIQ4_XS_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileIQ4_XS_1x1_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      vec_cIQ4<>+0(SB), Y3
+	VPBROADCASTD 4(AX), Y4
+	VPSRLVD      vec_cSh4<>+0(SB), Y4, Y4
+	VPAND        vec_cD0F<>+0(SB), Y4, Y4
+	VPBROADCASTW 2(AX), Y5
+	VPSLLD       $0x04, Y5, Y5
+	VPSRLVD      vec_cSh2<>+0(SB), Y5, Y5
+	VPAND        vec_cD30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSUBD       vec_cD32<>+0(SB), Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      8(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW (SP), Y7
+	VMOVDQU      4(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      24(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 4(SP), Y7
+	VMOVDQU      36(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      40(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 8(SP), Y7
+	VMOVDQU      68(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      56(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 12(SP), Y7
+	VMOVDQU      100(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      72(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 16(SP), Y7
+	VMOVDQU      132(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      88(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 20(SP), Y7
+	VMOVDQU      164(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      104(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 24(SP), Y7
+	VMOVDQU      196(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      120(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y3
+	VPBROADCASTW 28(SP), Y5
+	VMOVDQU      228(CX), Y7
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y3, Y7
+	VPDPWSSD     Y5, Y7, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x2_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      vec_cIQ4<>+0(SB), Y5
+	VPBROADCASTD 4(AX), Y6
+	VPSRLVD      vec_cSh4<>+0(SB), Y6, Y6
+	VPAND        vec_cD0F<>+0(SB), Y6, Y6
+	VPBROADCASTW 2(AX), Y7
+	VPSLLD       $0x04, Y7, Y7
+	VPSRLVD      vec_cSh2<>+0(SB), Y7, Y7
+	VPAND        vec_cD30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBD       vec_cD32<>+0(SB), Y6, Y6
+	VMOVDQU      Y6, (SP)
+	VMOVDQU      8(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW (SP), Y9
+	VMOVDQU      4(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      4(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      24(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 4(SP), Y9
+	VMOVDQU      36(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      36(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      40(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 8(SP), Y9
+	VMOVDQU      68(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      68(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      56(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 12(SP), Y9
+	VMOVDQU      100(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      100(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      72(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 16(SP), Y9
+	VMOVDQU      132(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      132(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      88(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 20(SP), Y9
+	VMOVDQU      164(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      164(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      104(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 24(SP), Y9
+	VMOVDQU      196(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      196(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      120(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y5
+	VPBROADCASTW 28(SP), Y7
+	VMOVDQU      228(CX), Y9
+	VPSIGNB      Y6, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPDPWSSD     Y7, Y9, Y3
+	VMOVDQU      228(DX), Y9
+	VPSIGNB      Y6, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPDPWSSD     Y7, Y9, Y4
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y6, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x3_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      vec_cIQ4<>+0(SB), Y7
+	VPBROADCASTD 4(AX), Y8
+	VPSRLVD      vec_cSh4<>+0(SB), Y8, Y8
+	VPAND        vec_cD0F<>+0(SB), Y8, Y8
+	VPBROADCASTW 2(AX), Y9
+	VPSLLD       $0x04, Y9, Y9
+	VPSRLVD      vec_cSh2<>+0(SB), Y9, Y9
+	VPAND        vec_cD30<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSUBD       vec_cD32<>+0(SB), Y8, Y8
+	VMOVDQU      Y8, (SP)
+	VMOVDQU      8(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW (SP), Y11
+	VMOVDQU      4(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      4(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      4(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      24(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 4(SP), Y11
+	VMOVDQU      36(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      36(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      36(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      40(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 8(SP), Y11
+	VMOVDQU      68(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      68(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      68(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      56(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 12(SP), Y11
+	VMOVDQU      100(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      100(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      100(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      72(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 16(SP), Y11
+	VMOVDQU      132(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      132(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      132(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      88(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 20(SP), Y11
+	VMOVDQU      164(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      164(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      164(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      104(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 24(SP), Y11
+	VMOVDQU      196(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      196(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      196(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      120(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y7
+	VPBROADCASTW 28(SP), Y9
+	VMOVDQU      228(CX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y4
+	VMOVDQU      228(BX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y5
+	VMOVDQU      228(DX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y6
+	VPBROADCASTW (AX), X7
+	VCVTPH2PS    X7, Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y3
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x4_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      vec_cIQ4<>+0(SB), Y9
+	VPBROADCASTD 4(AX), Y10
+	VPSRLVD      vec_cSh4<>+0(SB), Y10, Y10
+	VPAND        vec_cD0F<>+0(SB), Y10, Y10
+	VPBROADCASTW 2(AX), Y11
+	VPSLLD       $0x04, Y11, Y11
+	VPSRLVD      vec_cSh2<>+0(SB), Y11, Y11
+	VPAND        vec_cD30<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSUBD       vec_cD32<>+0(SB), Y10, Y10
+	VMOVDQU      Y10, (SP)
+	VMOVDQU      8(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW (SP), Y13
+	VMOVDQU      4(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      4(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      4(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      4(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      24(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 4(SP), Y13
+	VMOVDQU      36(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      36(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      36(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      36(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      40(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 8(SP), Y13
+	VMOVDQU      68(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      68(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      68(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      68(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      56(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 12(SP), Y13
+	VMOVDQU      100(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      100(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      100(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      100(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      72(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 16(SP), Y13
+	VMOVDQU      132(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      132(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      132(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      132(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      88(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 20(SP), Y13
+	VMOVDQU      164(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      164(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      164(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      164(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      104(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 24(SP), Y13
+	VMOVDQU      196(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      196(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      196(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      196(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      120(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y9
+	VPBROADCASTW 28(SP), Y11
+	VMOVDQU      228(CX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y5
+	VMOVDQU      228(BX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y6
+	VMOVDQU      228(SI), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y7
+	VMOVDQU      228(DX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y8
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y5, Y4
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET

@@ -315,6 +315,9 @@ func newAsmImpl(name string, g geometry) *impl {
 		if q == q4_K || q == q6_K || isKQuant2(q) {
 			sh, qt = g.kq, g.kquant
 		}
+		if isKQuant2(q) && g.main.dotQ[q] != nil {
+			qt = g.main // this ISA's own kernels (AVX-512: vpdpwssd)
+		}
 		k := &qKernels{dot: qt.dotQ[q], tiles: &qt.q[q], shape: sh,
 			wBytes: qinfo[q].wBytes, xBytes: qinfo[q].xBytes}
 		im.dotQ[q] = k.dotRow

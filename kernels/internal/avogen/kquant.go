@@ -217,12 +217,10 @@ func q4kBlock(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem, fi
 			for r := 0; r < R; r++ {
 				p := YMM()
 				VPMADDUBSW(Mem{Base: xp[t], Disp: 4 + 64*c}, lo[r], p)
-				VPMADDWD(sl[r], p, p)
-				VPADDD(p, isum[r][t], isum[r][t])
+				scaleAdd(s, sl[r], p, isum[r][t])
 				q := YMM()
 				VPMADDUBSW(Mem{Base: xp[t], Disp: 4 + 64*c + 32}, hi[r], q)
-				VPMADDWD(sh[r], q, q)
-				VPADDD(q, isum[r][t], isum[r][t])
+				scaleAdd(s, sh[r], q, isum[r][t])
 			}
 		}
 	}
