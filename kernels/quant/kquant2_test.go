@@ -275,3 +275,33 @@ func TestKQuant2BlocksIndependent(t *testing.T) {
 		}
 	}
 }
+
+// Finite but extreme inputs (near float32's range, subnormals, one huge
+// value among tiny ones) must encode without a panic to blocks that
+// decode; where ggml's own arithmetic overflows, the result may hold
+// infinities or NaNs, as ggml's would.
+func TestKQuant2QuantizeExtremes(t *testing.T) {
+	rows := map[string]func(i int) float32{
+		"max":        func(i int) float32 { return float32(1-2*(i%2)) * math.MaxFloat32 },
+		"subnormal":  func(i int) float32 { return float32(i%7-3) * 0x1p-149 },
+		"one huge":   func(i int) float32 { return map[bool]float32{true: 3e38, false: 1e-30}[i == 77] },
+		"alternates": func(i int) float32 { return float32(i%3-1) * 1e30 },
+	}
+	for _, c := range kq2Types {
+		for name, f := range rows {
+			x := make([]float32, 512)
+			for i := range x {
+				x[i] = f(i)
+			}
+			q := make([]byte, 2*c.t.BlockBytes())
+			if err := Quantize(c.t, x, q); err != nil {
+				t.Errorf("%s %s: %v", c.t, name, err)
+				continue
+			}
+			if err := Dequantize(c.t, q, make([]float32, 512)); err != nil {
+				t.Errorf("%s %s: %v", c.t, name, err)
+			}
+			_ = Dot(c.t, q, x)
+		}
+	}
+}
