@@ -14,8 +14,9 @@ import (
 // Matrix-vector products use the 1×1 tile: with rows of a few kilobytes,
 // streaming two rows at once measured slower.
 //
-// The K-quants have AVX2 kernels only, which the AVX-512 implementation
-// uses as well. AVX-512 versions (64 values per vpdpbusd, the sub-block
+// Q4_K and Q6_K have AVX2 kernels only, which the AVX-512 implementation
+// uses as well (Q2_K, Q3_K, Q5_K and IQ4_XS have AVX-512 variants: see
+// kquant2.go). AVX-512 versions (64 values per vpdpbusd, the sub-block
 // scales applied by a vpmaddwd) measured no faster and often slower on
 // Sapphire Rapids: 512-bit integer multiplies issue on one port there, so
 // they do no more multiply-adds per cycle than two 256-bit ones, and the

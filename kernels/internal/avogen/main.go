@@ -14,8 +14,9 @@
 // use VEX encodings and vector registers 0–15 only, so they run on any
 // x86-64-v3 CPU. "AVX512" kernels (AVX-512 F/BW/VL/DQ/VNNI) use EVEX
 // encodings, 32 registers and vpdpbusd; they exist for the float types and
-// for Q8_0/Q4_0, where they measured faster. The K-quants, the activation
-// quantizers and the softmax exponential are AVX2 code used by both.
+// for Q8_0/Q4_0, where they measured faster, and for Q2_K, Q3_K, Q5_K and
+// IQ4_XS (kquant2.go). Q4_K, Q6_K, the activation quantizers and the
+// softmax exponential are AVX2 code used by both.
 package main
 
 import (
