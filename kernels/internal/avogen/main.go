@@ -45,8 +45,10 @@ func main() {
 		genQ80Kernels(s)
 		genQ4KKernels(s)
 		genQ6KKernels(s)
-		genKQuant2Kernels(s)
 		genQuantizers(s)
+	}
+	for _, s := range []isa{avx2, avx512} {
+		genKQuant2Kernels(s)
 	}
 	Generate()
 	if *tablesOut != "" {
