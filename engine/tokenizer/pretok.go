@@ -81,11 +81,11 @@ func normPre(name string) string {
 }
 
 var (
-	stagesGPT2    = []stage{splitGPT2}
-	stagesLlama3  = []stage{splitLlama3(3)}
-	stagesQwen2   = []stage{splitLlama3(1)}
-	stagesSmolLM  = []stage{matchStage(matchOneNumber), splitGPT2}
-	stagesFalcon  = []stage{
+	stagesGPT2   = []stage{splitGPT2}
+	stagesLlama3 = []stage{splitLlama3(3)}
+	stagesQwen2  = []stage{splitLlama3(1)}
+	stagesSmolLM = []stage{matchStage(matchOneNumber), splitGPT2}
+	stagesFalcon = []stage{
 		matchStage(matchPunctRunTick),
 		splitGPT2,
 		matchStage(matchThreeASCIIDigits),
