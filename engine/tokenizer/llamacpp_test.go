@@ -110,6 +110,8 @@ var llamaCppVocabs = map[string]struct {
 	"ggml-vocab-falcon":         {model: "gpt2", pre: "falcon"},
 	"ggml-vocab-gpt-2":          {model: "gpt2", pre: "gpt-2"},
 	"ggml-vocab-gpt-neox":       {model: "gpt2"},
+	"ggml-vocab-llama-bpe":      {model: "gpt2", pre: "llama-bpe"},
+	"ggml-vocab-qwen2":          {model: "gpt2", pre: "qwen2"},
 	"ggml-vocab-llama-spm":      {model: "llama", pre: "default"},
 	"ggml-vocab-mpt":            {model: "gpt2", pre: "mpt"},
 	"ggml-vocab-phi-3":          {model: "llama", pre: "default"},
