@@ -185,6 +185,7 @@ func TestCPUExtendedOpsRejectBadOperands(t *testing.T) {
 		{"gelu foreign", ErrForeign, func() error { return c.GELUMul(a, foreign, b) }},
 		{"gelu freed", ErrForeign, func() error { return c.GELUMul(freed, a, b) }},
 		{"scale lengths", ErrShape, func() error { return c.Scale(a.Slice(0, 3), b, 2) }},
+		{"scale partly in place", ErrShape, func() error { return c.Scale(a.Slice(0, 4), a.Slice(2, 6), 2) }},
 		{"scale foreign", ErrForeign, func() error { return c.Scale(a, foreign, 2) }},
 		{"softcap zero", ErrShape, func() error { return c.SoftCap(a, 0) }},
 		{"softcap negative", ErrShape, func() error { return c.SoftCap(a, -1) }},
@@ -470,5 +471,47 @@ func BenchmarkAttentionWindow(b *testing.B) {
 			b.ReportMetric(float64(read), "pages/op")
 			b.ReportMetric(float64(len(s.table)-read), "skipped-pages/op")
 		})
+	}
+}
+
+// BenchmarkAttentionPrefill is a 1024-token prompt's attention, each
+// query row over the positions up to its own (8 query heads over 2 KV
+// heads of 64, pages of 16): Attention, AttentionWith with no options
+// (the same), and with a soft-cap and a window.
+func BenchmarkAttentionPrefill(b *testing.B) {
+	const n, hd, heads = 1024, 64, 8
+	for _, dtype := range []quant.Type{quant.F32, quant.F16} {
+		c := NewCPU(0)
+		rng := rand.New(rand.NewPCG(47, 48))
+		l := KVLayout{Layers: 1, KVHeads: 2, HeadDim: hd, PageSize: 16, DType: dtype}
+		s := newPagedSeq(b, c, rng, l, n, 1)
+		q := c.Wrap(kerneltest.RandFloats(rng, n*heads*hd, 1))
+		out := c.Wrap(make([]float32, n*heads*hd))
+		rows := make([]AttnRow, n)
+		for i := range rows {
+			rows[i] = AttnRow{Pages: s.table, Len: i + 1}
+		}
+		for _, bc := range []struct {
+			name string
+			o    *AttnOptions
+		}{
+			{"Attention", nil}, {"With{}", &AttnOptions{}},
+			{"With{SoftCap}", &AttnOptions{SoftCap: 50}}, {"With{Window:256}", &AttnOptions{Window: 256}},
+		} {
+			b.Run(dtype.String()+"/"+bc.name, func(b *testing.B) {
+				for b.Loop() {
+					var err error
+					if bc.o == nil {
+						err = c.Attention(out, q, s.kv, 0, rows)
+					} else {
+						err = c.AttentionWith(out, q, s.kv, 0, rows, *bc.o)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		c.Close()
 	}
 }
