@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -223,4 +224,103 @@ func writeVocab(t *testing.T, name string, kvs []any) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s: %d bytes (%d uncompressed)", path, gz.Len(), raw.Len())
+}
+
+// relabelPres are the pre-tokenizers checked on another vocabulary (with
+// tokenizer.ggml.pre rewritten) because llama.cpp's test set has no
+// vocabulary of their own: every name this package implements that llama.cpp
+// c392e50 accepts. gpt-2's byte-level vocabulary tokenizes any text, so the
+// ids show where each pre-tokenizer cuts.
+var relabelPres = []struct{ base, pre string }{
+	{"ggml-vocab-gpt-2", "default"}, {"ggml-vocab-gpt-2", "gpt-2"}, {"ggml-vocab-gpt-2", "phi-2"},
+	{"ggml-vocab-gpt-2", "olmo"}, {"ggml-vocab-gpt-2", "jais"}, {"ggml-vocab-gpt-2", "jina-es"},
+	{"ggml-vocab-gpt-2", "jina-de"}, {"ggml-vocab-gpt-2", "jina-v1-en"}, {"ggml-vocab-gpt-2", "gigachat"},
+	{"ggml-vocab-gpt-2", "roberta-bpe"}, {"ggml-vocab-gpt-2", "dbrx"}, {"ggml-vocab-gpt-2", "smaug-bpe"},
+	{"ggml-vocab-gpt-2", "chatglm-bpe"}, {"ggml-vocab-gpt-2", "stablelm2"}, {"ggml-vocab-gpt-2", "megrez"},
+	{"ggml-vocab-gpt-2", "smollm"}, {"ggml-vocab-gpt-2", "command-r"}, {"ggml-vocab-gpt-2", "codeshell"},
+	{"ggml-vocab-gpt-2", "exaone"}, {"ggml-vocab-gpt-2", "minerva-7b"}, {"ggml-vocab-gpt-2", "bloom"},
+	{"ggml-vocab-gpt-2", "gpt3-finnish"}, {"ggml-vocab-gpt-2", "poro-chat"}, {"ggml-vocab-gpt-2", "viking"},
+	{"ggml-vocab-gpt-2", "chameleon"}, {"ggml-vocab-gpt-2", "tekken"}, {"ggml-vocab-gpt-2", "falcon"},
+	{"ggml-vocab-gpt-2", "deepseek-llm"}, {"ggml-vocab-gpt-2", "deepseek-coder"}, {"ggml-vocab-gpt-2", "qwen2"},
+	{"ggml-vocab-gpt-2", "llama-bpe"},
+	{"ggml-vocab-llama-bpe", "llama3"}, {"ggml-vocab-llama-bpe", "llama-v3"}, {"ggml-vocab-llama-bpe", "falcon3"},
+	{"ggml-vocab-qwen2", "deepseek-r1-qwen"},
+}
+
+// TestMakeOracleOutputs records llama.cpp's ids for extra.inp on every
+// vocabulary, and for both case files on the relabelled vocabularies, with
+// the oracle in testdata/llamacpp/oracle (tok.cpp, built against llama.cpp
+// c392e50; see the README):
+//
+//	BATON_LLAMACPP_TOK=/path/to/tok go test ./tokenizer -run TestMakeOracleOutputs -v
+func TestMakeOracleOutputs(t *testing.T) {
+	tool := os.Getenv("BATON_LLAMACPP_TOK")
+	if tool == "" {
+		t.Skip("BATON_LLAMACPP_TOK not set")
+	}
+	tmp := t.TempDir()
+	run := func(vocab, inp, out string) {
+		cmd := exec.Command(tool, vocab, inp)
+		cmd.Stderr = os.Stderr
+		ids, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s %s: %v", tool, vocab, inp, err)
+		}
+		if err := os.WriteFile(out, ids, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := filepath.Join(llamaCppDir, "extra.inp")
+	cases := filepath.Join(llamaCppDir, "ggml-vocab-gpt-2.gguf.inp")
+	files, _ := filepath.Glob(filepath.Join(llamaCppDir, "ggml-vocab-*.gguf.gz"))
+	for _, gz := range files {
+		name := strings.TrimSuffix(filepath.Base(gz), ".gguf.gz")
+		if llamaCppVocabs[name].unsupported != "" {
+			continue
+		}
+		path := filepath.Join(tmp, name+".gguf")
+		writeRelabelled(t, name, "", path)
+		run(path, extra, filepath.Join(llamaCppDir, name+".gguf.extra.out"))
+	}
+	if err := os.MkdirAll(filepath.Join(llamaCppDir, "relabel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range relabelPres {
+		path := filepath.Join(tmp, r.base+"@"+r.pre+".gguf")
+		writeRelabelled(t, r.base, r.pre, path)
+		stem := filepath.Join(llamaCppDir, "relabel", strings.TrimPrefix(r.base, "ggml-vocab-")+"@"+r.pre)
+		run(path, cases, stem+".out")
+		run(path, extra, stem+".extra.out")
+	}
+}
+
+// writeRelabelled writes testdata/llamacpp/NAME.gguf.gz uncompressed to
+// path, with tokenizer.ggml.pre set to pre (unchanged when pre is "").
+func writeRelabelled(t *testing.T, name, pre, path string) {
+	t.Helper()
+	f := openLlamaCppVocab(t, name)
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		v := any(kv.Value)
+		if kv.Key == keyPre && pre != "" {
+			v = pre
+		}
+		if err := w.AddKV(kv.Key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, present := f.Get(keyPre); !present && pre != "" {
+		if err := w.AddKV(keyPre, pre); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Dims, f.TensorData(ti)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -110,6 +110,9 @@ func DefaultVocab(model, pre string) Vocab {
 		v.BOS, v.EOS = 11, 11
 		if cfg, ok := preTokenizers[normPre(pre)]; ok {
 			v.AddBOS = cfg.addBOS
+			if cfg.noBOS {
+				v.BOS = NoToken
+			}
 		}
 	}
 	return v
