@@ -197,20 +197,25 @@ func TestLlamaCppRelabelled(t *testing.T) {
 		t.Fatal("no relabelled vocabularies")
 	}
 	for _, r := range relabelPres {
-		t.Run(strings.TrimPrefix(r.base, "ggml-vocab-")+"@"+r.pre, func(t *testing.T) {
+		t.Run(r.stem(), func(t *testing.T) {
 			v, err := VocabFromGGUF(openLlamaCppVocab(t, r.base))
 			if err != nil {
 				t.Fatal(err)
 			}
-			v.Pre = r.pre
+			if r.pre != "" {
+				v.Pre = r.pre
+			}
+			if r.noSpacePrefix {
+				v.AddSpacePrefix = false
+			}
 			tok, err := New(v)
 			if err != nil {
 				t.Fatalf("New with pre %q: %v", r.pre, err)
 			}
-			if tok.Pre() != r.pre {
+			if r.pre != "" && tok.Pre() != r.pre {
 				t.Fatalf("Pre() = %q, want %q", tok.Pre(), r.pre)
 			}
-			stem := filepath.Join("relabel", strings.TrimPrefix(r.base, "ggml-vocab-")+"@"+r.pre)
+			stem := filepath.Join("relabel", r.stem())
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, r.base+".gguf.inp", stem+".out"))
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", stem+".extra.out"))
 		})

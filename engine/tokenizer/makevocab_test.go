@@ -231,20 +231,41 @@ func writeVocab(t *testing.T, name string, kvs []any) {
 // vocabulary of their own: every name this package implements that llama.cpp
 // c392e50 accepts. gpt-2's byte-level vocabulary tokenizes any text, so the
 // ids show where each pre-tokenizer cuts.
-var relabelPres = []struct{ base, pre string }{
-	{"ggml-vocab-gpt-2", "default"}, {"ggml-vocab-gpt-2", "gpt-2"}, {"ggml-vocab-gpt-2", "phi-2"},
-	{"ggml-vocab-gpt-2", "olmo"}, {"ggml-vocab-gpt-2", "jais"}, {"ggml-vocab-gpt-2", "jina-es"},
-	{"ggml-vocab-gpt-2", "jina-de"}, {"ggml-vocab-gpt-2", "jina-v1-en"}, {"ggml-vocab-gpt-2", "gigachat"},
-	{"ggml-vocab-gpt-2", "roberta-bpe"}, {"ggml-vocab-gpt-2", "dbrx"}, {"ggml-vocab-gpt-2", "smaug-bpe"},
-	{"ggml-vocab-gpt-2", "chatglm-bpe"}, {"ggml-vocab-gpt-2", "stablelm2"}, {"ggml-vocab-gpt-2", "megrez"},
-	{"ggml-vocab-gpt-2", "smollm"}, {"ggml-vocab-gpt-2", "command-r"}, {"ggml-vocab-gpt-2", "codeshell"},
-	{"ggml-vocab-gpt-2", "exaone"}, {"ggml-vocab-gpt-2", "minerva-7b"}, {"ggml-vocab-gpt-2", "bloom"},
-	{"ggml-vocab-gpt-2", "gpt3-finnish"}, {"ggml-vocab-gpt-2", "poro-chat"}, {"ggml-vocab-gpt-2", "viking"},
-	{"ggml-vocab-gpt-2", "chameleon"}, {"ggml-vocab-gpt-2", "tekken"}, {"ggml-vocab-gpt-2", "falcon"},
-	{"ggml-vocab-gpt-2", "deepseek-llm"}, {"ggml-vocab-gpt-2", "deepseek-coder"}, {"ggml-vocab-gpt-2", "qwen2"},
-	{"ggml-vocab-gpt-2", "llama-bpe"},
-	{"ggml-vocab-llama-bpe", "llama3"}, {"ggml-vocab-llama-bpe", "llama-v3"}, {"ggml-vocab-llama-bpe", "falcon3"},
-	{"ggml-vocab-qwen2", "deepseek-r1-qwen"},
+var relabelPres = []relabel{
+	{base: "ggml-vocab-gpt-2", pre: "default"}, {base: "ggml-vocab-gpt-2", pre: "gpt-2"}, {base: "ggml-vocab-gpt-2", pre: "phi-2"},
+	{base: "ggml-vocab-gpt-2", pre: "olmo"}, {base: "ggml-vocab-gpt-2", pre: "jais"}, {base: "ggml-vocab-gpt-2", pre: "jina-es"},
+	{base: "ggml-vocab-gpt-2", pre: "jina-de"}, {base: "ggml-vocab-gpt-2", pre: "jina-v1-en"}, {base: "ggml-vocab-gpt-2", pre: "gigachat"},
+	{base: "ggml-vocab-gpt-2", pre: "roberta-bpe"}, {base: "ggml-vocab-gpt-2", pre: "dbrx"}, {base: "ggml-vocab-gpt-2", pre: "smaug-bpe"},
+	{base: "ggml-vocab-gpt-2", pre: "chatglm-bpe"}, {base: "ggml-vocab-gpt-2", pre: "stablelm2"}, {base: "ggml-vocab-gpt-2", pre: "megrez"},
+	{base: "ggml-vocab-gpt-2", pre: "smollm"}, {base: "ggml-vocab-gpt-2", pre: "command-r"}, {base: "ggml-vocab-gpt-2", pre: "codeshell"},
+	{base: "ggml-vocab-gpt-2", pre: "exaone"}, {base: "ggml-vocab-gpt-2", pre: "minerva-7b"}, {base: "ggml-vocab-gpt-2", pre: "bloom"},
+	{base: "ggml-vocab-gpt-2", pre: "gpt3-finnish"}, {base: "ggml-vocab-gpt-2", pre: "poro-chat"}, {base: "ggml-vocab-gpt-2", pre: "viking"},
+	{base: "ggml-vocab-gpt-2", pre: "chameleon"}, {base: "ggml-vocab-gpt-2", pre: "tekken"}, {base: "ggml-vocab-gpt-2", pre: "falcon"},
+	{base: "ggml-vocab-gpt-2", pre: "deepseek-llm"}, {base: "ggml-vocab-gpt-2", pre: "deepseek-coder"}, {base: "ggml-vocab-gpt-2", pre: "qwen2"},
+	{base: "ggml-vocab-gpt-2", pre: "llama-bpe"},
+	{base: "ggml-vocab-llama-bpe", pre: "llama3"}, {base: "ggml-vocab-llama-bpe", pre: "llama-v3"}, {base: "ggml-vocab-llama-bpe", pre: "falcon3"},
+	{base: "ggml-vocab-qwen2", pre: "deepseek-r1-qwen"},
+	// Gemma's SentencePiece vocabularies are "llama" ones with
+	// add_space_prefix false: the flag on llama.cpp's two SPM vocabularies.
+	{base: "ggml-vocab-llama-spm", name: "no-space-prefix", noSpacePrefix: true},
+	{base: "ggml-vocab-phi-3", name: "no-space-prefix", noSpacePrefix: true},
+}
+
+// relabel is a test vocabulary with tokenizer.ggml.pre set to pre (when not
+// ""), or with tokenizer.ggml.add_space_prefix false (noSpacePrefix).
+type relabel struct {
+	base, pre     string
+	name          string // names the variant when pre does not
+	noSpacePrefix bool
+}
+
+// stem is the variant's file name stem under relabel/.
+func (r relabel) stem() string {
+	n := r.name
+	if n == "" {
+		n = r.pre
+	}
+	return strings.TrimPrefix(r.base, "ggml-vocab-") + "@" + n
 }
 
 // TestMakeOracleOutputs records llama.cpp's ids for extra.inp on every
@@ -279,38 +300,46 @@ func TestMakeOracleOutputs(t *testing.T) {
 			continue
 		}
 		path := filepath.Join(tmp, name+".gguf")
-		writeRelabelled(t, name, "", path)
+		writeRelabelled(t, relabel{base: name}, path)
 		run(path, extra, filepath.Join(llamaCppDir, name+".gguf.extra.out"))
 	}
 	if err := os.MkdirAll(filepath.Join(llamaCppDir, "relabel"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range relabelPres {
-		path := filepath.Join(tmp, r.base+"@"+r.pre+".gguf")
-		writeRelabelled(t, r.base, r.pre, path)
-		stem := filepath.Join(llamaCppDir, "relabel", strings.TrimPrefix(r.base, "ggml-vocab-")+"@"+r.pre)
+		path := filepath.Join(tmp, r.stem()+".gguf")
+		writeRelabelled(t, r, path)
+		stem := filepath.Join(llamaCppDir, "relabel", r.stem())
 		run(path, cases, stem+".out")
 		run(path, extra, stem+".extra.out")
 	}
 }
 
-// writeRelabelled writes testdata/llamacpp/NAME.gguf.gz uncompressed to
-// path, with tokenizer.ggml.pre set to pre (unchanged when pre is "").
-func writeRelabelled(t *testing.T, name, pre, path string) {
+// writeRelabelled writes testdata/llamacpp/BASE.gguf.gz uncompressed to
+// path, changed as r says.
+func writeRelabelled(t *testing.T, r relabel, path string) {
 	t.Helper()
-	f := openLlamaCppVocab(t, name)
+	f := openLlamaCppVocab(t, r.base)
+	set := map[string]any{}
+	if r.pre != "" {
+		set[keyPre] = r.pre
+	}
+	if r.noSpacePrefix {
+		set[keyAddSpacePrefix] = false
+	}
 	w := gguf.NewWriter()
 	for _, kv := range f.KVs {
 		v := any(kv.Value)
-		if kv.Key == keyPre && pre != "" {
-			v = pre
+		if nv, ok := set[kv.Key]; ok {
+			v = nv
+			delete(set, kv.Key)
 		}
 		if err := w.AddKV(kv.Key, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, present := f.Get(keyPre); !present && pre != "" {
-		if err := w.AddKV(keyPre, pre); err != nil {
+	for k, v := range set {
+		if err := w.AddKV(k, v); err != nil {
 			t.Fatal(err)
 		}
 	}
