@@ -71,11 +71,18 @@ func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
 	if strings.TrimSpace(src) == "" {
 		return c, nil
 	}
-	t, err := jinja.Compile(renameFilters(src))
+	renamed, formatAt := renameFilters(src)
+	if len(formatAt) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", lineOf(src, formatAt[0]))
+	}
+	t, err := jinja.Compile(renamed)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
 	c.tmpl = t
+	if err := c.selfCheck(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -181,6 +188,7 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	data["bos_token"] = jinja.NewString(c.bos)
 	data["eos_token"] = jinja.NewString(c.eos)
 	data["strftime_now"] = strftimeNow(c.now)
+	data["raise_exception"] = raiseException()
 	// Baton's filters under the names renameFilters gave them.
 	data[replacedFilters["tojson"]] = tojsonFilter()
 	if len(tools) > 0 && c.tools {

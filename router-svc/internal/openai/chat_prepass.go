@@ -19,7 +19,9 @@ var replacedFilters = map[string]string{"tojson": "__baton_tojson"}
 // `x|tojson(indent=4)`) inside the template's {{ }} and {% %} tags to its
 // replacement's name. Text outside tags, comments and string literals are
 // left alone, so a template that writes "| tojson" as text still does.
-func renameFilters(src string) string {
+// formatAt are the offsets of Python %-formatting ("%s" % x) in the tags,
+// which the engine evaluates as a modulo of a string: wrong text, no error.
+func renameFilters(src string) (out string, formatAt []int) {
 	var b strings.Builder
 	b.Grow(len(src) + 64)
 	i := 0
@@ -36,7 +38,7 @@ func renameFilters(src string) string {
 			end := strings.Index(src[open+2:], "#}")
 			if end < 0 {
 				b.WriteString(src[open:])
-				return b.String()
+				return b.String(), formatAt
 			}
 			end += open + 4
 			b.WriteString(src[open:end])
@@ -46,20 +48,20 @@ func renameFilters(src string) string {
 			if src[open+1] == '%' {
 				closer = "%}"
 			}
-			i = renameInTag(&b, src, open, closer)
+			i = renameInTag(&b, src, open, closer, &formatAt)
 		default:
 			b.WriteByte('{')
 			i = open + 1
 		}
 	}
-	return b.String()
+	return b.String(), formatAt
 }
 
 // renameInTag copies the tag that starts at src[open] (its opener two
 // bytes long) up to and including its closer, renaming the replaced
 // filters, and returns the index after it (len(src) when it is not
 // closed: the compiler reports that).
-func renameInTag(b *strings.Builder, src string, open int, closer string) int {
+func renameInTag(b *strings.Builder, src string, open int, closer string, formatAt *[]int) int {
 	b.WriteString(src[open : open+2])
 	i := open + 2
 	depth := 0 // brackets open in the expression: "}}" inside {'a': {'b': 1}} does not close
@@ -77,6 +79,14 @@ func renameInTag(b *strings.Builder, src string, open int, closer string) int {
 			end = min(end+1, len(src))
 			b.WriteString(src[i:end])
 			i = end
+			// A literal followed by the % operator (not by the %} closer).
+			j := i
+			for j < len(src) && (src[j] == ' ' || src[j] == '\t' || src[j] == '\n' || src[j] == '\r') {
+				j++
+			}
+			if j+1 < len(src) && src[j] == '%' && src[j+1] != '}' {
+				*formatAt = append(*formatAt, j)
+			}
 		case depth == 0 && strings.HasPrefix(src[i:], closer):
 			b.WriteString(closer)
 			return i + len(closer)
