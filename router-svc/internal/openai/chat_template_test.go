@@ -265,6 +265,9 @@ func TestRealChatTemplates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if known && (tmpl.family != fam.family || tmpl.RendersTools() != fam.tools) {
+				t.Errorf("tool family %v, renders tools %v; want %v, %v", tmpl.family, tmpl.RendersTools(), fam.family, fam.tools)
+			}
 			diffs := compareRenderings(want, renderCorpus(t, c, tmpl))
 			for _, d := range diffs {
 				t.Error(d)
