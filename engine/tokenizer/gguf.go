@@ -21,6 +21,7 @@ const (
 	keyPAD            = "tokenizer.ggml.padding_token_id"
 	keyEOT            = "tokenizer.ggml.eot_token_id"
 	keyEOM            = "tokenizer.ggml.eom_token_id"
+	keySEP            = "tokenizer.ggml.seperator_token_id" // sic, as llama.cpp spells it
 	keyAddBOS         = "tokenizer.ggml.add_bos_token"
 	keyAddEOS         = "tokenizer.ggml.add_eos_token"
 	keyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
@@ -106,7 +107,7 @@ func VocabFromGGUF(f *gguf.File) (Vocab, error) {
 	for _, s := range []struct {
 		key string
 		id  *int32
-	}{{keyBOS, &v.BOS}, {keyEOS, &v.EOS}, {keyUNK, &v.UNK}, {keyPAD, &v.PAD}, {keyEOT, &v.EOT}, {keyEOM, &v.EOM}} {
+	}{{keyBOS, &v.BOS}, {keyEOS, &v.EOS}, {keyUNK, &v.UNK}, {keyPAD, &v.PAD}, {keyEOT, &v.EOT}, {keyEOM, &v.EOM}, {keySEP, &v.SEP}} {
 		if *s.id != NoToken && int(*s.id) >= n {
 			*s.id = NoToken
 		}

@@ -20,7 +20,9 @@ type Tokenizer struct {
 	pieces []string // token_to_piece with special tokens shown
 
 	bos, eos, unk, pad, eot, eom int32
+	sep                          int32 // ModelBERT: ends the text with AddSpecial
 	eog                          map[int32]struct{}
+	maxTokenLen                  int // longest token text in bytes (ModelBERT)
 
 	addBOS, addEOS, addSpacePrefix bool
 
@@ -93,6 +95,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		eos:            v.EOS,
 		unk:            v.UNK,
 		pad:            v.PAD,
+		sep:            v.SEP,
 		eot:            v.EOT,
 		eom:            v.EOM,
 		eog:            make(map[int32]struct{}),
@@ -110,6 +113,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 		t.tokens[i] = text
 		t.toID[text] = int32(i)
+		t.maxTokenLen = max(t.maxTokenLen, len(text))
 		t.types[i] = TypeNormal
 		if v.Types != nil {
 			t.types[i] = v.Types[i]
@@ -138,6 +142,9 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 	}
 
+	if v.Model == ModelBERT {
+		t.pre = preConfig{cleanSpaces: true} // llama.cpp cleans spaces for WPM
+	}
 	if v.Model == ModelGPT2 {
 		t.preName = normPre(v.Pre)
 		t.pre = preTokenizers[t.preName]
@@ -213,6 +220,17 @@ func (t *Tokenizer) forceControl(id int32) {
 func (t *Tokenizer) Encode(text string, opts EncodeOptions) []int32 {
 	frags := t.partition(text, opts.ParseSpecial)
 	out := make([]int32, 0, len(text)/3+2)
+	if t.model == ModelBERT {
+		// llama.cpp's WPM add_special is always [CLS] text [SEP].
+		if opts.AddSpecial && t.bos != NoToken {
+			out = append(out, t.bos)
+		}
+		out = t.encodeWPM(frags, out)
+		if opts.AddSpecial && t.sep != NoToken {
+			out = append(out, t.sep)
+		}
+		return out
+	}
 	if opts.AddSpecial && t.addBOS {
 		out = append(out, t.bos)
 	}
@@ -306,7 +324,7 @@ func (t *Tokenizer) valid(id int32) bool { return id >= 0 && int(id) < len(t.tok
 // VocabSize returns the number of tokens.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
 
-// Model returns the tokenizer model, ModelLlama or ModelGPT2.
+// Model returns the tokenizer model: ModelLlama, ModelGPT2 or ModelBERT.
 func (t *Tokenizer) Model() string { return t.model }
 
 // Pre returns the pre-tokenizer name of a ModelGPT2 tokenizer ("default"
@@ -324,6 +342,9 @@ func (t *Tokenizer) EOT() int32 { return t.eot }
 
 // UNK returns the unknown-token id, or NoToken.
 func (t *Tokenizer) UNK() int32 { return t.unk }
+
+// SEP returns the separator id (BERT's [SEP]), or NoToken.
+func (t *Tokenizer) SEP() int32 { return t.sep }
 
 // PAD returns the padding id, or NoToken.
 func (t *Tokenizer) PAD() int32 { return t.pad }
