@@ -9208,6 +9208,10038 @@ done:
 	VZEROUPPER
 	RET
 
+DATA vec_cIQ4<>+0(SB)/1, $0x81
+DATA vec_cIQ4<>+1(SB)/1, $0x98
+DATA vec_cIQ4<>+2(SB)/1, $0xad
+DATA vec_cIQ4<>+3(SB)/1, $0xbf
+DATA vec_cIQ4<>+4(SB)/1, $0xcf
+DATA vec_cIQ4<>+5(SB)/1, $0xdd
+DATA vec_cIQ4<>+6(SB)/1, $0xea
+DATA vec_cIQ4<>+7(SB)/1, $0xf6
+DATA vec_cIQ4<>+8(SB)/1, $0x01
+DATA vec_cIQ4<>+9(SB)/1, $0x0d
+DATA vec_cIQ4<>+10(SB)/1, $0x19
+DATA vec_cIQ4<>+11(SB)/1, $0x26
+DATA vec_cIQ4<>+12(SB)/1, $0x35
+DATA vec_cIQ4<>+13(SB)/1, $0x45
+DATA vec_cIQ4<>+14(SB)/1, $0x59
+DATA vec_cIQ4<>+15(SB)/1, $0x71
+DATA vec_cIQ4<>+16(SB)/1, $0x81
+DATA vec_cIQ4<>+17(SB)/1, $0x98
+DATA vec_cIQ4<>+18(SB)/1, $0xad
+DATA vec_cIQ4<>+19(SB)/1, $0xbf
+DATA vec_cIQ4<>+20(SB)/1, $0xcf
+DATA vec_cIQ4<>+21(SB)/1, $0xdd
+DATA vec_cIQ4<>+22(SB)/1, $0xea
+DATA vec_cIQ4<>+23(SB)/1, $0xf6
+DATA vec_cIQ4<>+24(SB)/1, $0x01
+DATA vec_cIQ4<>+25(SB)/1, $0x0d
+DATA vec_cIQ4<>+26(SB)/1, $0x19
+DATA vec_cIQ4<>+27(SB)/1, $0x26
+DATA vec_cIQ4<>+28(SB)/1, $0x35
+DATA vec_cIQ4<>+29(SB)/1, $0x45
+DATA vec_cIQ4<>+30(SB)/1, $0x59
+DATA vec_cIQ4<>+31(SB)/1, $0x71
+DATA vec_cIQ4<>+32(SB)/1, $0x81
+DATA vec_cIQ4<>+33(SB)/1, $0x98
+DATA vec_cIQ4<>+34(SB)/1, $0xad
+DATA vec_cIQ4<>+35(SB)/1, $0xbf
+DATA vec_cIQ4<>+36(SB)/1, $0xcf
+DATA vec_cIQ4<>+37(SB)/1, $0xdd
+DATA vec_cIQ4<>+38(SB)/1, $0xea
+DATA vec_cIQ4<>+39(SB)/1, $0xf6
+DATA vec_cIQ4<>+40(SB)/1, $0x01
+DATA vec_cIQ4<>+41(SB)/1, $0x0d
+DATA vec_cIQ4<>+42(SB)/1, $0x19
+DATA vec_cIQ4<>+43(SB)/1, $0x26
+DATA vec_cIQ4<>+44(SB)/1, $0x35
+DATA vec_cIQ4<>+45(SB)/1, $0x45
+DATA vec_cIQ4<>+46(SB)/1, $0x59
+DATA vec_cIQ4<>+47(SB)/1, $0x71
+DATA vec_cIQ4<>+48(SB)/1, $0x81
+DATA vec_cIQ4<>+49(SB)/1, $0x98
+DATA vec_cIQ4<>+50(SB)/1, $0xad
+DATA vec_cIQ4<>+51(SB)/1, $0xbf
+DATA vec_cIQ4<>+52(SB)/1, $0xcf
+DATA vec_cIQ4<>+53(SB)/1, $0xdd
+DATA vec_cIQ4<>+54(SB)/1, $0xea
+DATA vec_cIQ4<>+55(SB)/1, $0xf6
+DATA vec_cIQ4<>+56(SB)/1, $0x01
+DATA vec_cIQ4<>+57(SB)/1, $0x0d
+DATA vec_cIQ4<>+58(SB)/1, $0x19
+DATA vec_cIQ4<>+59(SB)/1, $0x26
+DATA vec_cIQ4<>+60(SB)/1, $0x35
+DATA vec_cIQ4<>+61(SB)/1, $0x45
+DATA vec_cIQ4<>+62(SB)/1, $0x59
+DATA vec_cIQ4<>+63(SB)/1, $0x71
+GLOBL vec_cIQ4<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cQhShuf<>+0(SB)/1, $0x00
+DATA vec_cQhShuf<>+1(SB)/1, $0x00
+DATA vec_cQhShuf<>+2(SB)/1, $0x00
+DATA vec_cQhShuf<>+3(SB)/1, $0x00
+DATA vec_cQhShuf<>+4(SB)/1, $0x00
+DATA vec_cQhShuf<>+5(SB)/1, $0x00
+DATA vec_cQhShuf<>+6(SB)/1, $0x00
+DATA vec_cQhShuf<>+7(SB)/1, $0x00
+DATA vec_cQhShuf<>+8(SB)/1, $0x01
+DATA vec_cQhShuf<>+9(SB)/1, $0x01
+DATA vec_cQhShuf<>+10(SB)/1, $0x01
+DATA vec_cQhShuf<>+11(SB)/1, $0x01
+DATA vec_cQhShuf<>+12(SB)/1, $0x01
+DATA vec_cQhShuf<>+13(SB)/1, $0x01
+DATA vec_cQhShuf<>+14(SB)/1, $0x01
+DATA vec_cQhShuf<>+15(SB)/1, $0x01
+DATA vec_cQhShuf<>+16(SB)/1, $0x02
+DATA vec_cQhShuf<>+17(SB)/1, $0x02
+DATA vec_cQhShuf<>+18(SB)/1, $0x02
+DATA vec_cQhShuf<>+19(SB)/1, $0x02
+DATA vec_cQhShuf<>+20(SB)/1, $0x02
+DATA vec_cQhShuf<>+21(SB)/1, $0x02
+DATA vec_cQhShuf<>+22(SB)/1, $0x02
+DATA vec_cQhShuf<>+23(SB)/1, $0x02
+DATA vec_cQhShuf<>+24(SB)/1, $0x03
+DATA vec_cQhShuf<>+25(SB)/1, $0x03
+DATA vec_cQhShuf<>+26(SB)/1, $0x03
+DATA vec_cQhShuf<>+27(SB)/1, $0x03
+DATA vec_cQhShuf<>+28(SB)/1, $0x03
+DATA vec_cQhShuf<>+29(SB)/1, $0x03
+DATA vec_cQhShuf<>+30(SB)/1, $0x03
+DATA vec_cQhShuf<>+31(SB)/1, $0x03
+DATA vec_cQhShuf<>+32(SB)/1, $0x00
+DATA vec_cQhShuf<>+33(SB)/1, $0x00
+DATA vec_cQhShuf<>+34(SB)/1, $0x00
+DATA vec_cQhShuf<>+35(SB)/1, $0x00
+DATA vec_cQhShuf<>+36(SB)/1, $0x00
+DATA vec_cQhShuf<>+37(SB)/1, $0x00
+DATA vec_cQhShuf<>+38(SB)/1, $0x00
+DATA vec_cQhShuf<>+39(SB)/1, $0x00
+DATA vec_cQhShuf<>+40(SB)/1, $0x01
+DATA vec_cQhShuf<>+41(SB)/1, $0x01
+DATA vec_cQhShuf<>+42(SB)/1, $0x01
+DATA vec_cQhShuf<>+43(SB)/1, $0x01
+DATA vec_cQhShuf<>+44(SB)/1, $0x01
+DATA vec_cQhShuf<>+45(SB)/1, $0x01
+DATA vec_cQhShuf<>+46(SB)/1, $0x01
+DATA vec_cQhShuf<>+47(SB)/1, $0x01
+DATA vec_cQhShuf<>+48(SB)/1, $0x02
+DATA vec_cQhShuf<>+49(SB)/1, $0x02
+DATA vec_cQhShuf<>+50(SB)/1, $0x02
+DATA vec_cQhShuf<>+51(SB)/1, $0x02
+DATA vec_cQhShuf<>+52(SB)/1, $0x02
+DATA vec_cQhShuf<>+53(SB)/1, $0x02
+DATA vec_cQhShuf<>+54(SB)/1, $0x02
+DATA vec_cQhShuf<>+55(SB)/1, $0x02
+DATA vec_cQhShuf<>+56(SB)/1, $0x03
+DATA vec_cQhShuf<>+57(SB)/1, $0x03
+DATA vec_cQhShuf<>+58(SB)/1, $0x03
+DATA vec_cQhShuf<>+59(SB)/1, $0x03
+DATA vec_cQhShuf<>+60(SB)/1, $0x03
+DATA vec_cQhShuf<>+61(SB)/1, $0x03
+DATA vec_cQhShuf<>+62(SB)/1, $0x03
+DATA vec_cQhShuf<>+63(SB)/1, $0x03
+GLOBL vec_cQhShuf<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cBitSel<>+0(SB)/1, $0x01
+DATA vec_cBitSel<>+1(SB)/1, $0x02
+DATA vec_cBitSel<>+2(SB)/1, $0x04
+DATA vec_cBitSel<>+3(SB)/1, $0x08
+DATA vec_cBitSel<>+4(SB)/1, $0x10
+DATA vec_cBitSel<>+5(SB)/1, $0x20
+DATA vec_cBitSel<>+6(SB)/1, $0x40
+DATA vec_cBitSel<>+7(SB)/1, $0x80
+DATA vec_cBitSel<>+8(SB)/1, $0x01
+DATA vec_cBitSel<>+9(SB)/1, $0x02
+DATA vec_cBitSel<>+10(SB)/1, $0x04
+DATA vec_cBitSel<>+11(SB)/1, $0x08
+DATA vec_cBitSel<>+12(SB)/1, $0x10
+DATA vec_cBitSel<>+13(SB)/1, $0x20
+DATA vec_cBitSel<>+14(SB)/1, $0x40
+DATA vec_cBitSel<>+15(SB)/1, $0x80
+DATA vec_cBitSel<>+16(SB)/1, $0x01
+DATA vec_cBitSel<>+17(SB)/1, $0x02
+DATA vec_cBitSel<>+18(SB)/1, $0x04
+DATA vec_cBitSel<>+19(SB)/1, $0x08
+DATA vec_cBitSel<>+20(SB)/1, $0x10
+DATA vec_cBitSel<>+21(SB)/1, $0x20
+DATA vec_cBitSel<>+22(SB)/1, $0x40
+DATA vec_cBitSel<>+23(SB)/1, $0x80
+DATA vec_cBitSel<>+24(SB)/1, $0x01
+DATA vec_cBitSel<>+25(SB)/1, $0x02
+DATA vec_cBitSel<>+26(SB)/1, $0x04
+DATA vec_cBitSel<>+27(SB)/1, $0x08
+DATA vec_cBitSel<>+28(SB)/1, $0x10
+DATA vec_cBitSel<>+29(SB)/1, $0x20
+DATA vec_cBitSel<>+30(SB)/1, $0x40
+DATA vec_cBitSel<>+31(SB)/1, $0x80
+DATA vec_cBitSel<>+32(SB)/1, $0x01
+DATA vec_cBitSel<>+33(SB)/1, $0x02
+DATA vec_cBitSel<>+34(SB)/1, $0x04
+DATA vec_cBitSel<>+35(SB)/1, $0x08
+DATA vec_cBitSel<>+36(SB)/1, $0x10
+DATA vec_cBitSel<>+37(SB)/1, $0x20
+DATA vec_cBitSel<>+38(SB)/1, $0x40
+DATA vec_cBitSel<>+39(SB)/1, $0x80
+DATA vec_cBitSel<>+40(SB)/1, $0x01
+DATA vec_cBitSel<>+41(SB)/1, $0x02
+DATA vec_cBitSel<>+42(SB)/1, $0x04
+DATA vec_cBitSel<>+43(SB)/1, $0x08
+DATA vec_cBitSel<>+44(SB)/1, $0x10
+DATA vec_cBitSel<>+45(SB)/1, $0x20
+DATA vec_cBitSel<>+46(SB)/1, $0x40
+DATA vec_cBitSel<>+47(SB)/1, $0x80
+DATA vec_cBitSel<>+48(SB)/1, $0x01
+DATA vec_cBitSel<>+49(SB)/1, $0x02
+DATA vec_cBitSel<>+50(SB)/1, $0x04
+DATA vec_cBitSel<>+51(SB)/1, $0x08
+DATA vec_cBitSel<>+52(SB)/1, $0x10
+DATA vec_cBitSel<>+53(SB)/1, $0x20
+DATA vec_cBitSel<>+54(SB)/1, $0x40
+DATA vec_cBitSel<>+55(SB)/1, $0x80
+DATA vec_cBitSel<>+56(SB)/1, $0x01
+DATA vec_cBitSel<>+57(SB)/1, $0x02
+DATA vec_cBitSel<>+58(SB)/1, $0x04
+DATA vec_cBitSel<>+59(SB)/1, $0x08
+DATA vec_cBitSel<>+60(SB)/1, $0x10
+DATA vec_cBitSel<>+61(SB)/1, $0x20
+DATA vec_cBitSel<>+62(SB)/1, $0x40
+DATA vec_cBitSel<>+63(SB)/1, $0x80
+GLOBL vec_cBitSel<>(SB), RODATA|NOPTR, $64
+
+DATA vec_c10<>+0(SB)/1, $0x10
+DATA vec_c10<>+1(SB)/1, $0x10
+DATA vec_c10<>+2(SB)/1, $0x10
+DATA vec_c10<>+3(SB)/1, $0x10
+DATA vec_c10<>+4(SB)/1, $0x10
+DATA vec_c10<>+5(SB)/1, $0x10
+DATA vec_c10<>+6(SB)/1, $0x10
+DATA vec_c10<>+7(SB)/1, $0x10
+DATA vec_c10<>+8(SB)/1, $0x10
+DATA vec_c10<>+9(SB)/1, $0x10
+DATA vec_c10<>+10(SB)/1, $0x10
+DATA vec_c10<>+11(SB)/1, $0x10
+DATA vec_c10<>+12(SB)/1, $0x10
+DATA vec_c10<>+13(SB)/1, $0x10
+DATA vec_c10<>+14(SB)/1, $0x10
+DATA vec_c10<>+15(SB)/1, $0x10
+DATA vec_c10<>+16(SB)/1, $0x10
+DATA vec_c10<>+17(SB)/1, $0x10
+DATA vec_c10<>+18(SB)/1, $0x10
+DATA vec_c10<>+19(SB)/1, $0x10
+DATA vec_c10<>+20(SB)/1, $0x10
+DATA vec_c10<>+21(SB)/1, $0x10
+DATA vec_c10<>+22(SB)/1, $0x10
+DATA vec_c10<>+23(SB)/1, $0x10
+DATA vec_c10<>+24(SB)/1, $0x10
+DATA vec_c10<>+25(SB)/1, $0x10
+DATA vec_c10<>+26(SB)/1, $0x10
+DATA vec_c10<>+27(SB)/1, $0x10
+DATA vec_c10<>+28(SB)/1, $0x10
+DATA vec_c10<>+29(SB)/1, $0x10
+DATA vec_c10<>+30(SB)/1, $0x10
+DATA vec_c10<>+31(SB)/1, $0x10
+DATA vec_c10<>+32(SB)/1, $0x10
+DATA vec_c10<>+33(SB)/1, $0x10
+DATA vec_c10<>+34(SB)/1, $0x10
+DATA vec_c10<>+35(SB)/1, $0x10
+DATA vec_c10<>+36(SB)/1, $0x10
+DATA vec_c10<>+37(SB)/1, $0x10
+DATA vec_c10<>+38(SB)/1, $0x10
+DATA vec_c10<>+39(SB)/1, $0x10
+DATA vec_c10<>+40(SB)/1, $0x10
+DATA vec_c10<>+41(SB)/1, $0x10
+DATA vec_c10<>+42(SB)/1, $0x10
+DATA vec_c10<>+43(SB)/1, $0x10
+DATA vec_c10<>+44(SB)/1, $0x10
+DATA vec_c10<>+45(SB)/1, $0x10
+DATA vec_c10<>+46(SB)/1, $0x10
+DATA vec_c10<>+47(SB)/1, $0x10
+DATA vec_c10<>+48(SB)/1, $0x10
+DATA vec_c10<>+49(SB)/1, $0x10
+DATA vec_c10<>+50(SB)/1, $0x10
+DATA vec_c10<>+51(SB)/1, $0x10
+DATA vec_c10<>+52(SB)/1, $0x10
+DATA vec_c10<>+53(SB)/1, $0x10
+DATA vec_c10<>+54(SB)/1, $0x10
+DATA vec_c10<>+55(SB)/1, $0x10
+DATA vec_c10<>+56(SB)/1, $0x10
+DATA vec_c10<>+57(SB)/1, $0x10
+DATA vec_c10<>+58(SB)/1, $0x10
+DATA vec_c10<>+59(SB)/1, $0x10
+DATA vec_c10<>+60(SB)/1, $0x10
+DATA vec_c10<>+61(SB)/1, $0x10
+DATA vec_c10<>+62(SB)/1, $0x10
+DATA vec_c10<>+63(SB)/1, $0x10
+GLOBL vec_c10<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cE0<>+0(SB)/4, $0x3f800000
+DATA vec_cE0<>+4(SB)/4, $0x00000000
+DATA vec_cE0<>+8(SB)/4, $0x00000000
+DATA vec_cE0<>+12(SB)/4, $0x00000000
+DATA vec_cE0<>+16(SB)/4, $0x00000000
+DATA vec_cE0<>+20(SB)/4, $0x00000000
+DATA vec_cE0<>+24(SB)/4, $0x00000000
+DATA vec_cE0<>+28(SB)/4, $0x00000000
+DATA vec_cE0<>+32(SB)/4, $0x3f800000
+DATA vec_cE0<>+36(SB)/4, $0x00000000
+DATA vec_cE0<>+40(SB)/4, $0x00000000
+DATA vec_cE0<>+44(SB)/4, $0x00000000
+DATA vec_cE0<>+48(SB)/4, $0x00000000
+DATA vec_cE0<>+52(SB)/4, $0x00000000
+DATA vec_cE0<>+56(SB)/4, $0x00000000
+DATA vec_cE0<>+60(SB)/4, $0x00000000
+GLOBL vec_cE0<>(SB), RODATA|NOPTR, $64
+
+// func dotQ4_1AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   22(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ4_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   22(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 4(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VMOVDQU        40(DX), Y2
+	VPBROADCASTW   36(DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   38(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 24(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   20(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 24(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   20(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   22(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 4(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 4(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 4(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VMOVDQU        40(BX), Y3
+	VPBROADCASTW   36(BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 24(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   20(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   22(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 24(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   20(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   22(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 24(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   20(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   22(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, DX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 4(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 4(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 4(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 4(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 4(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VMOVDQU        40(SI), Y4
+	VPBROADCASTW   36(SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 24(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 24(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   22(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 24(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   22(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 24(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   20(CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   22(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, DX
+	ADDQ           $0x00000028, BX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 4(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 4(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 4(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VBROADCASTI128 24(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   20(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        40(CX), Y3
+	VPBROADCASTW   36(CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        40(DX), Y3
+	VPBROADCASTW   36(DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 4(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VBROADCASTI128 24(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   22(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        40(CX), Y4
+	VPBROADCASTW   36(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        40(BX), Y4
+	VPBROADCASTW   36(BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        40(DX), Y4
+	VPBROADCASTW   36(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 4(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   20(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        40(CX), Y5
+	VPBROADCASTW   36(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        40(BX), Y5
+	VPBROADCASTW   36(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        40(SI), Y5
+	VPBROADCASTW   36(SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        40(DX), Y5
+	VPBROADCASTW   36(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   20(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 24(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   20(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        40(DX), Y6
+	VPBROADCASTW   36(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        40(BX), Y6
+	VPBROADCASTW   36(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	VBROADCASTI128 24(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   20(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 24(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   20(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   22(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        40(DX), Y8
+	VPBROADCASTW   36(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        40(SI), Y8
+	VPBROADCASTW   36(SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        40(BX), Y8
+	VPBROADCASTW   36(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 4(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	VBROADCASTI128 24(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   20(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   22(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 24(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   20(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   22(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        40(DX), Y10
+	VPBROADCASTW   36(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        40(SI), Y10
+	VPBROADCASTW   36(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        40(DI), Y10
+	VPBROADCASTW   36(DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        40(BX), Y10
+	VPBROADCASTW   36(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 4(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 4(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ5_0_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 6(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	VMOVDQU        36(DX), Y2
+	VPBROADCASTW   34(DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 28(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   22(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 28(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   22(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 6(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 6(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 6(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	VMOVDQU        36(BX), Y3
+	VPBROADCASTW   34(BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 28(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 28(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   22(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 28(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   22(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, DX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 6(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 6(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 6(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 6(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 6(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	VMOVDQU        36(SI), Y4
+	VPBROADCASTW   34(SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 28(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 28(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 28(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 28(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, DX
+	ADDQ           $0x0000002c, BX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 6(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 6(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 6(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   2(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        2(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        2(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VBROADCASTI128 28(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   24(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        36(CX), Y3
+	VPBROADCASTW   34(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        36(DX), Y3
+	VPBROADCASTW   34(DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 6(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   2(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        2(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        2(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   2(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VBROADCASTI128 28(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   24(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   22(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        36(CX), Y4
+	VPBROADCASTW   34(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        36(BX), Y4
+	VPBROADCASTW   34(BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        36(DX), Y4
+	VPBROADCASTW   34(DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 6(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   2(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        36(CX), Y5
+	VPBROADCASTW   34(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        36(BX), Y5
+	VPBROADCASTW   34(BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        36(SI), Y5
+	VPBROADCASTW   34(SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        36(DX), Y5
+	VPBROADCASTW   34(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 28(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        36(DX), Y6
+	VPBROADCASTW   34(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        36(BX), Y6
+	VPBROADCASTW   34(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        2(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VBROADCASTI128 28(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 28(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   22(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        36(DX), Y8
+	VPBROADCASTW   34(DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        36(SI), Y8
+	VPBROADCASTW   34(SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        36(BX), Y8
+	VPBROADCASTW   34(BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        2(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   2(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 6(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   2(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        2(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VBROADCASTI128 28(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   24(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   22(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 28(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   24(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   22(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        36(DX), Y10
+	VPBROADCASTW   34(DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        36(SI), Y10
+	VPBROADCASTW   34(SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        36(DI), Y10
+	VPBROADCASTW   34(DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        36(BX), Y10
+	VPBROADCASTW   34(BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 6(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   2(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 6(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   2(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        2(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_1AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   26(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ5_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   26(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 8(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VMOVDQU        40(DX), Y2
+	VPBROADCASTW   36(DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   38(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 32(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   24(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 32(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   24(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   26(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 8(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 8(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 8(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VMOVDQU        40(BX), Y3
+	VPBROADCASTW   36(BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 32(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   24(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   26(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 32(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   24(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   26(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 32(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   24(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   26(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, DX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 8(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 8(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 8(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 8(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VMOVDQU        40(SI), Y4
+	VPBROADCASTW   36(SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 32(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   26(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 32(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   26(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 32(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   26(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 32(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   24(CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   26(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, DX
+	ADDQ           $0x00000030, BX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 8(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 8(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   4(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VBROADCASTI128 32(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   28(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   24(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   26(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        40(CX), Y3
+	VPBROADCASTW   36(CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        40(DX), Y3
+	VPBROADCASTW   36(DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 8(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   4(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   4(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VBROADCASTI128 32(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   28(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   26(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        40(CX), Y4
+	VPBROADCASTW   36(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        40(BX), Y4
+	VPBROADCASTW   36(BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        40(DX), Y4
+	VPBROADCASTW   36(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 8(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   4(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   24(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        40(CX), Y5
+	VPBROADCASTW   36(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        40(BX), Y5
+	VPBROADCASTW   36(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        40(SI), Y5
+	VPBROADCASTW   36(SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        40(DX), Y5
+	VPBROADCASTW   36(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   24(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 32(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   24(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   26(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        40(DX), Y6
+	VPBROADCASTW   36(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        40(BX), Y6
+	VPBROADCASTW   36(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	VBROADCASTI128 32(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   24(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   26(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 32(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   24(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   26(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        40(DX), Y8
+	VPBROADCASTW   36(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        40(SI), Y8
+	VPBROADCASTW   36(SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        40(BX), Y8
+	VPBROADCASTW   36(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   4(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 8(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   4(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	VBROADCASTI128 32(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   28(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   24(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   26(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 32(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   28(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   24(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   26(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        40(DX), Y10
+	VPBROADCASTW   36(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        40(SI), Y10
+	VPBROADCASTW   36(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        40(DI), Y10
+	VPBROADCASTW   36(DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        40(BX), Y10
+	VPBROADCASTW   36(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 8(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   4(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 8(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   4(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotIQ4_NLAVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   18(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileIQ4_NL_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   18(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 2(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	VMOVDQU        36(DX), Y2
+	VPBROADCASTW   34(DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   18(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 20(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   18(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 2(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 2(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 2(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	VMOVDQU        36(BX), Y3
+	VPBROADCASTW   34(BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 20(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   18(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 20(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   18(DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 20(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   18(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, DX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 2(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 2(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 2(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 2(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	VMOVDQU        36(SI), Y4
+	VPBROADCASTW   34(SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 20(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 20(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 20(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 20(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   18(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, DX
+	ADDQ           $0x00000024, BX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 2(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 2(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+	VBROADCASTI128 20(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   18(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        36(CX), Y4
+	VPBROADCASTW   34(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        36(DX), Y4
+	VPBROADCASTW   34(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 2(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   18(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        36(CX), Y5
+	VPBROADCASTW   34(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        36(BX), Y5
+	VPBROADCASTW   34(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        36(DX), Y5
+	VPBROADCASTW   34(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        2(CX), Y6
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        2(SI), Y6
+	VPBROADCASTW   (SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        36(CX), Y6
+	VPBROADCASTW   34(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        36(BX), Y6
+	VPBROADCASTW   34(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        36(SI), Y6
+	VPBROADCASTW   34(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        36(DX), Y6
+	VPBROADCASTW   34(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        2(CX), Y6
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        2(SI), Y6
+	VPBROADCASTW   (SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 20(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   18(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        36(DX), Y8
+	VPBROADCASTW   34(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        36(BX), Y8
+	VPBROADCASTW   34(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 2(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VBROADCASTI128 20(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   18(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 20(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   18(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        36(DX), Y10
+	VPBROADCASTW   34(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        36(SI), Y10
+	VPBROADCASTW   34(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        36(BX), Y10
+	VPBROADCASTW   34(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 2(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 2(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   (CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        2(DX), Y12
+	VPBROADCASTW   (DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        2(SI), Y12
+	VPBROADCASTW   (SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        2(DI), Y12
+	VPBROADCASTW   (DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        2(BX), Y12
+	VPBROADCASTW   (BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VBROADCASTI128 20(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   18(AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 20(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   18(CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        36(DX), Y12
+	VPBROADCASTW   34(DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        36(SI), Y12
+	VPBROADCASTW   34(SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        36(DI), Y12
+	VPBROADCASTW   34(DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        36(BX), Y12
+	VPBROADCASTW   34(BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 2(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 2(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   (CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        2(DX), Y12
+	VPBROADCASTW   (DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        2(SI), Y12
+	VPBROADCASTW   (SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        2(DI), Y12
+	VPBROADCASTW   (DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        2(BX), Y12
+	VPBROADCASTW   (BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
 // func dotF32AVX512(w *byte, x *float32, n int) float32
 // Requires: AVX, AVX512F, AVX512VL, MMX+, SSE
 TEXT ·dotF32AVX512(SB), NOSPLIT, $0-28
