@@ -56,13 +56,14 @@ func genLegacyConstants() {
 
 func genLegacyKernels(s isa) {
 	genLegacyConstants()
+	tile := legacyTile
 	if s.evex {
-		return
+		tile = legacyTileZ
 	}
 	for _, k := range legacyKinds {
-		legacyTile(s, k, 1, 1, true)
+		tile(s, k, 1, 1, true)
 		for _, rt := range legacyTiles(s, k) {
-			legacyTile(s, k, rt[0], rt[1], false)
+			tile(s, k, rt[0], rt[1], false)
 		}
 	}
 }
@@ -278,4 +279,177 @@ func legacyDoc(name string, k legacyKind, R, T int, ret bool) {
 		"The integer sums are exact; the float additions happen in vector lanes.",
 	}
 	kernelDoc(name, k.name+" weights with "+act+" activations", R, T, ret, body, notes...)
+}
+
+// halvesZ loads the binary16 values at m and m+stride (the same field of
+// two consecutive blocks; with tail, of one block and a zero) and returns
+// them as float32 [v0 ×8, v1 ×8].
+func halvesZ(m Mem, stride int, tail bool) VecVirtual {
+	y := YMM()
+	VPBROADCASTW(m, y)
+	x1 := XMM()
+	if tail {
+		VMOVDQA32(zeroReg.AsX(), x1)
+	} else {
+		VPBROADCASTW(m.Offset(stride), x1)
+	}
+	VINSERTI32X4(U8(1), x1, y, y)
+	z := ZMM()
+	VCVTPH2PS(y, z)
+	return z
+}
+
+// legacyTileZ is legacyTile for AVX-512 VNNI, after q80TileZ: each zmm
+// register holds two blocks, values of the first in bytes 0–31 and of the
+// second in bytes 32–63, so that one vpdpbusd does 64 multiply-adds of
+// unsigned weight levels with signed activations. Q5_0 levels carry a bias
+// of 16 and IQ4_NL grid values are made unsigned by adding 128; the integer
+// sums start at −bias·Σx. Fifth bits are set through a 64-bit mask (the two
+// blocks' qh side by side). Lanes 0–7 of a product belong to the first
+// block and lanes 8–15 to the second, and so do the scale vectors; m·s goes
+// to lanes 0 and 8. An odd last block is processed as a pair with itself,
+// its twin's scales set to zero.
+func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
+	frame := 0
+	if k.mOff >= 0 && T > 1 {
+		frame = 64 * R
+	}
+	name := begin(s, k.name, R, T, ret, "byte", "nb", frame, true)
+	legacyDoc(name, k, R, T, ret)
+	wp := ptrs("w", "ws", R)
+	xp := ptrs("x", "xs", T)
+	nb := Load(Param("nb"), GP64())
+	s.beginKernel()
+	acc := newAcc(s, R, T, ZMM)
+	ones := ZMM()
+	VMOVDQU32(c01b, ones)
+	hiLanes := K()
+	{
+		m := GP32()
+		MOVL(U32(0xcc), m) // quadwords 2–3 and 6–7 take the high nibbles
+		KMOVW(m, hiLanes)
+	}
+	xq := k.xb - 32
+	hasM := k.mOff >= 0
+	var mws Mem
+	if hasM && T > 1 {
+		mws = AllocLocal(64 * R)
+	}
+	body := func(tail bool) {
+		if T == 1 {
+			prefetch(wp, nil, 0, 0, 2*k.wb)
+		}
+		wv, dw := make([]VecVirtual, R), make([]VecVirtual, R)
+		var mw []VecVirtual
+		for r := 0; r < R; r++ {
+			t := ZMM()
+			VBROADCASTI32X4(Mem{Base: wp[r], Disp: k.qsOff}, t)
+			if !tail {
+				VINSERTI32X4(U8(2), Mem{Base: wp[r], Disp: k.qsOff + k.wb}, t, t)
+				VINSERTI32X4(U8(3), Mem{Base: wp[r], Disp: k.qsOff + k.wb}, t, t)
+			}
+			sh := ZMM()
+			VPSRLW(U8(4), t, sh)
+			VPBLENDMQ(sh, t, hiLanes, t)
+			VPANDD(c0F, t, t)
+			if k.qhOff >= 0 {
+				bits := GP64()
+				MOVL(Mem{Base: wp[r], Disp: k.qhOff}, bits.As32())
+				if !tail {
+					hb := GP64()
+					MOVL(Mem{Base: wp[r], Disp: k.qhOff + k.wb}, hb.As32())
+					SHLQ(U8(32), hb)
+					ORQ(hb, bits)
+				}
+				kb := K()
+				KMOVQ(bits, kb)
+				VPADDB(c10, t, kb, t)
+			}
+			if k.nl {
+				g := ZMM()
+				VMOVDQU32(cIQ4, g)
+				VPSHUFB(t, g, t)
+				VPXORD(c80, t, t)
+			}
+			wv[r] = t
+			dw[r] = halvesZ(Mem{Base: wp[r]}, k.wb, tail)
+			if hasM {
+				m := halvesZ(Mem{Base: wp[r], Disp: k.mOff}, k.wb, tail)
+				if T > 1 {
+					VMOVUPS(m, mws.Offset(64*r))
+				} else {
+					mw = append(mw, m)
+				}
+			}
+		}
+		for t := 0; t < T; t++ {
+			xv := ZMM()
+			VBROADCASTI64X4(Mem{Base: xp[t], Disp: xq}, xv)
+			if !tail {
+				VINSERTI64X4(U8(1), Mem{Base: xp[t], Disp: xq + k.xb}, xv, xv)
+			}
+			dx := halvesZ(Mem{Base: xp[t]}, k.xb, tail)
+			var sx VecVirtual
+			if hasM {
+				sx = halvesZ(Mem{Base: xp[t], Disp: 2}, k.xb, tail)
+			}
+			var init VecVirtual
+			if bias := map[bool]int{true: 128, false: k.bias}[k.nl]; bias != 0 {
+				// init = −bias·(Σ of each 4 activations).
+				sx4 := ZMM()
+				s.zero(sx4)
+				VPDPBUSD(xv, ones, sx4)
+				if bias == 128 {
+					VPSLLD(U8(7), sx4, sx4)
+				} else {
+					VPSLLD(U8(4), sx4, sx4)
+				}
+				init = ZMM()
+				s.zero(init)
+				VPSUBD(sx4, init, init)
+			}
+			for r := 0; r < R; r++ {
+				p := ZMM()
+				if init != nil {
+					VMOVDQA32(init, p)
+				} else {
+					s.zero(p)
+				}
+				VPDPBUSD(xv, wv[r], p)
+				VCVTDQ2PS(p, p)
+				d := ZMM()
+				VMULPS(dw[r], dx, d)
+				VFMADD231PS(p, d, acc[r][t])
+				if hasM {
+					ms := ZMM()
+					if T > 1 {
+						VMULPS(mws.Offset(64*r), sx, ms)
+					} else {
+						VMULPS(mw[r], sx, ms)
+					}
+					VFMADD231PS(cE0, ms, acc[r][t])
+				}
+			}
+		}
+	}
+	Label("pair")
+	CMPQ(nb, U8(2))
+	JL(LabelRef("last"))
+	body(false)
+	for r := 0; r < R; r++ {
+		ADDQ(U32(2*k.wb), wp[r])
+	}
+	for t := 0; t < T; t++ {
+		ADDQ(U32(2*k.xb), xp[t])
+	}
+	SUBQ(U8(2), nb)
+	JMP(LabelRef("pair"))
+
+	Label("last")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	body(true)
+
+	Label("done")
+	finish(s, acc, ret)
 }
