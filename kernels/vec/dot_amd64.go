@@ -1783,6 +1783,23 @@ func axpy4F32AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *b
 //go:noescape
 func axpy4F16AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
 
+// quantQ8_1AVX2 quantizes nb blocks of 32 float32 values at x into Q8_1
+// blocks (36 bytes) at y, as ggml's quantize_row_q8_1 reference does:
+//
+//	for b := 0; b < nb; b++ {
+//		amax := max |x[32b+j]|
+//		d := amax / 127
+//		id := 0 if d == 0, else 1 / d
+//		q[j] := int8(roundHalfAway(x[32b+j] * id)) for j < 32
+//		y[36b:] = f16(d), f16(float32(Σq) * d), then q
+//	}
+//
+// A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d
+// and s, and zero values.
+//
+//go:noescape
+func quantQ8_1AVX2(x *float32, y *byte, nb int)
+
 // dotQ4_1AVX2 returns the dot product of a row of nb blocks of
 // Q4_1 weights with Q8_1 activations:
 //

@@ -9490,6 +9490,108 @@ DATA vec_cE0<>+56(SB)/4, $0x00000000
 DATA vec_cE0<>+60(SB)/4, $0x00000000
 GLOBL vec_cE0<>(SB), RODATA|NOPTR, $64
 
+// func quantQ8_1AVX2(x *float32, y *byte, nb int)
+// Requires: AVX, AVX2, F16C
+TEXT ·quantQ8_1AVX2(SB), NOSPLIT, $0-24
+	MOVQ  x+0(FP), AX
+	MOVQ  y+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	VMOVUPS      vec_cAbs<>+0(SB), Y0
+	VANDPS       (AX), Y0, Y0
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y0, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       32(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       64(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       96(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVMSKPS    Y1, BX
+	CMPQ         BX, $0xff
+	JNE          nonfinite
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXSS       X1, X0, X0
+	VDIVSS       vec_c127f<>+0(SB), X0, X0
+	VMOVSS       vec_cOnef<>+0(SB), X1
+	VDIVSS       X0, X1, X1
+	VXORPS       X2, X2, X2
+	VCMPSS       $0x04, X2, X0, X2
+	VANDPS       X2, X1, X1
+	VCVTPS2PH    $0x00, X0, X2
+	VPEXTRW      $0x00, X2, (CX)
+	VBROADCASTSS X1, Y2
+	VMULPS       (AX), Y2, Y1
+	VANDPS       vec_cSign<>+0(SB), Y1, Y3
+	VORPS        vec_cHalf<>+0(SB), Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VCVTTPS2DQ   Y1, Y1
+	VMULPS       32(AX), Y2, Y3
+	VANDPS       vec_cSign<>+0(SB), Y3, Y4
+	VORPS        vec_cHalf<>+0(SB), Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VCVTTPS2DQ   Y3, Y3
+	VMULPS       64(AX), Y2, Y4
+	VANDPS       vec_cSign<>+0(SB), Y4, Y5
+	VORPS        vec_cHalf<>+0(SB), Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VCVTTPS2DQ   Y4, Y4
+	VMULPS       96(AX), Y2, Y5
+	VANDPS       vec_cSign<>+0(SB), Y5, Y2
+	VORPS        vec_cHalf<>+0(SB), Y2, Y2
+	VADDPS       Y2, Y5, Y5
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       Y3, Y1, Y2
+	VPADDD       Y5, Y4, Y6
+	VPADDD       Y6, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X6
+	VPADDD       X6, X2, X2
+	VPSHUFD      $0x4e, X2, X6
+	VPADDD       X6, X2, X2
+	VPSHUFD      $0xb1, X2, X6
+	VPADDD       X6, X2, X2
+	VCVTDQ2PS    X2, X2
+	VMULSS       X0, X2, X2
+	VCVTPS2PH    $0x00, X2, X2
+	VPEXTRW      $0x00, X2, 2(CX)
+	VPACKSSDW    Y3, Y1, Y1
+	VPACKSSDW    Y5, Y4, Y4
+	VPACKSSWB    Y4, Y1, Y1
+	VMOVDQU      vec_cPackDw<>+0(SB), Y0
+	VPERMD       Y1, Y0, Y1
+	VMOVDQU      Y1, 4(CX)
+	JMP          next
+
+nonfinite:
+	MOVL    $0x7e007e00, (CX)
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU Y0, 4(CX)
+
+next:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000024, CX
+	DECQ DX
+	JNZ  block
+
+done:
+	VZEROUPPER
+	RET
+
 // func dotQ4_1AVX2(w *byte, x *byte, nb int) float32
 // Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
 TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28

@@ -308,7 +308,7 @@ func newAsmImpl(name string, g geometry) *impl {
 		matMulBF16: bf16.matMul,
 		quantQ8_0:  quantQ8_0Asm,
 		quantQ8_K:  quantQ8_KAsm,
-		quantQ8_1:  quantQ8_1Go,
+		quantQ8_1:  quantQ8_1Asm,
 		expSum:     expSumAsm,
 		axpy4:      axpy4Asm,
 		axpy4F16:   axpy4F16Asm,

@@ -59,6 +59,8 @@ func genLegacyKernels(s isa) {
 	tile := legacyTile
 	if s.evex {
 		tile = legacyTileZ
+	} else {
+		quantQ81()
 	}
 	for _, k := range legacyKinds {
 		tile(s, k, 1, 1, true)
@@ -452,4 +454,80 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 
 	Label("done")
 	finish(s, acc, ret)
+}
+
+// quantQ81 is quantQ80 for Q8_1 blocks: the same d and values (at offset
+// 4), and s = d·Σq rounded to binary16 at offset 2.
+func quantQ81() {
+	TEXT("quantQ8_1AVX2", NOSPLIT, "func(x *float32, y *byte, nb int)")
+	Pragma("noescape")
+	Doc(
+		"quantQ8_1AVX2 quantizes nb blocks of 32 float32 values at x into Q8_1",
+		"blocks (36 bytes) at y, as ggml's quantize_row_q8_1 reference does:",
+		"",
+		"\tfor b := 0; b < nb; b++ {",
+		"\t\tamax := max |x[32b+j]|",
+		"\t\td := amax / 127",
+		"\t\tid := 0 if d == 0, else 1 / d",
+		"\t\tq[j] := int8(roundHalfAway(x[32b+j] * id)) for j < 32",
+		"\t\ty[36b:] = f16(d), f16(float32(Σq) * d), then q",
+		"\t}",
+		"",
+		"A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d",
+		"and s, and zero values.",
+	)
+	quantBlocks(4, 36, func(x, y Register, amax VecVirtual) {
+		d := XMM()
+		VDIVSS(c127f, amax, d)
+		one := XMM()
+		VMOVSS(cOnef, one)
+		id := XMM()
+		VDIVSS(d, one, id)
+		z := XMM()
+		VXORPS(z, z, z)
+		nz := XMM()
+		VCMPSS(U8(4), z, d, nz) // d != 0
+		VANDPS(nz, id, id)
+		h := XMM()
+		VCVTPS2PH(U8(0), d, h)
+		VPEXTRW(U8(0), h, Mem{Base: y})
+		vid := YMM()
+		VBROADCASTSS(id, vid)
+		var q [4]VecVirtual
+		for i := range q {
+			q[i] = YMM()
+			VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
+			c := YMM()
+			VANDPS(cSign, q[i], c)
+			VORPS(cHalf, c, c)
+			VADDPS(c, q[i], q[i])
+			VCVTTPS2DQ(q[i], q[i])
+		}
+		// Σq before the packing overwrites q.
+		sum := YMM()
+		VPADDD(q[1], q[0], sum)
+		t := YMM()
+		VPADDD(q[3], q[2], t)
+		VPADDD(t, sum, sum)
+		hi := XMM()
+		VEXTRACTI128(U8(1), sum, hi)
+		sx := sum.AsX()
+		VPADDD(hi, sx, sx)
+		VPSHUFD(U8(0x4e), sx, hi)
+		VPADDD(hi, sx, sx)
+		VPSHUFD(U8(0xb1), sx, hi)
+		VPADDD(hi, sx, sx)
+		VCVTDQ2PS(sx, sx)
+		VMULSS(d, sx, sx)
+		VCVTPS2PH(U8(0), sx, h)
+		VPEXTRW(U8(0), h, Mem{Base: y, Disp: 2})
+		packStore(q, Mem{Base: y, Disp: 4})
+		JMP(LabelRef("next"))
+
+		Label("nonfinite")
+		MOVL(U32(0x7e007e00), Mem{Base: y})
+		zy := YMM()
+		VPXOR(zy, zy, zy)
+		VMOVDQU(zy, Mem{Base: y, Disp: 4})
+	})
 }
