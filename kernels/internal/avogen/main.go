@@ -14,7 +14,8 @@
 // use VEX encodings and vector registers 0–15 only, so they run on any
 // x86-64-v3 CPU. "AVX512" kernels (AVX-512 F/BW/VL/DQ/VNNI) use EVEX
 // encodings, 32 registers and vpdpbusd; they exist for the float types and
-// for Q8_0/Q4_0, where they measured faster. The K-quants, the activation
+// for the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; see
+// legacy.go for the last four), where they measured faster. The K-quants, the activation
 // quantizers and the softmax exponential are AVX2 code used by both.
 package main
 
