@@ -113,8 +113,8 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 // nearest even; the block types follow ggml's reference quantizers
 // (quantize_row_*_ref): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 reproduce them bit
 // for bit, IQ4_NL reproduces quantize_iq4_nl without an importance matrix
-// (what llama-quantize writes) bit for bit, and Q4_K
-// and Q6_K run the same scale searches in the same float32 arithmetic (they
+// (what llama-quantize writes) bit for bit, and Q4_K and Q6_K run the same
+// scale searches in the same float32 arithmetic (they
 // matched ggml byte for byte on the test data, though only a valid encoding
 // of comparable error is promised). The block types need finite input: a
 // NaN or infinity in src is reported as an error rather than encoded as
