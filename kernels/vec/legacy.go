@@ -144,8 +144,8 @@ func quantQ8_1Go(x []float32, dst []byte) {
 
 // legacyLevels decodes the 32 integer levels of one weight block of type q
 // (Q5_0 offset by −16, IQ4_NL mapped to its grid), in value order, and
-// returns the offsets of its scale d and offset m (−1 if none).
-func legacyLevels(q qtype, wb []byte, lv *[32]int32) (dOff, mOff int) {
+// returns the byte offset of its offset m (−1 if none; d is at 0).
+func legacyLevels(q qtype, wb []byte, lv *[32]int32) (mOff int) {
 	var qs []byte
 	var qh uint32
 	mOff = -1
@@ -173,7 +173,7 @@ func legacyLevels(q qtype, wb []byte, lv *[32]int32) (dOff, mOff int) {
 			lv[j] = int32(iq4nlValues[lv[j]])
 		}
 	}
-	return 0, mOff
+	return mOff
 }
 
 var iq4nlValues = quant.IQ4NLValues()
@@ -193,7 +193,7 @@ func dotLegacyGo(q qtype) func(w, xq []byte, nb int) float32 {
 			wb := w[wbytes*b : wbytes*(b+1)]
 			xb := xq[xbytes*b : xbytes*(b+1)]
 			var lv [32]int32
-			_, mOff := legacyLevels(q, wb, &lv)
+			mOff := legacyLevels(q, wb, &lv)
 			y := (*[32]byte)(xb[xbytes-32:])
 			var s0, s1 int32
 			for j := range 16 {
