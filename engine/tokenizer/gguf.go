@@ -26,6 +26,7 @@ const (
 	keyAddEOS         = "tokenizer.ggml.add_eos_token"
 	keyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
 	keyChatTemplate   = "tokenizer.chat_template"
+	keyName           = "general.name"
 )
 
 // FromGGUF builds a Tokenizer from f's tokenizer metadata (VocabFromGGUF,
@@ -141,6 +142,9 @@ func VocabFromGGUF(f *gguf.File) (Vocab, error) {
 	}
 
 	if v.ChatTemplate, err = ggufString(f, keyChatTemplate, false); err != nil {
+		return Vocab{}, err
+	}
+	if v.Name, err = ggufString(f, keyName, false); err != nil {
 		return Vocab{}, err
 	}
 	return v, nil

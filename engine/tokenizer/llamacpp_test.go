@@ -163,6 +163,9 @@ func TestLlamaCppVocabs(t *testing.T) {
 				checkLlamaCppCases(t, tok, readLlamaCppCases(t, name+".gguf.inp", name+".gguf.out"))
 			}
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", name+".gguf.extra.out"))
+			// Chat markup with parse_special on: control tokens are
+			// recognised, and Phi-3's strip the white space after them.
+			checkLlamaCppCasesWith(t, tok, readLlamaCppCases(t, "special.inp", name+".gguf.special.out"), EncodeOptions{ParseSpecial: true})
 		})
 	}
 	for name := range llamaCppVocabs {
@@ -176,9 +179,15 @@ func TestLlamaCppVocabs(t *testing.T) {
 // off, as llama.cpp's test does, and reports each mismatch.
 func checkLlamaCppCases(t *testing.T, tok *Tokenizer, cases []llamaCppCase) {
 	t.Helper()
+	checkLlamaCppCasesWith(t, tok, cases, EncodeOptions{})
+}
+
+// checkLlamaCppCasesWith is checkLlamaCppCases with other options.
+func checkLlamaCppCasesWith(t *testing.T, tok *Tokenizer, cases []llamaCppCase, opts EncodeOptions) {
+	t.Helper()
 	failed := 0
 	for i, c := range cases {
-		got := tok.Encode(c.text, EncodeOptions{})
+		got := tok.Encode(c.text, opts)
 		if !slices.Equal(got, c.want) {
 			failed++
 			t.Errorf("case %d %q:\n got %v\nwant %v", i, c.text, got, c.want)

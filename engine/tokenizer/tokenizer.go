@@ -29,6 +29,10 @@ type Tokenizer struct {
 	// specials are the control, user-defined and unknown tokens, longest
 	// text first: the order in which their text is looked for in the input.
 	specials []int32
+	// lstrip and rstrip mark specials that, when recognised in the input,
+	// swallow the ASCII white space before / after them (llama.cpp's
+	// LLAMA_TOKEN_ATTR_LSTRIP / _RSTRIP, which it sets by model name).
+	lstrip, rstrip map[int32]bool
 	// specialStart marks the first bytes of the specials' texts, so that
 	// text that cannot contain one skips the search.
 	specialStart [256]bool
@@ -131,6 +135,7 @@ func New(v Vocab) (*Tokenizer, error) {
 	slices.SortStableFunc(t.specials, func(a, b int32) int {
 		return len(t.tokens[b]) - len(t.tokens[a])
 	})
+	t.setStripAttrs(v)
 
 	const hex = "0123456789ABCDEF"
 	for b := range 256 {
@@ -169,6 +174,30 @@ func New(v Vocab) (*Tokenizer, error) {
 		t.pieces[id] = t.renderPiece(int32(id))
 	}
 	return t, nil
+}
+
+// setStripAttrs gives tokens the strip attributes llama.cpp gives them by
+// model name: for a model whose general.name contains "phi-3" or "phi3",
+// every special token and "</s>" strip to their right, except <unk>, <s>
+// and <|endoftext|>. (llama.cpp also gives jina-v2-de/-es/-code's <mask>
+// lstrip; those pre-tokenizers are refused, so lstrip stays unused.)
+func (t *Tokenizer) setStripAttrs(v Vocab) {
+	t.lstrip, t.rstrip = map[int32]bool{}, map[int32]bool{}
+	name := strings.ToLower(v.Name)
+	switch {
+	case strings.Contains(name, "phi-3") || strings.Contains(name, "phi3"):
+		for _, id := range t.specials {
+			t.rstrip[id] = true
+		}
+		if id, ok := t.toID["</s>"]; ok {
+			t.rstrip[id] = true
+		}
+		for _, s := range []string{"<unk>", "<s>", "<|endoftext|>"} {
+			if id, ok := t.toID[s]; ok {
+				delete(t.rstrip, id)
+			}
+		}
+	}
 }
 
 // findEOG builds the end-of-generation set from EOS, EOT, EOM, extra and the
@@ -286,11 +315,18 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 				if k < 0 {
 					break
 				}
-				if k > 0 {
-					next = append(next, fragment{text: rest[:k], id: NoToken})
+				left := rest[:k]
+				if t.lstrip[id] {
+					left = strings.TrimRight(left, asciiSpace)
+				}
+				if left != "" {
+					next = append(next, fragment{text: left, id: NoToken})
 				}
 				next = append(next, fragment{id: id})
 				rest = rest[k+len(tok):]
+				if t.rstrip[id] {
+					rest = strings.TrimLeft(rest, asciiSpace)
+				}
 			}
 			if rest != "" {
 				next = append(next, fragment{text: rest, id: NoToken})
@@ -302,6 +338,9 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 	}
 	return frags
 }
+
+// asciiSpace is what C's isspace accepts, which llama.cpp strips with.
+const asciiSpace = " \t\n\v\f\r"
 
 func (t *Tokenizer) mayHoldSpecial(text string) bool {
 	for i := 0; i < len(text); i++ {

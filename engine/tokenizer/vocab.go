@@ -87,6 +87,11 @@ type Vocab struct {
 
 	// ChatTemplate is tokenizer.chat_template, kept verbatim.
 	ChatTemplate string
+
+	// Name is general.name. As llama.cpp does, New gives the special tokens
+	// of a model named like Phi-3 the "rstrip" attribute (white space after
+	// them in the input is dropped when they are recognised).
+	Name string
 }
 
 // DefaultVocab returns a Vocab with no tokens and the special ids and flags
