@@ -29,11 +29,12 @@ const (
 	iq4XSBytes = 136 // f16 d, u16 scales_h, scales_l[4], qs[128]
 )
 
-// Constants of these kernels, emitted once (the first ISA's pass).
+// Constants of these kernels, emitted once (the first ISA's pass). They
+// also use legacy.go's c10 (bytes 0x10) and cIQ4 (the 16 IQ4 levels as
+// int8, in every 128-bit lane), which hold the same bytes.
 var (
-	c03, c04, c10      Mem // bytes 0x03, 0x04, 0x10
+	c03, c04           Mem // bytes 0x03, 0x04
 	c32w               Mem // int16 32
-	cIQ4               Mem // the 16 IQ4 levels as int8, in both 128-bit lanes
 	cSh4, cSh2         Mem // dword shifts 0, 4, …, 28 and 0, 2, …, 14
 	cD0F, cD30, cD32   Mem // dwords 0x0f, 0x30, 32
 	cPair              Mem // four vpshufb controls, 32 bytes each (see twoBitBlock)
@@ -45,12 +46,10 @@ func kq2Constants() {
 		return
 	}
 	kq2ConstantsIssued = true
+	genLegacyConstants()
 	c03 = bytesConst("vec_c03", 32, func(int) byte { return 3 })
 	c04 = bytesConst("vec_c04", 32, func(int) byte { return 4 })
-	c10 = bytesConst("vec_c10", 32, func(int) byte { return 0x10 })
 	c32w = bytesConst("vec_c32w", 32, func(i int) byte { return byte(32 * (1 - i%2)) })
-	levels := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-	cIQ4 = bytesConst("vec_cIQ4", 32, func(i int) byte { return byte(levels[i%16]) })
 	sh4, sh2 := make([]uint32, 8), make([]uint32, 8)
 	for i := range sh4 {
 		sh4[i], sh2[i] = uint32(4*i), uint32(2*i)
