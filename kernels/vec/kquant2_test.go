@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // exactKQ2 adds one block of a Q2_K, Q3_K, Q5_K or IQ4_XS row (wb, from
@@ -199,4 +201,24 @@ func TestKQuant2DotMatchesGGML(t *testing.T) {
 			check("row", w, xq, nb, want[nb])
 		}
 	})
+}
+
+// TestActivationTypeEveryQType checks that [ActivationType] knows every
+// quantized weight type the package has kernels for, and names the
+// activation block that the kernels read (its size is qinfo's xBytes): the
+// engine quantizes activations by it, so a type it misses would be fed the
+// wrong blocks.
+func TestActivationTypeEveryQType(t *testing.T) {
+	for q := range numQ {
+		qi := &qinfo[q]
+		act, ok := ActivationType(qtypeOf[q])
+		if !ok {
+			t.Errorf("ActivationType(%s) not ok", qi.name)
+			continue
+		}
+		if n, err := quant.RowBytes(act, uint64(qi.values)); err != nil || n != uint64(qi.xBytes) {
+			t.Errorf("ActivationType(%s) = %s: %d bytes per %d values (%v), the kernels read %d",
+				qi.name, act, n, qi.values, err, qi.xBytes)
+		}
+	}
 }
