@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -503,4 +504,24 @@ func rewriteKVs(t testing.TB, f *gguf.File, kv kvEdit, tensor func(gguf.TensorIn
 	}
 	t.Cleanup(func() { g.Close() })
 	return g
+}
+
+// TestHugeBlockCount: a block_count far beyond the tensors the file holds
+// is refused before anything is sized by it (FuzzLoad found a 16-bit
+// block_count stalling Load on 200 MB of per-layer tables; 2^24 would
+// have asked for 50 GB).
+func TestHugeBlockCount(t *testing.T) {
+	f := writeModel(t, archSpecs()["llama"])
+	g := rewriteKVs(t, f, setKVs(map[string]any{"llama.block_count": uint32(200000)}), nil)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Load(g, Options{Threads: 1})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), "block_count 200000, but the file holds only") {
+		t.Errorf("Load = %v, want ErrInvalidInput naming block_count 200000", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+		t.Errorf("Load allocated %d MB before refusing", n>>20)
+	}
 }

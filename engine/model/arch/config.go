@@ -182,6 +182,12 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 	if m.Err != nil {
 		return Config{}, m.Err
 	}
+	// Every architecture has tensors in every block: a block count beyond
+	// the file's tensors is wrong, and refused before anything is sized
+	// by it.
+	if c.Layers > len(f.Tensors) {
+		return Config{}, fmt.Errorf("model: %s.block_count %d, but the file holds only %d tensors: %w", arch, c.Layers, len(f.Tensors), engine.ErrInvalidInput)
+	}
 	c.KVHeads = m.Count("attention.head_count_kv", c.Heads)
 	if !m.Has("attention.key_length") && c.Dim%c.Heads != 0 {
 		return Config{}, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d and %s.attention.key_length is absent: %w", c.Dim, c.Heads, arch, engine.ErrInvalidInput)
