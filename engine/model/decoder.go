@@ -134,7 +134,7 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		kernels.RopeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.g[arch.RopeFreqs].v)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.g[arch.RopeFreqs].v)
 	}
 
 	// The first error of the backend stops the pass; operations after it
