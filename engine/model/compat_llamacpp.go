@@ -62,6 +62,9 @@ func newLlamaCpp(f *gguf.File, m *decoder) (*llamaCpp, error) {
 		return nil, fmt.Errorf("model: numerics %s supports the normal (adjacent-pair) RoPE layout only: %w",
 			NumericsLlamaCpp, engine.ErrUnsupported)
 	}
+	if c.RopeYarn || (c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1) {
+		return nil, fmt.Errorf("model: numerics %s does not emulate YaRN or a RoPE attention factor: %w", NumericsLlamaCpp, engine.ErrUnsupported)
+	}
 	cm := &llamaCpp{
 		w:          m,
 		tokEmbd:    decodeMatrix(&m.g[arch.TokEmbd].m),

@@ -37,6 +37,23 @@ type Config struct {
 	RopeScale  float32
 	RopeDim    int // leading dimensions of each head that RoPE rotates
 	RopeLayout kernels.RopeLayout
+	// RopeOrigContext is the context the model was trained on before its
+	// RoPE was scaled ({arch}.rope.scaling.original_context_length;
+	// TrainContextLength when absent). YaRN's correction dimensions depend
+	// on it, and phi3's longrope picks its long factors when the context
+	// window in use exceeds it (see LongRope).
+	RopeOrigContext int
+	// RopeAttnFactor multiplies RoPE's cos and sin, so every attention
+	// score by its square ({arch}.rope.scaling.attn_factor, which llama.cpp
+	// reads for every architecture; 1 when absent). Phi-3's 128k files set
+	// it to √(1 + ln(context/original)/ln(original)).
+	RopeAttnFactor float32
+	// RopeYarn is rope.scaling.type "yarn": each pair's angle blends the
+	// scaled (interpolated) and unscaled (extrapolated) angle by YaRN's ramp
+	// between its correction dimensions (beta_fast 32, beta_slow 1, as
+	// llama.cpp c392e50 defaults them), and cos and sin are further
+	// multiplied by 1 + 0.1·ln(1/RopeScale).
+	RopeYarn bool
 	// TiedOutput means the output head reuses the token embedding matrix.
 	TiedOutput bool
 
@@ -93,14 +110,18 @@ func (c Config) Extended() []string {
 	if c.FinalSoftCap != 0 {
 		need = append(need, "final logit soft-cap")
 	}
-	if c.SlidingWindow != 0 {
-		need = append(need, "sliding-window attention")
-	}
 	if c.RopeBaseLocal != 0 {
 		need = append(need, "per-layer rope base")
 	}
 	return need
 }
+
+// LongRope reports whether the context window in use exceeds the
+// original one, which makes phi3's longrope use rope_factors_long instead
+// of rope_factors_short: llama.cpp c392e50 (build_rope_factors) decides by
+// its context size per sequence, n_ctx/n_seq_max, which Baton's per-
+// sequence ContextLength is.
+func (c Config) LongRope() bool { return c.ContextLength > c.RopeOrigContext }
 
 // Meta reads {arch}.* hyper-parameters, remembering the first error.
 type Meta struct {
@@ -193,6 +214,8 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 	c.RopeBase = m.Float("rope.freq_base", 10000)
 	c.RopeDim = m.Count("rope.dimension_count", c.HeadDim)
 	c.ContextLength = c.TrainContextLength
+	c.RopeOrigContext = m.Count("rope.scaling.original_context_length", c.TrainContextLength)
+	c.RopeAttnFactor = m.Float("rope.scaling.attn_factor", 1)
 	if m.Err != nil {
 		return Config{}, m.Err
 	}
@@ -240,20 +263,28 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 }
 
 // readRopeScaling applies {arch}.rope.scaling.* (or the older
-// rope.scale_linear): linear scaling divides positions by the factor.
-// llama.cpp c392e50 also applies YaRN (rope.scaling.type "yarn") to every
-// architecture that calls its RoPE with the scaling parameters, the llama
-// one included; Baton does not implement it yet, and says so.
+// rope.scale_linear) as llama.cpp c392e50 does for every architecture:
+// the factor divides positions (freq_scale = 1/factor) for the types
+// "linear" (the default), "longrope" and "yarn"; "yarn" also blends angles
+// and scales cos and sin (Config.RopeYarn); "none" ignores the factor.
+// Other types (llama.cpp asserts on them) are refused. Llama 3.1's "llama3"
+// scaling reaches llama.cpp as rope_freqs.weight, not as a type.
 func readRopeScaling(f *gguf.File, arch string, c *Config) error {
 	typ, hasType := f.String(arch + ".rope.scaling.type")
 	factor, hasFactor := f.Float(arch + ".rope.scaling.factor")
 	if !hasFactor {
 		factor, hasFactor = f.Float(arch + ".rope.scale_linear")
 	}
-	if hasType && typ != "none" && typ != "linear" {
-		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear): %w", arch, typ, engine.ErrUnsupported)
+	switch {
+	case !hasType, typ == "linear", typ == "longrope":
+	case typ == "yarn":
+		c.RopeYarn = true
+	case typ == "none":
+		return nil
+	default:
+		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear, yarn, longrope): %w", arch, typ, engine.ErrUnsupported)
 	}
-	if typ == "none" || !hasFactor || factor == 0 || factor == 1 {
+	if !hasFactor || factor == 0 || factor == 1 {
 		return nil
 	}
 	if !(factor > 0) || math.IsInf(factor, 0) {
@@ -290,8 +321,28 @@ func Keys(a *Arch, c Config) []KV {
 		KV{p + "rope.dimension_count", uint32(c.RopeDim)},
 		KV{p + "vocab_size", uint32(c.Vocab)},
 	)
+	kvs = append(kvs, ropeScalingKeys(p, c)...)
 	if a.Keys != nil {
 		kvs = append(kvs, a.Keys(c)...)
+	}
+	return kvs
+}
+
+// ropeScalingKeys are the rope.scaling.* entries that describe c's RoPE
+// scaling to ReadConfig; none for an unscaled model.
+func ropeScalingKeys(p string, c Config) []KV {
+	var kvs []KV
+	if c.RopeYarn {
+		kvs = append(kvs, KV{p + "rope.scaling.type", "yarn"})
+	}
+	if c.RopeScale != 0 && c.RopeScale != 1 {
+		kvs = append(kvs, KV{p + "rope.scaling.factor", 1 / c.RopeScale})
+	}
+	if c.RopeOrigContext != 0 && c.RopeOrigContext != c.TrainContextLength {
+		kvs = append(kvs, KV{p + "rope.scaling.original_context_length", uint32(c.RopeOrigContext)})
+	}
+	if c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1 {
+		kvs = append(kvs, KV{p + "rope.scaling.attn_factor", c.RopeAttnFactor})
 	}
 	return kvs
 }
