@@ -25,7 +25,7 @@ const llamaCppKVPad = 32
 
 // llamaCpp is a llama model run with NumericsLlamaCpp; see there for what it
 // reproduces. It takes the configuration, norms and biases bound by
-// loadLlama, keeps a float32 copy of the weight matrices (the mode is meant
+// loadDecoder, keeps a float32 copy of the weight matrices (the mode is meant
 // for models small enough that doubling their memory does not matter, and
 // decoding the mapping on every use would dominate its time), and computes
 // on the calling goroutine.
@@ -58,12 +58,12 @@ func newLlamaCpp(f *gguf.File, m *decoder) (*llamaCpp, error) {
 			}
 		}
 	}
+	if c.RopeYarnOrigCtx > 0 || (c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1) {
+		return nil, fmt.Errorf("model: numerics %s does not emulate YaRN or rope attention factors: %w", NumericsLlamaCpp, engine.ErrUnsupported)
+	}
 	if c.RopeLayout != kernels.RopeNormal {
 		return nil, fmt.Errorf("model: numerics %s supports the normal (adjacent-pair) RoPE layout only: %w",
 			NumericsLlamaCpp, engine.ErrUnsupported)
-	}
-	if c.RopeYarn || (c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1) {
-		return nil, fmt.Errorf("model: numerics %s does not emulate YaRN or a RoPE attention factor: %w", NumericsLlamaCpp, engine.ErrUnsupported)
 	}
 	cm := &llamaCpp{
 		w:          m,

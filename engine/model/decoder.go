@@ -137,7 +137,7 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		m.ropeRow(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.factors)
 	}
 
 	// The first error of the backend stops the pass; operations after it

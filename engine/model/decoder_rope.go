@@ -9,14 +9,6 @@ import (
 	"github.com/baton-serving/baton/kernels"
 )
 
-// YaRN's correction range, as llama.cpp c392e50 defaults it
-// (llama_context_default_params: yarn_beta_fast, yarn_beta_slow). They are
-// llama.cpp command-line settings, not file metadata.
-const (
-	yarnBetaFast = 32
-	yarnBetaSlow = 1
-)
-
 // ropeFactors checks the rope frequency factors m bound (Llama 3.1's
 // rope_freqs, phi3's longrope pair) and returns the ones its RoPE divides
 // frequencies by, as llama.cpp's build_rope_factors picks them: rope_freqs
@@ -49,60 +41,6 @@ func ropeTensorName(a *arch.Arch, r arch.Role) string {
 		}
 	}
 	return r.String()
-}
-
-// ropeRow fills one token row's RoPE table for position pos: the angle of
-// pair i is pos·RopeScale·base^(−2i/RopeDim)/factor[i], as ggml's rope
-// computes it with ext_factor 0, and both cos and sin are multiplied by
-// RopeAttnFactor (llama.cpp's attn_factor, 1 for most files). With YaRN
-// (Config.RopeYarn, ext_factor 1) each angle blends the scaled and the
-// unscaled one by YaRN's ramp, and the multiplier grows by
-// 1 + 0.1·ln(1/RopeScale). Without either, it is exactly kernels.RopeTable.
-func (m *decoder) ropeRow(cos, sin []float32, pos int) {
-	c := m.cfg
-	if !c.RopeYarn {
-		kernels.RopeTable(cos, sin, pos, c.RopeBase, c.RopeScale, m.factors)
-		if a := c.RopeAttnFactor; a != 1 && a != 0 {
-			for i := range cos {
-				cos[i] *= a
-				sin[i] *= a
-			}
-		}
-		return
-	}
-	lo, hi := yarnCorrDims(c.RopeDim, c.RopeOrigContext, c.RopeBase)
-	scale := float64(c.RopeScale)
-	mscale := float64(c.RopeAttnFactor)
-	if mscale == 0 {
-		mscale = 1
-	}
-	mscale *= 1 + 0.1*math.Log(1/scale)
-	for i := range cos {
-		extrap := float64(pos) * math.Pow(float64(c.RopeBase), -float64(2*i)/float64(c.RopeDim))
-		if m.factors != nil {
-			extrap /= float64(m.factors[i])
-		}
-		interp := scale * extrap
-		// ggml's rope_yarn_ramp: 1 below the low correction dimension, 0
-		// above the high one, linear between.
-		y := (float64(i) - lo) / math.Max(0.001, hi-lo)
-		mix := 1 - math.Min(1, math.Max(0, y))
-		s, co := math.Sincos(interp*(1-mix) + extrap*mix)
-		cos[i], sin[i] = float32(co*mscale), float32(s*mscale)
-	}
-}
-
-// yarnCorrDims is ggml's ggml_rope_yarn_corr_dims, in its float32
-// arithmetic (the floor and ceil make the rounding matter at the edges):
-// the pair indices between which YaRN moves from extrapolating to
-// interpolating.
-func yarnCorrDims(dims, origCtx int, base float32) (lo, hi float64) {
-	corr := func(rot float32) float32 {
-		return float32(dims) * float32(math.Log(float64(float32(origCtx)/(rot*2*float32(math.Pi))))) / (2 * float32(math.Log(float64(base))))
-	}
-	start := math.Floor(float64(corr(yarnBetaFast)))
-	end := math.Ceil(float64(corr(yarnBetaSlow)))
-	return math.Max(0, start), math.Min(float64(dims-1), end)
 }
 
 // layerWindow is layer li's sliding attention window, 0 for none: every

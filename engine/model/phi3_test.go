@@ -224,38 +224,6 @@ func TestRopeAttnFactor(t *testing.T) {
 	}
 }
 
-// TestYarn: rope.scaling.type yarn on llama and qwen2 (llama.cpp c392e50
-// applies it to both): each pair's angle blends the interpolated and the
-// extrapolated one by YaRN's ramp and cos and sin grow by
-// 1 + 0.1·ln(factor), checked against the reference.
-func TestYarn(t *testing.T) {
-	for _, name := range []string{"llama", "qwen2"} {
-		s := archSpecs()[name]
-		s.YarnFactor, s.RopeOrigContext = 4, 16
-		f := writeModel(t, s)
-		m := load(t, f, Options{Threads: 2})
-		c := m.Config()
-		if !c.RopeYarn || c.RopeScale != 0.25 || c.RopeOrigContext != 16 {
-			t.Fatalf("config %+v", c)
-		}
-		got := run(t, m, phi3Prompt[:3], phi3Prompt[3:6])
-		r := refFor(t, f, m)
-		r.yarn, r.mscale = true, 1+0.1*math.Log(4)
-		// ggml_rope_yarn_corr_dims: n_dims·ln(n_ctx_orig/(β·2π))/(2·ln base),
-		// floor for β_fast = 32, ceil for β_slow = 1, clamped to the dims.
-		corr := func(beta float64) float64 {
-			return float64(c.RopeDim) * math.Log(16/(beta*2*math.Pi)) / (2 * math.Log(float64(c.RopeBase)))
-		}
-		r.yarnLo, r.yarnHi = max(0, math.Floor(corr(32))), min(float64(c.RopeDim-1), math.Ceil(corr(1)))
-		checkRef(t, r, got, 3)
-		// Linear scaling by the same factor is another model.
-		r.yarn = false
-		if e := relLogitErr(r.logits(t, phi3Prompt[:5]), got[2]); e < 1e-3 {
-			t.Errorf("%s: yarn and linear scaling agree to %.3g", name, e)
-		}
-	}
-}
-
 // TestPhi3BadInput: mis-shaped fused tensors, longrope factors of the
 // wrong length or not positive, inconsistent metadata — each a clear
 // error naming it.

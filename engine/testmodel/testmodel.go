@@ -52,6 +52,10 @@ type Spec struct {
 	// embedding.
 	Tied bool
 	Seed uint64
+	// NormEps and RopeBase are the RMSNorm epsilon and RoPE base written
+	// to the metadata; 0 means the package's NormEps and RopeBase.
+	NormEps  float32
+	RopeBase float32
 	// Std is the standard deviation of the random weights; 0 means
 	// WeightStd. Greedy comparisons against another engine need clear
 	// top-2 margins at every step, which 0.02 does not give on tiny
@@ -155,20 +159,31 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 	c := arch.Config{
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
-		NormEps: NormEps, RopeBase: RopeBase, RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
-		RopeOrigContext: s.Context, RopeAttnFactor: 1, SlidingWindow: s.SlidingWindow,
+		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
+		SlidingWindow: s.SlidingWindow,
 	}
+	orig := s.Context
 	if s.RopeOrigContext > 0 {
-		c.RopeOrigContext = s.RopeOrigContext
+		orig = s.RopeOrigContext
 	}
-	if s.LongRope && s.Context > c.RopeOrigContext {
-		orig := float64(c.RopeOrigContext)
-		c.RopeAttnFactor = float32(math.Sqrt(1 + math.Log(float64(s.Context)/orig)/math.Log(orig)))
+	if a.Has(arch.RopeLong) {
+		c.RopeOrigContext = orig // phi3 reads it whether or not the file has factors
+	}
+	if s.LongRope && s.Context > orig {
+		o := float64(orig)
+		c.RopeAttnFactor = float32(math.Sqrt(1 + math.Log(float64(s.Context)/o)/math.Log(o)))
 	}
 	if s.YarnFactor > 0 {
-		c.RopeYarn, c.RopeScale = true, float32(1/s.YarnFactor)
+		c.RopeYarnOrigCtx, c.RopeScale = orig, float32(1/s.YarnFactor)
 	}
 	return c
+}
+
+func or(v, def float32) float32 {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // std is the weights' standard deviation.
@@ -221,6 +236,8 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
+	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
+		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
 	case s.SlidingWindow < 0 || s.SlidingWindow > limit:

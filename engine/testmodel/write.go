@@ -146,8 +146,13 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 	w := gguf.NewWriter()
 	tokens, scores, types := Vocabulary(s.Vocab, s.Seed)
 	name := fmt.Sprintf("baton-testmodel %s %dx%d-%s", a.Name, s.Layers, s.Dim, s.Type)
-	if a.Name == "llama" {
-		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type) // as before architectures
+	// llama files keep the name they had before architectures. phi3's
+	// leaves the architecture out: llama.cpp c392e50 gives Phi-3's special
+	// tokens their attributes when general.name contains "phi3", and fails
+	// to load a vocabulary without Phi-3's "<|endoftext|>", as the
+	// synthetic one is.
+	if a.Name == "llama" || a.Name == "phi3" {
+		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type)
 	}
 	kvs := []arch.KV{
 		{Key: "general.architecture", Value: a.Name},

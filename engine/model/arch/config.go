@@ -37,25 +37,24 @@ type Config struct {
 	RopeScale  float32
 	RopeDim    int // leading dimensions of each head that RoPE rotates
 	RopeLayout kernels.RopeLayout
-	// RopeOrigContext is the context the model was trained on before its
-	// RoPE was scaled ({arch}.rope.scaling.original_context_length;
-	// TrainContextLength when absent). YaRN's correction dimensions depend
-	// on it, and phi3's longrope picks its long factors when the context
-	// window in use exceeds it (see LongRope).
-	RopeOrigContext int
-	// RopeAttnFactor multiplies RoPE's cos and sin, so every attention
-	// score by its square ({arch}.rope.scaling.attn_factor, which llama.cpp
-	// reads for every architecture; 1 when absent). Phi-3's 128k files set
-	// it to √(1 + ln(context/original)/ln(original)).
-	RopeAttnFactor float32
-	// RopeYarn is rope.scaling.type "yarn": each pair's angle blends the
-	// scaled (interpolated) and unscaled (extrapolated) angle by YaRN's ramp
-	// between its correction dimensions (beta_fast 32, beta_slow 1, as
-	// llama.cpp c392e50 defaults them), and cos and sin are further
-	// multiplied by 1 + 0.1·ln(1/RopeScale).
-	RopeYarn bool
 	// TiedOutput means the output head reuses the token embedding matrix.
 	TiedOutput bool
+	// RopeYarnOrigCtx, when > 0, turns on YaRN (rope.scaling.type "yarn"):
+	// the context length the model was trained at
+	// (rope.scaling.original_context_length, else context_length), which
+	// sets the dimensions between which positions go from extrapolated
+	// (fast rotations) to interpolated by RopeScale (slow ones), as
+	// llama.cpp's rope with ext_factor 1, beta_fast 32, beta_slow 1 does.
+	RopeYarnOrigCtx int
+	// RopeAttnFactor multiplies the rotated vectors (rope.scaling.attn_factor,
+	// and under YaRN its magnitude correction 1 + 0.1·ln(1/RopeScale)
+	// besides); 0 means 1.
+	RopeAttnFactor float32
+	// RopeOrigContext is phi3's rope.scaling.original_context_length (its
+	// Configure reads it; TrainContextLength when absent): its longrope
+	// uses rope_factors_long when the context window in use exceeds it
+	// (LongRope). 0 for the other architectures.
+	RopeOrigContext int
 
 	// The fields below are the hooks of operations that need the kernels'
 	// ExtendedOps (contract C1) and per-layer attention settings. An
@@ -121,7 +120,7 @@ func (c Config) Extended() []string {
 // of rope_factors_short: llama.cpp c392e50 (build_rope_factors) decides by
 // its context size per sequence, n_ctx/n_seq_max, which Baton's per-
 // sequence ContextLength is.
-func (c Config) LongRope() bool { return c.ContextLength > c.RopeOrigContext }
+func (c Config) LongRope() bool { return c.RopeOrigContext > 0 && c.ContextLength > c.RopeOrigContext }
 
 // Meta reads {arch}.* hyper-parameters, remembering the first error.
 type Meta struct {
@@ -203,6 +202,12 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 	if m.Err != nil {
 		return Config{}, m.Err
 	}
+	// Every architecture has tensors in every block: a block count beyond
+	// the file's tensors is wrong, and refused before anything is sized
+	// by it.
+	if c.Layers > len(f.Tensors) {
+		return Config{}, fmt.Errorf("model: %s.block_count %d, but the file holds only %d tensors: %w", arch, c.Layers, len(f.Tensors), engine.ErrInvalidInput)
+	}
 	c.KVHeads = m.Count("attention.head_count_kv", c.Heads)
 	if !m.Has("attention.key_length") && c.Dim%c.Heads != 0 {
 		return Config{}, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d and %s.attention.key_length is absent: %w", c.Dim, c.Heads, arch, engine.ErrInvalidInput)
@@ -214,8 +219,6 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 	c.RopeBase = m.Float("rope.freq_base", 10000)
 	c.RopeDim = m.Count("rope.dimension_count", c.HeadDim)
 	c.ContextLength = c.TrainContextLength
-	c.RopeOrigContext = m.Count("rope.scaling.original_context_length", c.TrainContextLength)
-	c.RopeAttnFactor = m.Float("rope.scaling.attn_factor", 1)
 	if m.Err != nil {
 		return Config{}, m.Err
 	}
@@ -263,34 +266,52 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 }
 
 // readRopeScaling applies {arch}.rope.scaling.* (or the older
-// rope.scale_linear) as llama.cpp c392e50 does for every architecture:
-// the factor divides positions (freq_scale = 1/factor) for the types
-// "linear" (the default), "longrope" and "yarn"; "yarn" also blends angles
-// and scales cos and sin (Config.RopeYarn); "none" ignores the factor.
-// Other types (llama.cpp asserts on them) are refused. Llama 3.1's "llama3"
-// scaling reaches llama.cpp as rope_freqs.weight, not as a type.
+// rope.scale_linear), as llama.cpp c392e50 does for every architecture
+// whose graph passes its scaling parameters to RoPE (llama, qwen2, qwen3
+// among them): linear scaling divides positions by the factor; YaRN (type
+// "yarn") does so in the slow dimensions only and corrects the magnitude
+// (see Config.RopeYarnOrigCtx); rope.scaling.attn_factor multiplies the
+// rotation. "longrope" is linear here (phi3's factors are tensors);
+// other types are refused.
 func readRopeScaling(f *gguf.File, arch string, c *Config) error {
 	typ, hasType := f.String(arch + ".rope.scaling.type")
 	factor, hasFactor := f.Float(arch + ".rope.scaling.factor")
 	if !hasFactor {
 		factor, hasFactor = f.Float(arch + ".rope.scale_linear")
 	}
-	switch {
-	case !hasType, typ == "linear", typ == "longrope":
-	case typ == "yarn":
-		c.RopeYarn = true
-	case typ == "none":
-		return nil
-	default:
+	// "longrope" scales like "linear" in llama.cpp c392e50 (ext_factor 0);
+	// phi3's factor tensors and attn_factor do the rest.
+	if hasType && typ != "none" && typ != "linear" && typ != "yarn" && typ != "longrope" {
 		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear, yarn, longrope): %w", arch, typ, engine.ErrUnsupported)
 	}
-	if !hasFactor || factor == 0 || factor == 1 {
+	if v, ok := f.Get(arch + ".rope.scaling.attn_factor"); ok {
+		af, ok := f.Float(arch + ".rope.scaling.attn_factor")
+		if !ok || !(af > 0) || math.IsInf(af, 0) || af > 1e6 {
+			return fmt.Errorf("model: %s.rope.scaling.attn_factor = %v, want a finite number > 0: %w", arch, v, engine.ErrInvalidInput)
+		}
+		if af != 1 {
+			c.RopeAttnFactor = float32(af)
+		}
+	}
+	if typ == "none" {
 		return nil
 	}
-	if !(factor > 0) || math.IsInf(factor, 0) {
-		return fmt.Errorf("model: rope scaling factor %v, want a finite number > 0: %w", factor, engine.ErrInvalidInput)
+	if hasFactor && factor != 0 && factor != 1 {
+		if !(factor > 0) || math.IsInf(factor, 0) || factor > 1e6 {
+			return fmt.Errorf("model: rope scaling factor %v, want a finite number > 0: %w", factor, engine.ErrInvalidInput)
+		}
+		c.RopeScale = float32(1 / factor)
 	}
-	c.RopeScale = float32(1 / factor)
+	if typ == "yarn" {
+		c.RopeYarnOrigCtx = c.TrainContextLength
+		if v, ok := f.Get(arch + ".rope.scaling.original_context_length"); ok {
+			n, ok := f.Uint(arch + ".rope.scaling.original_context_length")
+			if !ok || n == 0 || n > MaxDim {
+				return fmt.Errorf("model: %s.rope.scaling.original_context_length = %v, want [1, %d]: %w", arch, v, MaxDim, engine.ErrInvalidInput)
+			}
+			c.RopeYarnOrigCtx = int(n)
+		}
+	}
 	return nil
 }
 
@@ -332,14 +353,16 @@ func Keys(a *Arch, c Config) []KV {
 // scaling to ReadConfig; none for an unscaled model.
 func ropeScalingKeys(p string, c Config) []KV {
 	var kvs []KV
-	if c.RopeYarn {
+	orig := c.RopeOrigContext
+	if c.RopeYarnOrigCtx > 0 {
 		kvs = append(kvs, KV{p + "rope.scaling.type", "yarn"})
+		orig = c.RopeYarnOrigCtx
 	}
 	if c.RopeScale != 0 && c.RopeScale != 1 {
 		kvs = append(kvs, KV{p + "rope.scaling.factor", 1 / c.RopeScale})
 	}
-	if c.RopeOrigContext != 0 && c.RopeOrigContext != c.TrainContextLength {
-		kvs = append(kvs, KV{p + "rope.scaling.original_context_length", uint32(c.RopeOrigContext)})
+	if orig != 0 && orig != c.TrainContextLength {
+		kvs = append(kvs, KV{p + "rope.scaling.original_context_length", uint32(orig)})
 	}
 	if c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1 {
 		kvs = append(kvs, KV{p + "rope.scaling.attn_factor", c.RopeAttnFactor})

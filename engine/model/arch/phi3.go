@@ -52,7 +52,8 @@ func headPairs(c Config) int { return c.HeadDim / 2 }
 // init returns t with its writer fill set to i.
 func (t Tensor) init(i Init) Tensor { t.Init = i; return t }
 
-// configurePhi3 checks the head width and reads the sliding window as
+// configurePhi3 checks the head width, reads the original context of
+// longrope (Config.RopeOrigContext) and the sliding window as
 // llama.cpp c392e50 does: attention.sliding_window when present (0: no
 // window), else 2047 for the 32- and 40-layer 4k models, 262144 for the
 // 32-layer 128k mini, 131072 for the 40-layer 128k medium; a file without
@@ -63,6 +64,10 @@ func configurePhi3(m *Meta, c *Config) error {
 	if c.HeadDim*c.Heads != c.Dim {
 		return fmt.Errorf("model: phi3 needs head_count × key_length = embedding_length (its attention output is embedding_length square), got %d × %d ≠ %d: %w",
 			c.Heads, c.HeadDim, c.Dim, engine.ErrInvalidInput)
+	}
+	c.RopeOrigContext = m.Count("rope.scaling.original_context_length", c.TrainContextLength)
+	if m.Err != nil {
+		return m.Err
 	}
 	key := "phi3.attention.sliding_window"
 	if _, ok := m.F.Get(key); ok {
