@@ -275,10 +275,6 @@ func TestPhi3BadInput(t *testing.T) {
 		{"attn factor", setKVs(map[string]any{"phi3.rope.scaling.attn_factor": float32(-1)}), nil, engine.ErrInvalidInput, "phi3.rope.scaling.attn_factor = -1, want a finite number > 0"},
 		{"orig context", setKVs(map[string]any{"phi3.rope.scaling.original_context_length": uint32(0)}), nil, engine.ErrInvalidInput, "phi3.rope.scaling.original_context_length = 0"},
 		{"scaling type", setKVs(map[string]any{"phi3.rope.scaling.type": "su"}), nil, engine.ErrUnsupported, `phi3.rope.scaling.type "su" is not supported (supported: none, linear, yarn, longrope)`},
-		{"no output", nil, func(info gguf.TensorInfo, data []byte) (gguf.TensorInfo, []byte, bool) {
-			return info, data, info.Name != "output.weight"
-		},
-			engine.ErrInvalidInput, "tensor output.weight is missing"},
 	}
 	f := writeModel(t, s)
 	for _, tc := range tests {

@@ -12,8 +12,9 @@ import (
 // blocks with the query, key and value projections fused into one
 // attn_qkv matrix (rows: queries, keys, values) and the gate and up
 // projections fused into ffn_up (rows: gate, then up; silu(gate)·up),
-// NeoX RoPE, no biases, and an output head of its own (llama.cpp requires
-// output.weight). The 128k variants carry longrope factors:
+// NeoX RoPE, no biases. llama.cpp c392e50 requires output.weight; Baton
+// ties a file without it to the embedding, as newer llama.cpp does for
+// Phi-4-mini. The 128k variants carry longrope factors:
 // rope_factors_long.weight and rope_factors_short.weight divide each
 // pair's frequency, the long ones when the context window in use exceeds
 // rope.scaling.original_context_length (Config.LongRope), and
@@ -26,7 +27,7 @@ func phi3() *Arch {
 		Tensors: []Tensor{
 			Mat("token_embd.weight", TokEmbd, Vocab, Dim),
 			Norm("output_norm.weight", OutputNorm, Dim),
-			Mat("output.weight", Output, Vocab, Dim),
+			Mat("output.weight", Output, Vocab, Dim).Opt(),
 			Vec("rope_factors_long.weight", RopeLong, headPairs).Opt().init(Factors),
 			Vec("rope_factors_short.weight", RopeShort, headPairs).Opt().init(Factors),
 			Norm("blk.%d.attn_norm.weight", AttnNorm, Dim),
