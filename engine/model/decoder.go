@@ -25,6 +25,9 @@ type decoder struct {
 	g      weights   // the global roles
 	layers []weights // each block's roles
 
+	factors []float32           // the rope frequency factors in use (ropeFactors), or nil
+	ext     kernels.ExtendedOps // be's extended operations, where a layer needs them (sliding windows)
+
 	be    kernels.Backend // every operation of the forward pass runs here
 	ownBE bool            // be was made by Load: Close closes it
 
@@ -134,7 +137,7 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.g[arch.RopeFreqs].v)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.factors)
 	}
 
 	// The first error of the backend stops the pass; operations after it
@@ -204,7 +207,11 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 			m.queries(do, l, q)
 		}
 		do(be.Rope(q, cos, sin, na, c.HeadDim, c.RopeLayout))
-		do(be.Attention(att, q, kv, li, attnRows))
+		if w := layerWindow(c, li); w > 0 {
+			do(m.ext.AttentionWith(att, q, kv, li, attnRows, kernels.AttnOptions{Window: w}))
+		} else {
+			do(be.Attention(att, q, kv, li, attnRows))
+		}
 		do(be.MatMul(xb, l[arch.Wo].m.mat, att))
 		m.bias(do, xb, l[arch.Bo].buf)
 		m.norm(do, xb, l[arch.PostAttnNorm].buf)

@@ -57,15 +57,9 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 		m.g[arch.Output].m = m.g[arch.TokEmbd].m
 		m.cfg.TiedOutput = true
 	}
-	for i, ff := range m.g[arch.RopeFreqs].v {
-		if !(ff > 0) {
-			return nil, fmt.Errorf("model: rope_freqs.weight[%d] = %v, want > 0: %w", i, ff, engine.ErrInvalidInput)
-		}
-	}
-	if m.g[arch.RopeLong].bound() || m.g[arch.RopeShort].bound() {
-		// Hook: longrope factors (phi3) are chosen by context length and
-		// scale the attention; not implemented yet.
-		return nil, fmt.Errorf("model: %s: longrope rope factors are not supported yet: %w", a.Name, engine.ErrUnsupported)
+	var err error
+	if m.factors, err = m.ropeFactors(); err != nil { // decoder_rope.go
+		return nil, err
 	}
 	m.fp = Fingerprint(f, m.cfg)
 	if opts.Numerics != NumericsDefault {
@@ -74,6 +68,12 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 	m.be = opts.Backend
 	if m.be == nil {
 		m.be, m.ownBE = kernels.NewCPU(opts.Threads), true
+	}
+	if err := m.windowOps(); err != nil {
+		if m.ownBE {
+			err = errors.Join(err, m.be.Close())
+		}
+		return nil, err
 	}
 	if err := m.upload(); err != nil {
 		return nil, errors.Join(err, m.release())
