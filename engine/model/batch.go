@@ -5,8 +5,6 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/kvcache"
-	"github.com/baton-serving/baton/kernels"
-	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // Chunk is one sequence's part of a batched step over a paged KV cache:
@@ -37,14 +35,8 @@ type Chunk struct {
 	RowLogits func(i int, logits []float32)
 }
 
-// KVLayout returns the layout of paged KV cache pages for this
-// configuration: pageSize positions of dtype (F32 or F16) per page.
-func (c Config) KVLayout(pageSize int, dtype quant.Type) kernels.KVLayout {
-	return kernels.KVLayout{Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, PageSize: pageSize, DType: dtype}
-}
-
 // ForwardBatch implements Model.
-func (m *llama) ForwardBatch(kv *kvcache.Pool, batch []Chunk) error {
+func (m *decoder) ForwardBatch(kv *kvcache.Pool, batch []Chunk) error {
 	c := m.cfg
 	if kv == nil {
 		return fmt.Errorf("model: nil KV cache pool: %w", engine.ErrInvalidInput)

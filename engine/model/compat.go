@@ -103,7 +103,7 @@ func (n *Numerics) UnmarshalText(text []byte) error {
 // withNumerics wraps a loaded llama model for a numerics mode other than
 // the default. m's worker pool must not have been started: the modes run
 // on the calling goroutine.
-func withNumerics(f *gguf.File, m *llama, n Numerics) (Model, error) {
+func withNumerics(f *gguf.File, m *decoder, n Numerics) (Model, error) {
 	switch n {
 	case NumericsLlamaCpp:
 		return newLlamaCpp(f, m)

@@ -7,6 +7,7 @@ import (
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -24,12 +25,12 @@ const llamaCppKVPad = 32
 
 // llamaCpp is a llama model run with NumericsLlamaCpp; see there for what it
 // reproduces. It takes the configuration, norms and biases bound by
-// loadLlama, keeps a float32 copy of the weight matrices (the mode is meant
+// loadDecoder, keeps a float32 copy of the weight matrices (the mode is meant
 // for models small enough that doubling their memory does not matter, and
 // decoding the mapping on every use would dominate its time), and computes
 // on the calling goroutine.
 type llamaCpp struct {
-	w            *llama
+	w            *decoder
 	tokEmbd, out f32Matrix
 	layers       []cppLayer
 	thetaScale   float32 // powf(rope base, −2/RopeDim), as ggml's rope computes it
@@ -38,7 +39,7 @@ type llamaCpp struct {
 	closed bool
 }
 
-func newLlamaCpp(f *gguf.File, m *llama) (*llamaCpp, error) {
+func newLlamaCpp(f *gguf.File, m *decoder) (*llamaCpp, error) {
 	for _, t := range f.Tensors {
 		if t.Type != quant.F32 {
 			return nil, fmt.Errorf("model: numerics %s supports F32 models only, and tensor %s is %s: %w",
@@ -46,25 +47,39 @@ func newLlamaCpp(f *gguf.File, m *llama) (*llamaCpp, error) {
 		}
 	}
 	c := m.cfg
+	if !m.a.LlamaCppNumerics {
+		return nil, fmt.Errorf("model: numerics %s supports the llama architecture only, not %s: %w",
+			NumericsLlamaCpp, m.a.Name, engine.ErrUnsupported)
+	}
+	for _, l := range m.layers {
+		for _, r := range []arch.Role{arch.QNorm, arch.KNorm, arch.PostAttnNorm, arch.PostFFNNorm, arch.BGate, arch.BUp, arch.BDown} {
+			if l[r].bound() {
+				return nil, fmt.Errorf("model: numerics %s does not emulate the %s weight: %w", NumericsLlamaCpp, r, engine.ErrUnsupported)
+			}
+		}
+	}
+	if c.RopeYarnOrigCtx > 0 || (c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1) {
+		return nil, fmt.Errorf("model: numerics %s does not emulate YaRN or rope attention factors: %w", NumericsLlamaCpp, engine.ErrUnsupported)
+	}
 	if c.RopeLayout != kernels.RopeNormal {
 		return nil, fmt.Errorf("model: numerics %s supports the normal (adjacent-pair) RoPE layout only: %w",
 			NumericsLlamaCpp, engine.ErrUnsupported)
 	}
 	cm := &llamaCpp{
 		w:          m,
-		tokEmbd:    decodeMatrix(&m.tokEmbd),
+		tokEmbd:    decodeMatrix(&m.g[arch.TokEmbd].m),
 		layers:     make([]cppLayer, len(m.layers)),
 		thetaScale: libmPowf(c.RopeBase, -2/float32(c.RopeDim)),
 	}
 	cm.out = cm.tokEmbd
 	if !c.TiedOutput {
-		cm.out = decodeMatrix(&m.output)
+		cm.out = decodeMatrix(&m.g[arch.Output].m)
 	}
 	for i := range m.layers {
 		l := &m.layers[i]
 		cm.layers[i] = cppLayer{
-			wq: decodeMatrix(&l.wq), wk: decodeMatrix(&l.wk), wv: decodeMatrix(&l.wv), wo: decodeMatrix(&l.wo),
-			gate: decodeMatrix(&l.ffnGate), up: decodeMatrix(&l.ffnUp), down: decodeMatrix(&l.ffnDwn),
+			wq: decodeMatrix(&l[arch.Wq].m), wk: decodeMatrix(&l[arch.Wk].m), wv: decodeMatrix(&l[arch.Wv].m), wo: decodeMatrix(&l[arch.Wo].m),
+			gate: decodeMatrix(&l[arch.Gate].m), up: decodeMatrix(&l[arch.Up].m), down: decodeMatrix(&l[arch.Down].m),
 		}
 	}
 	return cm, nil
@@ -176,16 +191,16 @@ func (m *llamaCpp) ubatch(s *cppState, tokens []int32, pos int, cache KVCache, l
 	half := c.RopeDim / 2
 	for r, id := range tokens {
 		copy(s.x[r*dim:(r+1)*dim], m.tokEmbd.row(int(id)))
-		ropeCacheGGML(s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half], pos+r, m.thetaScale, c.RopeScale, m.w.ropeFreqs)
+		ropeCacheGGML(s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half], pos+r, m.thetaScale, c.RopeScale, m.w.g[arch.RopeFreqs].v)
 	}
 
 	for li := range m.layers {
 		l, b := &m.layers[li], &m.w.layers[li]
 		for r := range n {
-			rmsNormGGML(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], b.attnNorm, c.NormEps)
+			rmsNormGGML(s.xb[r*dim:(r+1)*dim], s.x[r*dim:(r+1)*dim], b[arch.AttnNorm].v, c.NormEps)
 		}
-		matmulGGML(s.k[:n*kvDim], &l.wk, b.bk, s.xb[:n*dim], n, n)
-		matmulGGML(s.v[:n*kvDim], &l.wv, b.bv, s.xb[:n*dim], n, n)
+		matmulGGML(s.k[:n*kvDim], &l.wk, b[arch.Bk].v, s.xb[:n*dim], n, n)
+		matmulGGML(s.v[:n*kvDim], &l.wv, b[arch.Bv].v, s.xb[:n*dim], n, n)
 		for r := range n {
 			k := s.k[r*kvDim : (r+1)*kvDim]
 			for h := range c.KVHeads {
@@ -206,7 +221,7 @@ func (m *llamaCpp) ubatch(s *cppState, tokens []int32, pos int, cache KVCache, l
 			lo = n - 1
 		}
 		na := n - lo
-		matmulGGML(s.q[:na*qDim], &l.wq, b.bq, s.xb[lo*dim:n*dim], na, n)
+		matmulGGML(s.q[:na*qDim], &l.wq, b[arch.Bq].v, s.xb[lo*dim:n*dim], na, n)
 		for i := range na {
 			r := lo + i
 			q := s.q[i*qDim : (i+1)*qDim]
@@ -216,11 +231,11 @@ func (m *llamaCpp) ubatch(s *cppState, tokens []int32, pos int, cache KVCache, l
 			roundF16s(q)
 		}
 		m.attention(s, cache, li, pos, n, lo)
-		matmulGGML(s.tmp[:na*dim], &l.wo, b.bo, s.att[:na*qDim], na, n)
+		matmulGGML(s.tmp[:na*dim], &l.wo, b[arch.Bo].v, s.att[:na*qDim], na, n)
 		cppAdd(s.x[lo*dim:n*dim], s.tmp[:na*dim])
 
 		for i := range na {
-			rmsNormGGML(s.xb[i*dim:(i+1)*dim], s.x[(lo+i)*dim:(lo+i+1)*dim], b.ffnNorm, c.NormEps)
+			rmsNormGGML(s.xb[i*dim:(i+1)*dim], s.x[(lo+i)*dim:(lo+i+1)*dim], b[arch.FFNNorm].v, c.NormEps)
 		}
 		matmulGGML(s.gate[:na*hid], &l.gate, nil, s.xb[:na*dim], na, na)
 		matmulGGML(s.up[:na*hid], &l.up, nil, s.xb[:na*dim], na, na)
@@ -236,7 +251,7 @@ func (m *llamaCpp) ubatch(s *cppState, tokens []int32, pos int, cache KVCache, l
 	if logits == nil {
 		return
 	}
-	rmsNormGGML(s.xb[:dim], s.x[(n-1)*dim:n*dim], m.w.outNorm, c.NormEps)
+	rmsNormGGML(s.xb[:dim], s.x[(n-1)*dim:n*dim], m.w.g[arch.OutputNorm].v, c.NormEps)
 	matmulGGML(logits, &m.out, nil, s.xb[:dim], 1, 1)
 }
 

@@ -1,11 +1,8 @@
 package model
 
 import (
-	"fmt"
-	"strings"
-
-	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model/arch"
 )
 
 // Inspect reads the hyper-parameters and fingerprint of the model in f
@@ -13,15 +10,11 @@ import (
 // to check that workers serve the same model. contextLength > 0 overrides
 // the context window, as Options.ContextLength does for Load.
 func Inspect(f *gguf.File, contextLength int) (Config, string, error) {
-	arch, ok := f.String("general.architecture")
-	if !ok {
-		return Config{}, "", fmt.Errorf("model: no general.architecture in the file: %w", engine.ErrInvalidInput)
+	a, err := lookupArch(f)
+	if err != nil {
+		return Config{}, "", err
 	}
-	if _, ok := architectures()[arch]; !ok {
-		return Config{}, "", fmt.Errorf("model: architecture %q is not supported (supported: %s): %w",
-			arch, strings.Join(Architectures(), ", "), engine.ErrUnsupported)
-	}
-	cfg, err := readConfig(f, arch)
+	cfg, err := arch.ReadConfig(f, a)
 	if err != nil {
 		return Config{}, "", err
 	}

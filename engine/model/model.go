@@ -1,10 +1,11 @@
 // Package model runs the forward pass of transformer language models stored
 // in GGUF files.
 //
-// Each architecture lives in its own file and is registered by its GGUF name
-// (general.architecture) in the table that architectures returns; Load looks
-// the file's architecture up there. Weights are bound once at load time by
-// tensor name, with every shape checked, and handed to the model's
+// Each architecture is described in package arch (engine/model/arch), one
+// file each, registered by its GGUF name (general.architecture): its
+// hyper-parameters, its tensor table and the switches of the one decoder
+// (decoder.go) that runs every architecture. Weights are bound once at load
+// time by walking the table, with every shape checked, and handed to the model's
 // kernels.Backend, on which every operation of the forward pass runs: the
 // model calls nothing else to compute. The CPU backend reads every
 // supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) in place in the
@@ -26,12 +27,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"strings"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels"
 )
 
@@ -85,57 +86,21 @@ type Options struct {
 	Numerics Numerics
 }
 
-// Config holds a model's hyper-parameters as read from the GGUF metadata,
-// with llama.cpp's defaults filled in.
-type Config struct {
-	Architecture string
-	Name         string // general.name, informational
-	Dim          int    // embedding length
-	Hidden       int    // feed-forward length
-	Layers       int
-	Heads        int
-	KVHeads      int
-	HeadDim      int
-	Vocab        int
-	// ContextLength is the context window Forward enforces: Options'
-	// override or TrainContextLength.
-	ContextLength      int
-	TrainContextLength int
-	NormEps            float32
-	RopeBase           float32
-	// RopeScale multiplies positions before rotation (1/factor of linear
-	// RoPE scaling; 1 without scaling).
-	RopeScale  float32
-	RopeDim    int // leading dimensions of each head that RoPE rotates
-	RopeLayout kernels.RopeLayout
-	// TiedOutput means the output head reuses the token embedding matrix.
-	TiedOutput bool
-}
-
-// QDim is the width of all query heads together.
-func (c Config) QDim() int { return c.Heads * c.HeadDim }
-
-// KVDim is the width of one position's keys (or values) in all KV heads.
-func (c Config) KVDim() int { return c.KVHeads * c.HeadDim }
-
-type loader func(f *gguf.File, c Config, opts Options) (Model, error)
-
-// architectures maps GGUF architecture names to loaders. A new architecture
-// adds one line here and one file beside llama.go.
-func architectures() map[string]loader {
-	return map[string]loader{
-		"llama": loadLlama,
-	}
-}
-
 // Architectures lists the supported architecture names, sorted.
-func Architectures() []string {
-	var names []string
-	for n := range architectures() {
-		names = append(names, n)
+func Architectures() []string { return arch.Names() }
+
+// lookupArch finds f's architecture.
+func lookupArch(f *gguf.File) (*arch.Arch, error) {
+	name, ok := f.String("general.architecture")
+	if !ok {
+		return nil, fmt.Errorf("model: no general.architecture in the file: %w", engine.ErrInvalidInput)
 	}
-	slices.Sort(names)
-	return names
+	a, ok := arch.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: %s): %w",
+			name, strings.Join(Architectures(), ", "), engine.ErrUnsupported)
+	}
+	return a, nil
 }
 
 // Load builds the model described by f's general.architecture. The model
@@ -156,23 +121,18 @@ func Load(f *gguf.File, opts Options) (Model, error) {
 	if opts.Threads == 0 {
 		opts.Threads = runtime.GOMAXPROCS(0)
 	}
-	arch, ok := f.String("general.architecture")
-	if !ok {
-		return nil, fmt.Errorf("model: no general.architecture in the file: %w", engine.ErrInvalidInput)
+	a, err := lookupArch(f)
+	if err != nil {
+		return nil, err
 	}
-	load, ok := architectures()[arch]
-	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: %s): %w",
-			arch, strings.Join(Architectures(), ", "), engine.ErrUnsupported)
-	}
-	cfg, err := readConfig(f, arch)
+	cfg, err := arch.ReadConfig(f, a)
 	if err != nil {
 		return nil, err
 	}
 	if opts.ContextLength > 0 {
 		cfg.ContextLength = opts.ContextLength
 	}
-	return load(f, cfg, opts)
+	return loadDecoder(f, a, cfg, opts)
 }
 
 // ErrClosed is returned by Forward after Close.

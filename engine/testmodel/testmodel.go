@@ -1,12 +1,16 @@
-// Package testmodel writes Llama-architecture GGUF files with deterministic
-// pseudo-random weights, for tests and benchmarks that need a model of a
-// given shape and tensor type without downloading one.
+// Package testmodel writes GGUF files of any architecture registered in
+// engine/model/arch with deterministic pseudo-random weights, for tests and
+// benchmarks that need a model of a given shape and tensor type without
+// downloading one. The tensors written are those of the architecture's
+// table (arch.Arch.Tensors: every required one, and output.weight unless
+// the Spec is tied), and the metadata its arch.Keys, so what the writer
+// writes and what engine/model binds come from one declaration.
 //
-// Every 2-D weight is drawn from N(0, 0.02²) by a PCG generator seeded from
-// the Spec's seed, the tensor's name and the row index, so a weight is the
-// same whatever the tensor type it is stored in: a Q4_K file and an F32 file
-// with the same seed hold the same model up to quantization error. Norm
-// weights are 1. The vocabulary is a synthetic SentencePiece-style "llama"
+// Every weight matrix and bias is drawn from N(0, std²) (Spec.Std, default
+// 0.02) by a PCG generator seeded from the Spec's seed, the tensor's name
+// and the row index, so a weight is the same whatever the tensor type it is
+// stored in: a Q4_K file and an F32 file with the same seed hold the same
+// model up to quantization error. Norm weights are 1. The vocabulary is a synthetic SentencePiece-style "llama"
 // vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>…<0xFF>, single
 // characters, then pieces made by joining two earlier pieces, each scored
 // so that earlier pieces merge first.
@@ -18,21 +22,28 @@ package testmodel
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
 // Spec is the shape of a generated model.
 type Spec struct {
+	// Arch is the architecture (general.architecture); "" means "llama".
+	Arch    string
 	Dim     int // embedding length
 	Hidden  int // feed-forward length
 	Layers  int
 	Heads   int
 	KVHeads int
+	// HeadDim is the width of one attention head; 0 means Dim/Heads. When
+	// it differs, the file says so in attention.key_length (as Qwen3's do).
+	HeadDim int
 	Vocab   int // at least MinVocab
 	Context int // context length written to the metadata
 	// Type is the storage type of the 2-D tensors (1-D norms are F32).
@@ -41,6 +52,34 @@ type Spec struct {
 	// embedding.
 	Tied bool
 	Seed uint64
+	// NormEps and RopeBase are the RMSNorm epsilon and RoPE base written
+	// to the metadata; 0 means the package's NormEps and RopeBase.
+	NormEps  float32
+	RopeBase float32
+	// Std is the standard deviation of the random weights; 0 means
+	// WeightStd. Greedy comparisons against another engine need clear
+	// top-2 margins at every step, which 0.02 does not give on tiny
+	// shapes (the logits are nearly flat); see docs/models.md for the std
+	// that does.
+	Std float64
+
+	// SlidingWindow is written as {arch}.attention.sliding_window by the
+	// architectures that have one (phi3: 0 means no window, as Phi-4's
+	// files say).
+	SlidingWindow int
+	// RopeOrigContext, when > 0 and not Context, is written as
+	// rope.scaling.original_context_length: the context before RoPE
+	// scaling (YaRN's correction range; phi3's longrope choice).
+	RopeOrigContext int
+	// LongRope adds phi3's longrope factors (rope_factors_long.weight and
+	// rope_factors_short.weight, positive values, see arch.Factors) and,
+	// when Context exceeds RopeOrigContext, rope.scaling.attn_factor
+	// √(1 + ln(Context/RopeOrigContext)/ln(RopeOrigContext)), as llama.cpp's
+	// converter computes it for Phi-3's 128k models.
+	LongRope bool
+	// YarnFactor, when > 0, writes rope.scaling.type "yarn" with this
+	// rope.scaling.factor.
+	YarnFactor float64
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -51,7 +90,7 @@ const MinVocab = 260
 const (
 	NormEps  = 1e-5
 	RopeBase = 10000
-	// WeightStd is the standard deviation of the 2-D weights.
+	// WeightStd is the default standard deviation of the random weights.
 	WeightStd = 0.02
 )
 
@@ -84,17 +123,86 @@ func Presets() []string {
 	return names
 }
 
-// HeadDim is Dim/Heads.
-func (s Spec) HeadDim() int { return s.Dim / s.Heads }
+// headDim is HeadDim, or Dim/Heads without it.
+func (s Spec) headDim() int {
+	if s.HeadDim > 0 {
+		return s.HeadDim
+	}
+	if s.Heads == 0 {
+		return 0
+	}
+	return s.Dim / s.Heads
+}
+
+// ArchName is the architecture written: Arch, or "llama".
+func (s Spec) ArchName() string {
+	if s.Arch == "" {
+		return "llama"
+	}
+	return s.Arch
+}
+
+// Architecture returns the description of s's architecture.
+func (s Spec) Architecture() (*arch.Arch, error) {
+	a, ok := arch.Lookup(s.ArchName())
+	if !ok {
+		return nil, fmt.Errorf("testmodel: architecture %q is not registered (registered: %s): %w",
+			s.ArchName(), strings.Join(arch.Names(), ", "), engine.ErrUnsupported)
+	}
+	return a, nil
+}
+
+// Config returns the hyper-parameters the file written for s declares, as
+// engine/model reads them back.
+func (s Spec) Config(a *arch.Arch) arch.Config {
+	hd := s.headDim()
+	c := arch.Config{
+		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
+		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
+		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
+		SlidingWindow: s.SlidingWindow,
+	}
+	orig := s.Context
+	if s.RopeOrigContext > 0 {
+		orig = s.RopeOrigContext
+	}
+	if a.Has(arch.RopeLong) {
+		c.RopeOrigContext = orig // phi3 reads it whether or not the file has factors
+	}
+	if s.LongRope && s.Context > orig {
+		o := float64(orig)
+		c.RopeAttnFactor = float32(math.Sqrt(1 + math.Log(float64(s.Context)/o)/math.Log(o)))
+	}
+	if s.YarnFactor > 0 {
+		c.RopeYarnOrigCtx, c.RopeScale = orig, float32(1/s.YarnFactor)
+	}
+	return c
+}
+
+func or(v, def float32) float32 {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// std is the weights' standard deviation.
+func (s Spec) std() float64 {
+	if s.Std > 0 {
+		return s.Std
+	}
+	return WeightStd
+}
 
 // Params returns the number of weights in the file (norms included).
 func (s Spec) Params() int64 {
-	kv := int64(s.KVHeads * s.HeadDim())
-	d, h := int64(s.Dim), int64(s.Hidden)
-	perLayer := 2*d + 2*d*d + 2*d*kv + 3*d*h
-	n := int64(s.Layers)*perLayer + int64(s.Vocab)*d + d
-	if !s.Tied {
-		n += int64(s.Vocab) * d
+	a, err := s.Architecture()
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range s.tensors(a) {
+		n += int64(t.rows) * int64(t.cols)
 	}
 	return n
 }
@@ -120,12 +228,26 @@ func (s Spec) Validate() error {
 		}
 	}
 	switch {
-	case s.Dim%s.Heads != 0:
+	case s.HeadDim < 0 || s.HeadDim > limit:
+		return bad("head-dim = %d, want [0, %d]", s.HeadDim, limit)
+	case s.HeadDim == 0 && s.Dim%s.Heads != 0:
 		return bad("dim %d is not a multiple of heads %d", s.Dim, s.Heads)
 	case s.Heads%s.KVHeads != 0:
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
-	case s.HeadDim()%2 != 0:
-		return bad("head dimension %d is odd; RoPE rotates pairs", s.HeadDim())
+	case s.headDim()%2 != 0:
+		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
+	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
+		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
+	case !(s.Std >= 0) || s.Std > 100:
+		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
+	case s.SlidingWindow < 0 || s.SlidingWindow > limit:
+		return bad("sliding window = %d, want [0, %d]", s.SlidingWindow, limit)
+	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
+		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
+	case s.LongRope && s.RopeOrigContext == 1:
+		return bad("longrope needs an original context > 1")
+	case !(s.YarnFactor >= 0) || s.YarnFactor > 1e6:
+		return bad("yarn factor = %v, want (0, 1e6] (or 0 for none)", s.YarnFactor)
 	case s.Vocab < MinVocab:
 		return bad("vocab = %d, want at least %d (3 special and 256 byte tokens, and text pieces)", s.Vocab, MinVocab)
 	}
@@ -136,8 +258,22 @@ func (s Spec) Validate() error {
 		}
 		return fmt.Errorf("testmodel: type %s is not supported (supported: %s): %w", s.Type, strings.Join(names, ", "), engine.ErrUnsupported)
 	}
-	if bs := s.Type.BlockSize(); s.Dim%bs != 0 || s.Hidden%bs != 0 {
-		return bad("%s stores rows in blocks of %d, but dim %d and hidden %d must both be multiples of it", s.Type, bs, s.Dim, s.Hidden)
+	a, err := s.Architecture()
+	if err != nil {
+		return err
+	}
+	if s.Tied && !optional(a, arch.Output) {
+		return bad("architecture %s requires output.weight: it cannot be tied", a.Name)
+	}
+	if s.LongRope && !a.Has(arch.RopeLong) {
+		return bad("architecture %s has no longrope factors", a.Name)
+	}
+	bs := s.Type.BlockSize()
+	for _, t := range s.tensors(a) {
+		if t.typ == s.Type && t.cols%bs != 0 {
+			return bad("%s stores rows in blocks of %d, but the rows of %s are %d long: dim %d, hidden %d and heads×head-dim %d must all be multiples of it",
+				s.Type, bs, t.name, t.cols, s.Dim, s.Hidden, s.Heads*s.headDim())
+		}
 	}
 	return nil
 }
@@ -212,22 +348,39 @@ func tensorSeed(name string) uint64 {
 }
 
 // weightRow fills dst with row r of the named tensor.
-func weightRow(pcg *rand.PCG, rng *rand.Rand, seed uint64, name string, r int, dst []float32) {
+func weightRow(pcg *rand.PCG, rng *rand.Rand, seed uint64, std float64, name string, r int, dst []float32) {
 	pcg.Seed(seed, tensorSeed(name)^(uint64(r)*0x9e3779b97f4a7c15))
 	for i := range dst {
-		dst[i] = float32(rng.NormFloat64() * WeightStd)
+		dst[i] = float32(rng.NormFloat64() * std)
 	}
 }
 
 // Weights returns the float32 values of the named 2-D tensor (rows of cols),
-// as Write generates them before converting to the Spec's type. Meant for
-// tests on small shapes.
+// as Write generates them with the default std before converting to the
+// Spec's type. Meant for tests on small shapes.
 func Weights(seed uint64, name string, rows, cols int) []float32 {
+	return Spec{Seed: seed}.Weights(name, rows, cols)
+}
+
+// Weights returns the float32 values of s's named tensor (rows of cols;
+// a vector is one row), as Write generates them before converting to the
+// Spec's type.
+func (s Spec) Weights(name string, rows, cols int) []float32 {
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
 	out := make([]float32, rows*cols)
 	for r := range rows {
-		weightRow(pcg, rng, seed, name, r, out[r*cols:(r+1)*cols])
+		weightRow(pcg, rng, s.Seed, s.std(), name, r, out[r*cols:(r+1)*cols])
 	}
 	return out
+}
+
+// optional reports whether a declares role r's tensor optional.
+func optional(a *arch.Arch, r arch.Role) bool {
+	for _, t := range a.Tensors {
+		if t.Parts[0].Role == r {
+			return t.Optional
+		}
+	}
+	return false
 }

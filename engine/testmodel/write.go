@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -18,12 +20,14 @@ import (
 type tensor struct {
 	name       string
 	typ        quant.Type
-	rows, cols int  // rows of cols elements; 1-D tensors have rows == 1
+	rows, cols int  // rows of cols elements; vectors have rows == 1
+	vector     bool // 1-D
 	ones       bool // filled with 1.0 (norm weights) instead of noise
+	factors    bool // filled with exp(|N(0, 1)|) (longrope factors)
 }
 
 func (t tensor) dims() []uint64 {
-	if t.rows == 1 && t.ones {
+	if t.vector {
 		return []uint64{uint64(t.cols)}
 	}
 	return []uint64{uint64(t.cols), uint64(t.rows)}
@@ -34,33 +38,43 @@ func (t tensor) size() (uint64, error) {
 	return rb * uint64(t.rows), err
 }
 
-// tensors lists the file's tensors in llama.cpp's order.
-func (s Spec) tensors() []tensor {
-	d, h, kv := s.Dim, s.Hidden, s.KVHeads*s.HeadDim()
-	norm := func(name string) tensor { return tensor{name: name, typ: quant.F32, rows: 1, cols: d, ones: true} }
-	mat := func(name string, rows, cols int) tensor {
-		return tensor{name: name, typ: s.Type, rows: rows, cols: cols}
+// tensors lists the file's tensors from the architecture's table, in
+// llama.cpp's order (global tensors before the blocks', the output ones
+// after them): every required tensor, and output.weight unless s is tied.
+// Matrices are stored in s.Type, vectors (norms, biases) in F32.
+func (s Spec) tensors(a *arch.Arch) []tensor {
+	c := s.Config(a)
+	var head, tail, ts []tensor
+	add := func(dst *[]tensor, t arch.Tensor, name string) {
+		r := t.Parts[0].Role
+		if t.Optional && !(r == arch.Output && !s.Tied) && !((r == arch.RopeLong || r == arch.RopeShort) && s.LongRope) {
+			return
+		}
+		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors}
+		if t.Vector {
+			w.typ = quant.F32
+		}
+		*dst = append(*dst, w)
 	}
-	ts := []tensor{mat("token_embd.weight", s.Vocab, d)}
+	for _, t := range a.Tensors {
+		if t.PerLayer() {
+			continue
+		}
+		if t.Parts[0].Role == arch.TokEmbd {
+			add(&head, t, t.Name)
+		} else {
+			add(&tail, t, t.Name)
+		}
+	}
+	ts = head
 	for l := range s.Layers {
-		p := fmt.Sprintf("blk.%d.", l)
-		ts = append(ts,
-			norm(p+"attn_norm.weight"),
-			mat(p+"attn_q.weight", d, d),
-			mat(p+"attn_k.weight", kv, d),
-			mat(p+"attn_v.weight", kv, d),
-			mat(p+"attn_output.weight", d, d),
-			norm(p+"ffn_norm.weight"),
-			mat(p+"ffn_gate.weight", h, d),
-			mat(p+"ffn_up.weight", h, d),
-			mat(p+"ffn_down.weight", d, h),
-		)
+		for _, t := range a.Tensors {
+			if t.PerLayer() {
+				add(&ts, t, t.NameAt(l))
+			}
+		}
 	}
-	ts = append(ts, norm("output_norm.weight"))
-	if !s.Tied {
-		ts = append(ts, mat("output.weight", s.Vocab, d))
-	}
-	return ts
+	return append(ts, tail...)
 }
 
 // Write writes the model described by s to path. See WriteProgress.
@@ -96,8 +110,12 @@ func WriteProgress(ctx context.Context, path string, s Spec, progress func(done,
 			os.Remove(tmp.Name())
 		}
 	}()
-	ts := s.tensors()
-	if err := writeLayout(tmp, s, ts); err != nil {
+	a, err := s.Architecture()
+	if err != nil {
+		return err
+	}
+	ts := s.tensors(a)
+	if err := writeLayout(tmp, s, a, ts); err != nil {
 		return err
 	}
 	offsets, err := tensorOffsets(tmp.Name(), ts)
@@ -124,38 +142,36 @@ func WriteProgress(ctx context.Context, path string, s Spec, progress func(done,
 
 // writeLayout writes the header, metadata and tensor infos, with the data
 // regions left as holes.
-func writeLayout(f *os.File, s Spec, ts []tensor) error {
+func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 	w := gguf.NewWriter()
 	tokens, scores, types := Vocabulary(s.Vocab, s.Seed)
-	name := fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type)
-	kvs := []struct {
-		key string
-		v   any
-	}{
-		{"general.architecture", "llama"},
-		{"general.name", name},
-		{"llama.context_length", uint32(s.Context)},
-		{"llama.embedding_length", uint32(s.Dim)},
-		{"llama.feed_forward_length", uint32(s.Hidden)},
-		{"llama.block_count", uint32(s.Layers)},
-		{"llama.attention.head_count", uint32(s.Heads)},
-		{"llama.attention.head_count_kv", uint32(s.KVHeads)},
-		{"llama.attention.layer_norm_rms_epsilon", float32(NormEps)},
-		{"llama.rope.freq_base", float32(RopeBase)},
-		{"llama.rope.dimension_count", uint32(s.HeadDim())},
-		{"llama.vocab_size", uint32(s.Vocab)},
-		{"tokenizer.ggml.model", "llama"},
-		{"tokenizer.ggml.tokens", tokens},
-		{"tokenizer.ggml.scores", scores},
-		{"tokenizer.ggml.token_type", types},
-		{"tokenizer.ggml.unknown_token_id", uint32(0)},
-		{"tokenizer.ggml.bos_token_id", uint32(1)},
-		{"tokenizer.ggml.eos_token_id", uint32(2)},
-		{"tokenizer.ggml.add_bos_token", true},
-		{"tokenizer.ggml.add_eos_token", false},
+	name := fmt.Sprintf("baton-testmodel %s %dx%d-%s", a.Name, s.Layers, s.Dim, s.Type)
+	// llama files keep the name they had before architectures. phi3's
+	// leaves the architecture out: llama.cpp c392e50 gives Phi-3's special
+	// tokens their attributes when general.name contains "phi3", and fails
+	// to load a vocabulary without Phi-3's "<|endoftext|>", as the
+	// synthetic one is.
+	if a.Name == "llama" || a.Name == "phi3" {
+		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type)
 	}
+	kvs := []arch.KV{
+		{Key: "general.architecture", Value: a.Name},
+		{Key: "general.name", Value: name},
+	}
+	kvs = append(kvs, arch.Keys(a, s.Config(a))...)
+	kvs = append(kvs, []arch.KV{
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.tokens", Value: tokens},
+		{Key: "tokenizer.ggml.scores", Value: scores},
+		{Key: "tokenizer.ggml.token_type", Value: types},
+		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
+		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
+		{Key: "tokenizer.ggml.add_bos_token", Value: true},
+		{Key: "tokenizer.ggml.add_eos_token", Value: false},
+	}...)
 	for _, kv := range kvs {
-		if err := w.AddKV(kv.key, kv.v); err != nil {
+		if err := w.AddKV(kv.Key, kv.Value); err != nil {
 			return fmt.Errorf("testmodel: %w", err)
 		}
 	}
@@ -280,7 +296,14 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 							row[i] = 1
 						}
 					} else {
-						weightRow(pcg, rng, s.Seed, j.t.name, r, row)
+						weightRow(pcg, rng, s.Seed, s.std(), j.t.name, r, row)
+					}
+					if j.t.factors {
+						// Std-free: the same factors whatever the weights' std.
+						weightRow(pcg, rng, s.Seed, 1, j.t.name, r, row)
+						for i, v := range row {
+							row[i] = float32(math.Exp(math.Abs(float64(v))))
+						}
 					}
 				}
 				err := quant.Quantize(j.t.typ, vals, buf)

@@ -7,11 +7,11 @@ import (
 	"github.com/baton-serving/baton/kernels"
 )
 
-// llamaState is the scratch space of one forward call: buffers on the
+// scratch is the scratch space of one forward call: buffers on the
 // backend sized for its token rows, and the host-side tables that drive
 // them. States are reused through m.free, so that the steady state
 // allocates nothing on the backend.
-type llamaState struct {
+type scratch struct {
 	rowsCap, outCap int // token rows and output rows (final norm) the buffers hold
 	headCap         int // logits rows the output head writes at once
 
@@ -44,7 +44,7 @@ func grow[T any](s []T, n int) []T {
 }
 
 // state takes scratch space from the model's free list.
-func (m *llama) state() *llamaState {
+func (m *decoder) state() *scratch {
 	m.free.Lock()
 	defer m.free.Unlock()
 	if k := len(m.free.states); k > 0 {
@@ -52,11 +52,11 @@ func (m *llama) state() *llamaState {
 		m.free.states = m.free.states[:k-1]
 		return s
 	}
-	return &llamaState{}
+	return &scratch{}
 }
 
 // putState gives scratch space back; Close frees it.
-func (m *llama) putState(s *llamaState) {
+func (m *decoder) putState(s *scratch) {
 	for i := range s.segs {
 		s.segs[i] = segment{} // drop the references to the caller's slices and funcs
 	}
@@ -66,12 +66,12 @@ func (m *llama) putState(s *llamaState) {
 }
 
 // bufs lists the state's backend buffers.
-func (s *llamaState) bufs() []*kernels.Buffer {
+func (s *scratch) bufs() []*kernels.Buffer {
 	return []*kernels.Buffer{&s.x, &s.xb, &s.q, &s.att, &s.k, &s.v, &s.gate, &s.up, &s.cos, &s.sin, &s.normed, &s.logits}
 }
 
 // release frees the state's buffers.
-func (s *llamaState) release(be kernels.Backend) error {
+func (s *scratch) release(be kernels.Backend) error {
 	var errs []error
 	for _, b := range s.bufs() {
 		if *b != nil {
@@ -86,7 +86,7 @@ func (s *llamaState) release(be kernels.Backend) error {
 // size makes room for n token rows, nOut of them producing logits, nHead
 // of them at once. The buffers grow to the next power of two, so that a
 // server's mix of prompt lengths settles on a few sizes.
-func (s *llamaState) size(be kernels.Backend, c Config, n, nOut, nHead int) error {
+func (s *scratch) size(be kernels.Backend, c Config, n, nOut, nHead int) error {
 	s.hostCos = grow(s.hostCos, n*c.RopeDim/2)
 	s.hostSin = grow(s.hostSin, n*c.RopeDim/2)
 	s.ids = grow(s.ids, n)

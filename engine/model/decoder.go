@@ -5,53 +5,45 @@ import (
 	"sync"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels"
 )
 
-// llama is the Llama architecture (Llama 2 and 3, TinyLlama, Mistral, SmolLM
-// and the llama2.c models): pre-norm blocks of RMSNorm, grouped-query
-// attention with RoPE on adjacent pairs, and a SwiGLU feed-forward network;
-// a final RMSNorm and an output head that may be tied to the token
-// embedding.
-type llama struct {
-	cfg       Config
-	fp        string
-	tokEmbd   matrix
-	output    matrix
-	outNorm   []float32
-	ropeFreqs []float32 // per-pair frequency divisors (Llama 3.1), or nil
-	layers    []llamaLayer
+// decoder runs every architecture of package arch: pre-norm blocks of
+// RMSNorm, grouped-query attention with RoPE and a gated feed-forward
+// network, a final RMSNorm and an output head (tied to the token embedding
+// when the file has no output.weight). What varies between architectures
+// is data: which roles its tensor table binds (biases, q/k norms,
+// post-attention and post-FFN norms, FFN biases, rope frequency factors)
+// switches the matching operations on, and arch.Arch and Config carry the
+// rest (the RoPE layout, the activation, and the hooks of operations not
+// run yet, which loadDecoder refuses).
+type decoder struct {
+	cfg    Config
+	a      *arch.Arch
+	fp     string
+	g      weights   // the global roles
+	layers []weights // each block's roles
 
-	be      kernels.Backend // every operation of the forward pass runs here
-	ownBE   bool            // be was made by Load: Close closes it
-	outNrmB kernels.Buffer
+	factors []float32           // the rope frequency factors in use (ropeFactors), or nil
+	ext     kernels.ExtendedOps // be's extended operations, where a layer needs them (sliding windows)
+
+	be    kernels.Backend // every operation of the forward pass runs here
+	ownBE bool            // be was made by Load: Close closes it
 
 	mu     sync.RWMutex // held shared by Forward, exclusively by Close
 	closed bool
 	free   struct {
 		sync.Mutex
-		states []*llamaState // scratch spaces not in use
+		states []*scratch // scratch spaces not in use
 	}
 }
 
-// llamaLayer is one block's weights: bound in the file mapping (used by
-// the llama.cpp numerics mode) and loaded onto the backend (the matrices'
-// mat fields, and the buffers below).
-type llamaLayer struct {
-	attnNorm, ffnNorm      []float32
-	wq, wk, wv, wo         matrix
-	bq, bk, bv, bo         []float32 // optional biases
-	ffnGate, ffnUp, ffnDwn matrix
-
-	attnNormB, ffnNormB kernels.Buffer
-	bqB, bkB, bvB, boB  kernels.Buffer // nil without the bias
-}
-
-func (m *llama) Config() Config      { return m.cfg }
-func (m *llama) Fingerprint() string { return m.fp }
+func (m *decoder) Config() Config      { return m.cfg }
+func (m *decoder) Fingerprint() string { return m.fp }
 
 // Forward implements Model.
-func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32) error {
+func (m *decoder) Forward(tokens []int32, pos int, cache KVCache, logits []float32) error {
 	c := m.cfg
 	n := len(tokens)
 	if err := checkForwardArgs(c, n, pos, cache, logits); err != nil {
@@ -88,7 +80,7 @@ func (m *llama) Forward(tokens []int32, pos int, cache KVCache, logits []float32
 	return cache.SetLen(pos + n)
 }
 
-func (m *llama) checkTokens(tokens []int32, what string) error {
+func (m *decoder) checkTokens(tokens []int32, what string) error {
 	for i, t := range tokens {
 		if t < 0 || int(t) >= m.cfg.Vocab {
 			return fmt.Errorf("model: %stoken %d (index %d) outside the vocabulary [0, %d): %w", what, t, i, m.cfg.Vocab, engine.ErrInvalidInput)
@@ -104,7 +96,7 @@ func (m *llama) checkTokens(tokens []int32, what string) error {
 // operation is local to a row (norms, products, RoPE, the residual adds)
 // or to a (row, head) pair (attention over the row's own sequence), so a
 // row's results do not depend on which other rows share the call.
-func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
+func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 	c, be := m.cfg, m.be
 	dim, qDim, kvDim, hid := c.Dim, c.QDim(), c.KVDim(), c.Hidden
 	half := c.RopeDim / 2
@@ -145,7 +137,7 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		kernels.RopeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.ropeFreqs)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.factors)
 	}
 
 	// The first error of the backend stops the pass; operations after it
@@ -160,7 +152,7 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 	q, k, v := s.q.Slice(0, n*qDim), s.k.Slice(0, n*kvDim), s.v.Slice(0, n*kvDim)
 	att, gate, up := s.att.Slice(0, n*qDim), s.gate.Slice(0, n*hid), s.up.Slice(0, n*hid)
 	cos, sin := s.cos.Slice(0, n*half), s.sin.Slice(0, n*half)
-	do(be.Embed(x, m.tokEmbd.mat, s.ids[:n]))
+	do(be.Embed(x, m.g[arch.TokEmbd].m.mat, s.ids[:n]))
 	do(be.Write(cos, s.hostCos[:n*half]))
 	do(be.Write(sin, s.hostSin[:n*half]))
 	attnRows := s.attnRows[:n]
@@ -168,19 +160,20 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 
 	for li := range m.layers {
 		l := &m.layers[li]
-		do(be.RMSNorm(xb, x, l.attnNormB, c.NormEps))
+		do(be.RMSNorm(xb, x, l[arch.AttnNorm].buf, c.NormEps))
 		// The queries need computing only for the rows that go on (see
 		// below): where that is every row, they join the keys and values.
 		last := li == len(m.layers)-1
-		s.prods = [3]kernels.Product{{Dst: q, W: l.wq.mat}, {Dst: k, W: l.wk.mat}, {Dst: v, W: l.wv.mat}}
+		s.prods = [3]kernels.Product{{Dst: q, W: l[arch.Wq].m.mat}, {Dst: k, W: l[arch.Wk].m.mat}, {Dst: v, W: l[arch.Wv].m.mat}}
 		if last {
 			do(kernels.MatMuls(be, xb, s.prods[1:]...))
 		} else {
 			do(kernels.MatMuls(be, xb, s.prods[:]...))
-			m.bias(do, q, l.bqB)
+			m.queries(do, l, q)
 		}
-		m.bias(do, k, l.bkB)
-		m.bias(do, v, l.bvB)
+		m.bias(do, k, l[arch.Bk].buf)
+		m.norm(do, k, l[arch.KNorm].buf)
+		m.bias(do, v, l[arch.Bv].buf)
 		do(be.Rope(k, cos, sin, n, c.HeadDim, c.RopeLayout))
 		do(be.StoreKV(kv, li, s.slots[:n], k, v))
 
@@ -210,19 +203,30 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 			attnRows = s.attnRows[:na]
 			do(be.Write(cos, s.hostCos[:na*half]))
 			do(be.Write(sin, s.hostSin[:na*half]))
-			do(be.MatMul(q, l.wq.mat, xb))
-			m.bias(do, q, l.bqB)
+			do(be.MatMul(q, l[arch.Wq].m.mat, xb))
+			m.queries(do, l, q)
 		}
 		do(be.Rope(q, cos, sin, na, c.HeadDim, c.RopeLayout))
-		do(be.Attention(att, q, kv, li, attnRows))
-		do(be.MatMul(xb, l.wo.mat, att))
-		m.bias(do, xb, l.boB)
+		if w := layerWindow(c, li); w > 0 {
+			do(m.ext.AttentionWith(att, q, kv, li, attnRows, kernels.AttnOptions{Window: w}))
+		} else {
+			do(be.Attention(att, q, kv, li, attnRows))
+		}
+		do(be.MatMul(xb, l[arch.Wo].m.mat, att))
+		m.bias(do, xb, l[arch.Bo].buf)
+		m.norm(do, xb, l[arch.PostAttnNorm].buf)
 		do(be.Add(x, x, xb))
-		do(be.RMSNorm(xb, x, l.ffnNormB, c.NormEps))
-		s.prods[0], s.prods[1] = kernels.Product{Dst: gate, W: l.ffnGate.mat}, kernels.Product{Dst: up, W: l.ffnUp.mat}
+		do(be.RMSNorm(xb, x, l[arch.FFNNorm].buf, c.NormEps))
+		s.prods[0], s.prods[1] = kernels.Product{Dst: gate, W: l[arch.Gate].m.mat}, kernels.Product{Dst: up, W: l[arch.Up].m.mat}
 		do(kernels.MatMuls(be, xb, s.prods[:2]...))
+		m.bias(do, gate, l[arch.BGate].buf)
+		m.bias(do, up, l[arch.BUp].buf)
+		// The activation is SiLU: loadDecoder refuses the others until
+		// the backend's ExtendedOps run them (hook: GELU).
 		do(be.SiLUMul(gate, gate, up))
-		do(be.MatMul(xb, l.ffnDwn.mat, gate))
+		do(be.MatMul(xb, l[arch.Down].m.mat, gate))
+		m.bias(do, xb, l[arch.BDown].buf)
+		m.norm(do, xb, l[arch.PostFFNNorm].buf)
 		do(be.Add(x, x, xb))
 		if err != nil {
 			return fmt.Errorf("model: block %d on %s: %w", li, be.Name(), err)
@@ -235,11 +239,11 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 		return nil
 	}
 	normed := s.normed.Slice(0, nOut*dim)
-	do(be.RMSNorm(normed, x, m.outNrmB, c.NormEps))
+	do(be.RMSNorm(normed, x, m.g[arch.OutputNorm].buf, c.NormEps))
 	for g := 0; g < nOut && err == nil; g += nHead {
 		e := min(g+nHead, nOut)
 		logits := s.logits.Slice(0, (e-g)*c.Vocab)
-		do(be.MatMul(logits, m.output.mat, normed.Slice(g*dim, e*dim)))
+		do(be.MatMul(logits, m.g[arch.Output].m.mat, normed.Slice(g*dim, e*dim)))
 		for i := g; i < e && err == nil; i++ {
 			o := s.outs[i]
 			seg := &s.segs[o.seg]
@@ -266,10 +270,25 @@ func (m *llama) forward(s *llamaState, kv kernels.KVCache, pageSize int) error {
 }
 
 // bias adds a bias row to every row of dst, when the model has one.
-func (m *llama) bias(do func(error), dst, b kernels.Buffer) {
+func (m *decoder) bias(do func(error), dst, b kernels.Buffer) {
 	if b != nil {
 		do(m.be.Add(dst, dst, b))
 	}
+}
+
+// norm applies an RMSNorm in place to every row of w.Len() elements of
+// dst (a whole row, or each head of one), when the model has the weight w.
+func (m *decoder) norm(do func(error), dst, w kernels.Buffer) {
+	if w != nil {
+		do(m.be.RMSNorm(dst, dst, w, m.cfg.NormEps))
+	}
+}
+
+// queries finishes the query projection q: its bias, then the per-head
+// norm (Qwen3), before RoPE.
+func (m *decoder) queries(do func(error), l *weights, q kernels.Buffer) {
+	m.bias(do, q, l[arch.Bq].buf)
+	m.norm(do, q, l[arch.QNorm].buf)
 }
 
 // checkForwardArgs checks Forward's arguments against the model's config; it
