@@ -56,10 +56,12 @@ SHAPE=(--dim 256 --hidden 512 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --co
 TYPES=(F32 F16 Q8_0 Q4_K Q6_K)
 ARCHS=(llama qwen2 qwen3 phi3 gemma2 gemma3)
 
-# engine_for ARCH: which build records it (c392e50 lacks qwen3 and gemma3).
+# engine_for ARCH: which build records it (c392e50 lacks qwen3 and gemma3,
+# and its gemma2 aborts on files whose block count is not 26, 42 or 46: it
+# picks the query scale by model size, not query_pre_attn_scalar).
 engine_for() {
 	case $1 in
-	qwen3 | gemma3) echo "$GOLDEN_NEWER_ENGINE" ;;
+	qwen3 | gemma3 | gemma2) echo "$GOLDEN_NEWER_ENGINE" ;;
 	*) echo upstream ;;
 	esac
 }
