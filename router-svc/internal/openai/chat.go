@@ -136,8 +136,15 @@ func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGeneratio
 // RenderVars is RenderTools with extra template variables, as Hugging
 // Face's chat_template_kwargs pass them (e.g. "enable_thinking": false for
 // Qwen3); the values are JSON-like Go values (bool, string, float64,
-// []any, map[string]any). They cannot replace the variables Render sets.
+// []any, map[string]any) or json.RawMessage (valid JSON, which keeps its
+// key order and its integers). A variable named as one Render sets, or as
+// a template global, is an error (see reservedVars).
 func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGenerationPrompt bool, vars map[string]any) (out string, err error) {
+	for k := range vars {
+		if reservedVar(k) {
+			return "", fmt.Errorf("chat template: the variable %q is the router's own and cannot be replaced", k)
+		}
+	}
 	if len(tools) > 0 && !c.tools {
 		msgs = withPreamble(msgs, toolsPreamble(tools))
 	}
@@ -181,6 +188,10 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	}
 	data := make(map[string]jinja.Value, len(vars)+8)
 	for k, v := range vars {
+		if raw, ok := v.(json.RawMessage); ok {
+			data[k] = jsonValue(raw)
+			continue
+		}
 		data[k] = jinja.FromGoValue(v)
 	}
 	data["messages"] = jinja.NewList(list)
@@ -207,6 +218,26 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	}
 	return out, nil
 }
+
+// reservedVars are the variables RenderVars sets itself — tools also when
+// it sets none, since a template must not show a tool list the request did
+// not declare — and the template engine's global functions, which a
+// variable of the same name would hide (Qwen3's template calls namespace).
+var reservedVars = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range []string{"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+		"strftime_now", "raise_exception", "namespace", "range", "dict", "joiner", "cycler", "lipsum", "loop"} {
+		m[n] = true
+	}
+	for _, n := range replacedFilters {
+		m[n] = true
+	}
+	return m
+}()
+
+// reservedVar reports whether name cannot be an extra template variable
+// of RenderVars.
+func reservedVar(name string) bool { return reservedVars[name] }
 
 // templateTools is the tools list as Hugging Face hands it to templates.
 func templateTools(tools []ToolDef) jinja.Value {
