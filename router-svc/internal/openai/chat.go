@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -59,6 +60,9 @@ type ChatTemplate struct {
 	family toolFamily
 	// tools: the template renders a tools list itself.
 	tools bool
+	// warning: what the load found that can make a prompt differ from
+	// jinja2's ("" when nothing).
+	warning string
 	// now is the clock strftime_now reads (time.Now; tests fix it so that
 	// a template's date is the oracle's).
 	now func() time.Time
@@ -71,11 +75,18 @@ func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
 	if strings.TrimSpace(src) == "" {
 		return c, nil
 	}
-	renamed, formatAt := renameFilters(src)
-	if len(formatAt) > 0 {
-		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", lineOf(src, formatAt[0]))
+	pre := prepass(src)
+	if len(pre.formatLines) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", pre.formatLines[0])
 	}
-	t, err := jinja.Compile(renamed)
+	if len(pre.filterLines) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses a filter block ({%% filter ... %%}) of tojson, string or join, where the Jinja engine would apply its own version, not Python's: write the filter as value | filter", pre.filterLines[0])
+	}
+	if len(pre.tildeLines) > 0 {
+		c.warning = fmt.Sprintf("chat template: line %d concatenates with ~, which prints a float, None or a list operand as the Jinja engine does, not as Python (2.0 as 2, None as an empty string): a prompt with such a value can differ from the model's own", pre.tildeLines[0])
+		slog.Warn(c.warning)
+	}
+	t, err := jinja.Compile(pre.src)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
@@ -111,6 +122,11 @@ func (c *ChatTemplate) ToolFamily() string { return c.family.String() }
 // RendersTools reports whether the template shows tools itself; otherwise
 // Baton puts a generic tools preamble in front of the prompt.
 func (c *ChatTemplate) RendersTools() bool { return c.tools }
+
+// Warning is what loading the template found that can make a prompt
+// differ from the one Python's jinja2 renders ("" when nothing); it is
+// also logged at load.
+func (c *ChatTemplate) Warning() string { return c.warning }
 
 // Default reports whether c is the plain default template.
 func (c *ChatTemplate) Default() bool { return c.tmpl == nil }
@@ -200,8 +216,11 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	data["eos_token"] = jinja.NewString(c.eos)
 	data["strftime_now"] = strftimeNow(c.now)
 	data["raise_exception"] = raiseException()
-	// Baton's filters under the names renameFilters gave them.
+	// Baton's filters under the names the pre-pass gave them.
 	data[replacedFilters["tojson"]] = tojsonFilter()
+	data[replacedFilters["string"]] = stringFilter()
+	data[replacedFilters["join"]] = joinFilter()
+	data[printFunc] = printValue()
 	if len(tools) > 0 && c.tools {
 		data["tools"] = templateTools(tools)
 	}
@@ -232,6 +251,7 @@ var reservedVars = func() map[string]bool {
 	for _, n := range replacedFilters {
 		m[n] = true
 	}
+	m[printFunc] = true
 	return m
 }()
 
