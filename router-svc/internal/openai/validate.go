@@ -287,7 +287,7 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 	j.prepare = func() *httpError { // once admitted (admit.go)
 		text, err := h.tmpl.RenderVars(msgs, j.tools.rendered(), true, vars)
 		if err != nil {
-			return invalid("messages", "messages: %v", err)
+			return templateError(err)
 		}
 		if herr := h.checkPromptBytes("messages", len(text)); herr != nil {
 			return herr // never tokenized
