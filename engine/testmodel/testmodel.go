@@ -62,6 +62,13 @@ type Spec struct {
 	// shapes (the logits are nearly flat); see docs/models.md for the std
 	// that does.
 	Std float64
+	// OutputStd, when > 0, is the standard deviation of output.weight (and
+	// of token_embd.weight when Tied, as it is then the output head); 0
+	// means Std. Large logits give clear margins, while large hidden
+	// weights make a random model chaotic (near-argmax attention), so that
+	// last-bit differences between engines flip greedy choices: golden
+	// files use a small Std and a large OutputStd (docs/models.md).
+	OutputStd float64
 
 	// SlidingWindow is written as {arch}.attention.sliding_window by the
 	// architectures that have one (phi3: 0 means no window, as Phi-4's
@@ -194,6 +201,15 @@ func (s Spec) std() float64 {
 	return WeightStd
 }
 
+// roleStd is the standard deviation of the weights of role r: OutputStd
+// for the output head (the embedding too when tied), else Std.
+func (s Spec) roleStd(r arch.Role) float64 {
+	if s.OutputStd > 0 && (r == arch.Output || (r == arch.TokEmbd && s.Tied)) {
+		return s.OutputStd
+	}
+	return s.std()
+}
+
 // Params returns the number of weights in the file (norms included).
 func (s Spec) Params() int64 {
 	a, err := s.Architecture()
@@ -240,6 +256,8 @@ func (s Spec) Validate() error {
 		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
+	case !(s.OutputStd >= 0) || s.OutputStd > 100:
+		return bad("output std = %v, want (0, 100] (or 0 for std)", s.OutputStd)
 	case s.SlidingWindow < 0 || s.SlidingWindow > limit:
 		return bad("sliding window = %d, want [0, %d]", s.SlidingWindow, limit)
 	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
@@ -368,9 +386,17 @@ func Weights(seed uint64, name string, rows, cols int) []float32 {
 func (s Spec) Weights(name string, rows, cols int) []float32 {
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
+	std := s.std()
+	if a, err := s.Architecture(); err == nil {
+		for _, t := range a.Tensors {
+			if t.Name == name {
+				std = s.roleStd(t.Parts[0].Role)
+			}
+		}
+	}
 	out := make([]float32, rows*cols)
 	for r := range rows {
-		weightRow(pcg, rng, s.Seed, s.std(), name, r, out[r*cols:(r+1)*cols])
+		weightRow(pcg, rng, s.Seed, std, name, r, out[r*cols:(r+1)*cols])
 	}
 	return out
 }

@@ -24,6 +24,8 @@ type tensor struct {
 	vector     bool // 1-D
 	ones       bool // filled with 1.0 (norm weights) instead of noise
 	factors    bool // filled with exp(|N(0, 1)|) (longrope factors)
+
+	std float64 // of the noise: Spec.roleStd
 }
 
 func (t tensor) dims() []uint64 {
@@ -50,7 +52,7 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 		if t.Optional && !(r == arch.Output && !s.Tied) && !((r == arch.RopeLong || r == arch.RopeShort) && s.LongRope) {
 			return
 		}
-		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors}
+		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors, std: s.roleStd(r)}
 		if t.Vector {
 			w.typ = quant.F32
 		}
@@ -296,7 +298,7 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 							row[i] = 1
 						}
 					} else {
-						weightRow(pcg, rng, s.Seed, s.std(), j.t.name, r, row)
+						weightRow(pcg, rng, s.Seed, j.t.std, j.t.name, r, row)
 					}
 					if j.t.factors {
 						// Std-free: the same factors whatever the weights' std.
