@@ -73,27 +73,23 @@ var knownGoldenDivergence = map[string]string{
 	"llama_f16": f16Divergence,
 	"qwen2_f16": f16Divergence,
 	"qwen3_f16": f16Divergence,
-	// Quantized weights: both engines quantize the activations the same way
-	// (Q8_0 / Q8_K blocks, equal bytes) and their dot products agree to the
-	// last float32 bits, yet logprobs move by 0.1-1. Suspected: a last-bit
-	// difference in an activation at a rounding boundary of its Q8 block
-	// moves one int8 by 1, which these std-1.0 random models amplify; not
-	// proven (scripts/golden/README.md).
+	// Quantized weights: the kernels agree to the last float32 bits given
+	// the same input, but at std 1.0 attention is near argmax and last-bit
+	// differences in q·k leave it ~1e-4 apart; the Q8 quantization before
+	// the output projection turns that into whole int8 steps now and then
+	// (docs/kernels.md). llama Q4_K and the llama, qwen2 and phi3 Q6_K
+	// cases left this list when kernels.RMSNorm took ggml's rounding.
 	"llama_q8_0": quantDivergence,
-	"llama_q4_k": quantDivergence,
-	"llama_q6_k": quantDivergence,
 	"qwen2_q8_0": quantDivergence,
-	"qwen2_q6_k": quantDivergence,
 	"qwen3_q8_0": quantDivergence,
 	"qwen3_q6_k": quantDivergence,
 	"phi3_q8_0":  quantDivergence,
 	"phi3_q4_k":  quantDivergence,
-	"phi3_q6_k":  quantDivergence,
 }
 
 const (
 	f16Divergence   = "F16 weights: ggml multiplies them with activations rounded to F16, Baton with float32 ones (a kernels change)"
-	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; suspected Q8 activation rounding flips amplified by the std-1.0 random model"
+	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; last-bit attention differences (near-argmax softmax at std 1.0) flip Q8 activation roundings"
 )
 
 // specFromGenModelArgs turns the gen-model arguments a golden file records
