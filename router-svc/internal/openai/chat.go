@@ -82,8 +82,15 @@ func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
 	if len(pre.filterLines) > 0 {
 		return nil, fmt.Errorf("chat template: line %d uses a filter block ({%% filter ... %%}) of tojson, string or join, where the Jinja engine would apply its own version, not Python's: write the filter as value | filter", pre.filterLines[0])
 	}
+	var warnings []string
 	if len(pre.tildeLines) > 0 {
-		c.warning = fmt.Sprintf("chat template: line %d concatenates with ~, which prints a float, None or a list operand as the Jinja engine does, not as Python (2.0 as 2, None as an empty string): a prompt with such a value can differ from the model's own", pre.tildeLines[0])
+		warnings = append(warnings, fmt.Sprintf("line %d concatenates with ~, which prints a float, None or a list operand as the Jinja engine does, not as Python (2.0 as 2, None as an empty string)", pre.tildeLines[0]))
+	}
+	if len(pre.safeAddLines) > 0 {
+		warnings = append(warnings, fmt.Sprintf("line %d adds to a value marked safe, where Python's jinja2 escapes the HTML characters of the other operand and the Jinja engine does not", pre.safeAddLines[0]))
+	}
+	if len(warnings) > 0 {
+		c.warning = "chat template: " + strings.Join(warnings, "; ") + ": a prompt with such a value can differ from the model's own"
 		slog.Warn(c.warning)
 	}
 	t, err := jinja.Compile(pre.src)

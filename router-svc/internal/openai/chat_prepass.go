@@ -33,9 +33,10 @@ import (
 //     where the engine writes 1, "" and its own repr.
 //
 // It also finds what cannot be made exact here: Python's %-formatting
-// ("%s" % x, which the engine evaluates as a modulo: refused at load) and
-// the ~ operator (the engine's own printing of a float, None or a list
-// operand: a warning at load).
+// ("%s" % x, which the engine evaluates as a modulo: refused at load), the
+// ~ operator (the engine's own printing of a float, None or a list
+// operand) and `"x" | safe + y` (jinja2 escapes y's HTML characters, the
+// engine does not): warnings at load.
 
 // replacedFilters maps a filter's name in templates to the variable that
 // holds Baton's version of it.
@@ -51,6 +52,8 @@ type prepassResult struct {
 	formatLines []int
 	// tildeLines are the lines that concatenate with ~.
 	tildeLines []int
+	// safeAddLines are the lines that add to a value marked safe.
+	safeAddLines []int
 	// filterLines are the lines of a {% filter %} block of a replaced
 	// filter: the engine runs its own filter there, whatever the name is.
 	filterLines []int
@@ -65,7 +68,8 @@ func prepass(src string) prepassResult {
 	src = strings.TrimSuffix(src, "\n")
 	p := &prepasser{src: src, lineStart: true}
 	p.run()
-	return prepassResult{src: p.out.String(), formatLines: p.formatLines, tildeLines: p.tildeLines, filterLines: p.filterLines}
+	return prepassResult{src: p.out.String(), formatLines: p.formatLines, tildeLines: p.tildeLines,
+		safeAddLines: p.safeAddLines, filterLines: p.filterLines}
 }
 
 type prepasser struct {
@@ -73,10 +77,11 @@ type prepasser struct {
 	out strings.Builder
 	// lineStart: the last tag's end (with what it trimmed) ended a line,
 	// or nothing came before (jinja2's line_starting, for lstrip_blocks).
-	lineStart   bool
-	formatLines []int
-	tildeLines  []int
-	filterLines []int
+	lineStart    bool
+	formatLines  []int
+	tildeLines   []int
+	safeAddLines []int
+	filterLines  []int
 }
 
 // tag kinds, by the opener's second byte.
@@ -394,6 +399,10 @@ func (p *prepasser) expr(b *strings.Builder, s string, i, line int) {
 				b.WriteString(repl)
 			} else {
 				b.WriteString(s[j:k])
+			}
+			// "x" | safe + y: jinja2's Markup escapes y's HTML characters.
+			if n := skipPySpace(s, k); s[j:k] == "safe" && n < len(s) && s[n] == '+' {
+				p.safeAddLines = append(p.safeAddLines, line+strings.Count(s[:k], "\n"))
 			}
 			i = k
 		default:

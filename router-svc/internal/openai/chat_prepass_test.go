@@ -154,7 +154,9 @@ func TestTemplateSnippetsOracle(t *testing.T) {
 // told at load — a filter block of a filter Baton replaces is refused
 // (the engine would run its own tojson), a ~ concatenation (the engine
 // prints a float operand its way: 'a' ~ 1.0 is "a1", jinja2's "a1.0")
-// loads with a warning naming the line; a template without them has none.
+// and `"x" | safe + y` (jinja2's Markup escapes y's HTML, the engine does
+// not) load with a warning naming the line; a template without them has
+// none.
 func TestTemplateLoadRefusesOrWarns(t *testing.T) {
 	for _, src := range []string{"{% filter tojson %}a<b{% endfilter %}", "x\n{%- filter join(',') %}ab{% endfilter %}"} {
 		if _, err := NewChatTemplate(src, "", ""); err == nil || !strings.Contains(err.Error(), "filter block") || !strings.Contains(err.Error(), "line ") {
@@ -167,6 +169,13 @@ func TestTemplateLoadRefusesOrWarns(t *testing.T) {
 	}
 	if w := tmpl.Warning(); !strings.Contains(w, "line 2") || !strings.Contains(w, "~") {
 		t.Errorf("warning %q, want one naming ~ and line 2", w)
+	}
+	tmpl, err = NewChatTemplate(`{{ "Use '"|safe + messages[0].content }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := tmpl.Warning(); !strings.Contains(w, "line 1") || !strings.Contains(w, "safe") {
+		t.Errorf("warning %q, want one naming safe and line 1", w)
 	}
 	tmpl, err = NewChatTemplate(readTemplate(t, "qwen3.jinja"), "", "")
 	if err != nil {
