@@ -1,10 +1,6 @@
 package vec
 
-import (
-	"math"
-
-	"github.com/baton-serving/baton/kernels/quant"
-)
+import "math"
 
 // ggml multiplies F16 weights with activations converted to F16, and BF16
 // weights with activations converted to BF16 (the vec_dot_type of those
@@ -23,15 +19,6 @@ type roundImpl struct {
 }
 
 var roundGeneric = roundImpl{"purego", roundF16Go, roundBF16Go}
-
-// roundImpls lists the rounding implementations, the preferred one first.
-// There is only the pure-Go one: it costs about 1 ns a value, some 1 % of
-// a prompt's time on the F16 shapes (a token's products do hundreds of
-// multiply-adds per rounded value), and an F16C/AVX-512 version would
-// change the generated assembly of package vec for that gain. The list
-// is where such a version would go, checked by TestRoundHalf against this
-// one.
-func roundImpls() []roundImpl { return []roundImpl{roundGeneric} }
 
 // activeRound is the implementation chosen at package initialisation; it is
 // never changed afterwards.
@@ -74,15 +61,28 @@ func roundF16Go(dst, x []float32) {
 	dst = dst[:len(x)]
 	for i, v := range x {
 		b := math.Float32bits(v)
-		if a := b & 0x7fffffff; a-f16NormalLo < f16NormalHi-f16NormalLo {
-			// Round the mantissa's low 13 bits away, ties to even; a carry
-			// into the exponent gives the next binade's first value, as
-			// it should.
-			dst[i] = math.Float32frombits((b + 0xfff + (b>>13)&1) &^ 0x1fff)
-		} else {
-			// Zeros, binary16 subnormals, overflow, Inf and NaN.
-			dst[i] = quant.F16ToF32(quant.F32ToF16(v))
+		sign, a := b&0x80000000, b&0x7fffffff
+		// Normal range: round the mantissa's low 13 bits away, ties to
+		// even; a carry into the exponent gives the next binade's first
+		// value, as it should.
+		r := (b + 0xfff + (b>>13)&1) &^ 0x1fff
+		// Zeros and binary16 subnormals, multiples of 2⁻²⁴: adding 0.5
+		// (2⁻²⁴·2²³) rounds a float32 below 2⁻¹⁴ to one, to nearest even,
+		// exactly as the conversion does.
+		sub := sign | math.Float32bits(math.Float32frombits(a)+0.5-0.5)
+		// Both candidates are computed, and these simple selections
+		// compile to conditional moves: the loop has no branch that mixed
+		// magnitudes could mispredict.
+		if a < f16NormalLo {
+			r = sub
 		}
+		if a >= f16NormalHi {
+			r = sign | 0x7f800000 // overflow to ±Inf
+		}
+		if a > 0x7f800000 {
+			r = sign | 0x7fc00000 // NaN: binary16's quiet NaN, widened
+		}
+		dst[i] = math.Float32frombits(r)
 	}
 }
 
@@ -90,10 +90,10 @@ func roundBF16Go(dst, x []float32) {
 	dst = dst[:len(x)]
 	for i, v := range x {
 		b := math.Float32bits(v)
+		r := (b + 0x7fff + (b>>16)&1) &^ 0xffff
 		if b&0x7fffffff > 0x7f800000 {
-			dst[i] = math.Float32frombits((b | 0x400000) &^ 0xffff) // quiet NaN
-		} else {
-			dst[i] = math.Float32frombits((b + 0x7fff + (b>>16)&1) &^ 0xffff)
+			r = (b | 0x400000) &^ 0xffff // a quiet NaN
 		}
+		dst[i] = math.Float32frombits(r)
 	}
 }
