@@ -7,8 +7,9 @@ import (
 	"github.com/baton-serving/baton/kernels/vec"
 )
 
-// Weight products run on the kernels of kernels/vec: float weights (F32,
-// F16, BF16) multiply the float activations directly; quantized weights
+// Weight products run on the kernels of kernels/vec: F32 weights multiply
+// the float activations directly, F16 and BF16 weights the activations
+// rounded to their type (cpu_round.go); quantized weights
 // multiply activations quantized once per call (Q8_0 blocks for Q8_0,
 // Q4_0, Q5_0 and IQ4_NL weights, Q8_1 for Q4_1 and Q5_1, Q8_K blocks for
 // the K-quants and IQ4_XS), with integer block dot
@@ -69,6 +70,8 @@ type mmCall struct {
 	// Buffers kept across calls.
 	qbuf  []byte
 	pbuf  []float32
+	rbuf  []float32 // activations rounded for F16 or BF16 weights
+	round roundTask
 	quan  quantizeTask
 	group groupTask
 }
@@ -302,6 +305,9 @@ func (mm *matmuls) prepare(dst []float32, w *cpuMatrix, x []float32, n int, shar
 			c.xq = c.qbuf
 		}
 	} else if w.typ == quant.F32 || w.typ == quant.F16 || w.typ == quant.BF16 {
+		if halfRounding(w.typ) {
+			mm.roundActivations(c, shared)
+		}
 		// Pack the tokens for the kernels once, not once per row chunk.
 		if shared != nil && shared.xp != nil {
 			c.xp = shared.xp

@@ -123,8 +123,11 @@ var (
 //
 //  1. Kernels: against an F32 copy of the same file (every tensor
 //     dequantized), the weights are identical and only the kernels differ.
-//     Float weights must agree to float32 rounding: max |Δlogit| ≤ 1e-4 ×
-//     std(logits) (measured: ≤ 4.4e-6). Quantized weights multiply
+//     F32 weights must agree to float32 rounding: max |Δlogit| ≤ 1e-4 ×
+//     std(logits) (measured: ≤ 4.4e-6). F16 and BF16 weights multiply
+//     activations rounded to their type, as llama.cpp does (kernels/
+//     cpu_round.go): measured 1.4e-3 (F16) and 1.3e-2 (BF16), bounded at
+//     5e-3 and 4e-2. Quantized weights multiply
 //     activations quantized to 8 bits (Q8_0 blocks for Q8_0 and Q4_0, Q8_K
 //     for the K-quants, as llama.cpp does), which adds the activations'
 //     rounding: measured 3.6e-2 (Q8_0), 4.1e-2 (Q4_0), 5.4e-2 (Q6_K) and
@@ -134,7 +137,7 @@ var (
 //     KL(F32‖quantized) of the next-token distributions and the largest
 //     logit difference relative to the F32 logits' standard deviation stay
 //     within bounds of about twice the values measured for this shape and
-//     seed (KL / relative error): F16 1.4e-8 / 2.1e-3, BF16 9.2e-7 / 1.5e-2, Q8_0 1.5e-5 / 6.6e-2,
+//     seed (KL / relative error): F16 2.6e-8 / 2.8e-3, BF16 1.5e-6 / 1.8e-2, Q8_0 1.5e-5 / 6.6e-2,
 //     Q6_K 1.1e-4 / 1.5e-1, Q4_K 1.4e-3 / 6.4e-1, Q4_0 2.1e-3 / 7.6e-1. They follow the types'
 //     precision (per-weight relative RMS error: F16 3e-4, BF16 2e-3, Q8_0
 //     5e-3, Q6_K 2e-2, Q4_K 5e-2, Q4_0 8e-2) compounded over the matrix
@@ -144,8 +147,8 @@ var (
 func TestQuantizedTypes(t *testing.T) {
 	base := testmodel.Spec{Dim: 256, Hidden: 512, Layers: 1, Heads: 4, KVHeads: 2, Vocab: 320, Context: 64, Seed: 5}
 	bounds := map[quant.Type]struct{ kl, rel, kernel float64 }{
-		quant.F16:  {3e-8, 5e-3, 1e-4},
-		quant.BF16: {2e-6, 3e-2, 1e-4},
+		quant.F16:  {5e-8, 5e-3, 5e-3},
+		quant.BF16: {3e-6, 3e-2, 4e-2},
 		quant.Q8_0: {3e-5, 1.3e-1, 1e-1},
 		quant.Q6_K: {2e-4, 3e-1, 1.2e-1},
 		quant.Q4_K: {3e-3, 1.3, 1.2e-1},
