@@ -39,7 +39,7 @@ func TestNewValidates(t *testing.T) {
 		{"add EOS without EOS", func(v *Vocab) { v.AddEOS, v.EOS = true, NoToken }, engine.ErrInvalidInput, "Vocab.AddEOS"},
 		{"duplicate", func(v *Vocab) { v.Tokens[3] = "</s>" }, engine.ErrInvalidInput, `Vocab.Tokens[3] "</s>" repeats Vocab.Tokens[2]`},
 		{"model", func(v *Vocab) { v.Model = "bert" }, engine.ErrUnsupported, `Vocab.Model "bert"`},
-		{"pre", func(v *Vocab) { v.Model, v.Pre = ModelGPT2, "tekken" }, engine.ErrUnsupported, `Vocab.Pre "tekken"`},
+		{"pre", func(v *Vocab) { v.Model, v.Pre = ModelGPT2, "deepseek-v3" }, engine.ErrUnsupported, `unsupported: deepseek-v3 (Vocab.Pre "deepseek-v3"`},
 	}
 	for _, tt := range tests {
 		v := base()
