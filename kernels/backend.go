@@ -157,6 +157,33 @@ type AttnRow struct {
 	Len int
 }
 
+// ExtendedOps is implemented by backends that run the operations of architectures beyond Llama's
+// (the Gemma family's GELU, soft-capping, sliding-window attention with its own score scale).
+// A model that needs them fails to load on a backend without them, with an error wrapping ErrUnsupported.
+type ExtendedOps interface {
+	// GELUMul writes gelu(gate[i])·up[i] to dst, gelu in ggml's tanh approximation
+	// (ggml_gelu: 0.5·x·(1+tanh(√(2/π)·x·(1+0.044715·x²)))); dst may be gate or up.
+	GELUMul(dst, gate, up Buffer) error
+	// Scale writes s·x[i] to dst; dst may be x.
+	Scale(dst, x Buffer, s float32) error
+	// SoftCap replaces x[i] by c·tanh(x[i]/c), in place (c > 0).
+	SoftCap(x Buffer, c float32) error
+	// AttentionWith is Backend.Attention with options; AttnOptions{} gives exactly Attention's result.
+	AttentionWith(out, q Buffer, kv KVCache, layer int, rows []AttnRow, o AttnOptions) error
+}
+
+// AttnOptions changes how Attention scores.
+type AttnOptions struct {
+	// Scale multiplies q·k; 0 means 1/√HeadDim.
+	Scale float32
+	// SoftCap, when > 0, replaces each scaled score s by SoftCap·tanh(s/SoftCap) before the softmax.
+	SoftCap float32
+	// Window, when > 0, is a sliding window: a row attends only to the last Window positions,
+	// max(0, Len-Window) … Len-1 (llama.cpp masks key position pk for query position pq when
+	// pq - pk >= n_swa, which is the same thing). Pages wholly before the window are not read.
+	Window int
+}
+
 // Errors that backends wrap.
 var (
 	// ErrShape reports operands whose sizes do not fit together, or

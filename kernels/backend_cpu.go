@@ -659,8 +659,17 @@ func (c *CPU) StoreKV(kv KVCache, layer int, slots []int32, k, v Buffer) error {
 // Attention implements Backend: per query row and head, the scores
 // against every key, their softmax, and the weighted sum of the values, on
 // vec's kernels (cpu_attend.go), with the (row, head) pairs split over the
-// pool.
+// pool. It is AttentionWith with no options.
 func (c *CPU) Attention(out, q Buffer, kv KVCache, layer int, rows []AttnRow) error {
+	return c.AttentionWith(out, q, kv, layer, rows, AttnOptions{})
+}
+
+// AttentionWith implements ExtendedOps: Attention's kernel, with the
+// options' score scale and soft-cap applied to each score, and with a
+// window, only the positions and pages in it. A window's positions are
+// scored and summed in groups of four from a multiple of four, as a whole
+// sequence's are, so that F32 results do not depend on the paging.
+func (c *CPU) AttentionWith(out, q Buffer, kv KVCache, layer int, rows []AttnRow, o AttnOptions) error {
 	if err := c.enter(); err != nil {
 		return err
 	}
@@ -675,16 +684,16 @@ func (c *CPU) Attention(out, q Buffer, kv KVCache, layer int, rows []AttnRow) er
 	}
 	outs, qs := ops[0], ops[1]
 	l := cache.l
-	heads, err := CheckAttention(l, cache.pages, layer, len(outs), len(qs), rows)
+	heads, err := CheckAttentionWith(l, cache.pages, layer, len(outs), len(qs), rows, o)
 	if err != nil || len(rows) == 0 {
 		return err
 	}
 	if overlap(outs, qs) {
 		return fmt.Errorf("%w: attention output overlaps its queries", ErrShape)
 	}
-	maxLen := 0
+	maxLen := 0 // the most positions a row attends to
 	for _, r := range rows {
-		maxLen = max(maxLen, r.Len)
+		maxLen = max(maxLen, r.Len-WindowStart(r.Len, o.Window))
 	}
 	a, _ := c.attn.Get().(*attnCall)
 	if a == nil {
@@ -698,6 +707,7 @@ func (c *CPU) Attention(out, q Buffer, kv KVCache, layer int, rows []AttnRow) er
 		a.parts[i].row = -1
 	}
 	a.kv, a.layer, a.rows, a.out, a.q, a.heads = cache, layer, rows, outs, qs, heads
+	a.opts = newAttnOpts(o, l.HeadDim)
 	// Each (row, head) pair costs about 2·positions·HeadDim multiply-adds;
 	// keep chunks at ≥ 32k of them.
 	grain := max(1, (1<<15)/(2*maxLen*l.HeadDim))
@@ -715,11 +725,13 @@ type attnCall struct {
 	rows   []AttnRow
 	out, q []float32
 	heads  int
+	opts   attnOpts
 	parts  []attnPart
 }
 
 // attnPart is one participant's scratch space: the page lists of the row
-// it is working on, and attendPaged's buffers.
+// it is working on (from the first page of its window), and attendPaged's
+// buffers.
 type attnPart struct {
 	row    int // the row kp and vp belong to, or -1
 	kp, vp [][]byte
@@ -734,16 +746,19 @@ func (a *attnCall) run(part, lo, hi int) {
 	for j := lo; j < hi; j++ {
 		i, h := j/a.heads, j%a.heads
 		r := a.rows[i]
+		first := WindowStart(r.Len, a.opts.window) / l.PageSize
 		if p.row != i {
 			p.kp, p.vp = p.kp[:0], p.vp[:0]
-			for _, id := range r.Pages[:(r.Len+l.PageSize-1)/l.PageSize] {
+			for _, id := range r.Pages[first : (r.Len+l.PageSize-1)/l.PageSize] {
 				p.kp = append(p.kp, a.kv.block(int(id), a.layer, false))
 				p.vp = append(p.vp, a.kv.block(int(id), a.layer, true))
 			}
 			p.row = i
 		}
 		off := (i*a.heads + h) * hd
-		attendPaged(a.out[off:off+hd], a.q[off:off+hd], p.kp, p.vp, r.Len, l.PageSize, l.RowElems(), (h/group)*hd, l.DType, &p.sc)
+		base := first * l.PageSize // the position p.kp[0] starts at
+		span := posSpan{lo: WindowStart(r.Len, a.opts.window) - base, n: r.Len - base, align: base % 4}
+		attendPaged(a.out[off:off+hd], a.q[off:off+hd], p.kp, p.vp, span, l.PageSize, l.RowElems(), (h/group)*hd, l.DType, &p.sc, &a.opts)
 	}
 }
 

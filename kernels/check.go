@@ -128,6 +128,36 @@ func CheckStoreKV(l KVLayout, pages, layer int, slots []int32, kLen, vLen int) e
 // CheckAttention checks an Attention over a cache of pages pages of
 // layout l, and returns the query heads per row.
 func CheckAttention(l KVLayout, pages, layer, outLen, qLen int, rows []AttnRow) (heads int, err error) {
+	return CheckAttentionWith(l, pages, layer, outLen, qLen, rows, AttnOptions{})
+}
+
+// CheckAttnOptions checks the options of an AttentionWith: a finite
+// Scale, a SoftCap that is finite and not negative (0 is off), a Window
+// that is not negative (0 is off).
+func CheckAttnOptions(o AttnOptions) error {
+	if !finite(o.Scale) || !finite(o.SoftCap) || o.SoftCap < 0 || o.Window < 0 {
+		return fmt.Errorf("%w: attention options scale %v, soft-cap %v, window %d", ErrShape, o.Scale, o.SoftCap, o.Window)
+	}
+	return nil
+}
+
+// WindowStart is the first position a row of n positions attends to with
+// a sliding window of w positions (0: no window).
+func WindowStart(n, w int) int {
+	if w <= 0 {
+		return 0
+	}
+	return max(0, n-w)
+}
+
+// CheckAttentionWith checks an AttentionWith over a cache of pages pages
+// of layout l, and returns the query heads per row. Only the pages that
+// hold a row's window need to be valid: those wholly before it are not
+// read, so their ids are not checked.
+func CheckAttentionWith(l KVLayout, pages, layer, outLen, qLen int, rows []AttnRow, o AttnOptions) (heads int, err error) {
+	if err := CheckAttnOptions(o); err != nil {
+		return 0, err
+	}
 	if layer < 0 || layer >= l.Layers {
 		return 0, fmt.Errorf("%w: layer %d of %d", ErrShape, layer, l.Layers)
 	}
@@ -149,7 +179,7 @@ func CheckAttention(l KVLayout, pages, layer, outLen, qLen int, rows []AttnRow) 
 		if r.Len <= 0 || r.Len > len(r.Pages)*l.PageSize {
 			return 0, fmt.Errorf("%w: attention row %d over %d positions with %d pages of %d", ErrShape, i, r.Len, len(r.Pages), l.PageSize)
 		}
-		for _, p := range r.Pages[:(r.Len+l.PageSize-1)/l.PageSize] {
+		for _, p := range r.Pages[WindowStart(r.Len, o.Window)/l.PageSize : (r.Len+l.PageSize-1)/l.PageSize] {
 			if p < 0 || int(p) >= pages {
 				return 0, fmt.Errorf("%w: attention row %d reads page %d of %d", ErrShape, i, p, pages)
 			}
@@ -157,6 +187,32 @@ func CheckAttention(l KVLayout, pages, layer, outLen, qLen int, rows []AttnRow) 
 	}
 	return heads, nil
 }
+
+// CheckGELUMul checks a GELUMul.
+func CheckGELUMul(dstLen, gateLen, upLen int) error {
+	if gateLen != dstLen || upLen != dstLen {
+		return fmt.Errorf("%w: gelu·mul of %d and %d elements into %d", ErrShape, gateLen, upLen, dstLen)
+	}
+	return nil
+}
+
+// CheckScale checks a Scale.
+func CheckScale(dstLen, xLen int) error {
+	if dstLen != xLen {
+		return fmt.Errorf("%w: scaling %d elements into %d", ErrShape, xLen, dstLen)
+	}
+	return nil
+}
+
+// CheckSoftCap checks a SoftCap's cap, which must be finite and > 0.
+func CheckSoftCap(c float32) error {
+	if !finite(c) || c <= 0 {
+		return fmt.Errorf("%w: soft-cap %v, want a finite value > 0", ErrShape, c)
+	}
+	return nil
+}
+
+func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 
 // CheckKVPageIO checks an ExportKV or ImportKV of n bytes.
 func CheckKVPageIO(l KVLayout, pages, page, layer, n int) error {

@@ -37,41 +37,79 @@ func (a *attnScratch) size(n, d int) {
 	a.rows = growF32(a.rows, 5*d)
 }
 
-// attendRows computes out = softmax(q·kᵀ/√d)·v over n positions, where
-// dot4(dst, t) sets dst to q·k for positions t…t+3 (vec.Dot4F32 on the key
-// rows), or, when dot4 is nil, dot(t) returns q·k for position t, as it
-// does for the last n mod 4 positions; add4(out, e, t) adds e[0]·v(t) + … +
-// e[3]·v(t+3) to out (vec.Axpy4 or vec.Axpy4F16 on the value rows), and
-// val(t) returns the value row of position t as d float32 values, for the
-// last n mod 4 positions. scores is scratch space of at least n elements.
-func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float32,
-	dot4 func(dst *[4]float32, t int), add4 func(out []float32, e *[4]float32, t int), val func(t int) []float32) {
+// attnOpts are AttnOptions resolved for one call: the score scale
+// (1/√HeadDim by default) and the soft-cap (0: off) that each score goes
+// through, and the window (0: none).
+type attnOpts struct {
+	scale, softCap float32
+	window         int
+}
+
+func newAttnOpts(o AttnOptions, headDim int) attnOpts {
+	a := attnOpts{scale: o.Scale, softCap: o.SoftCap, window: o.Window}
+	if a.scale == 0 {
+		a.scale = float32(1 / math.Sqrt(float64(headDim)))
+	}
+	return a
+}
+
+// posSpan is the positions lo…n-1 a head attends to, counted from the
+// start of its first page list entry, which is position align (mod 4) of
+// its sequence. Positions are scored and summed in groups of four that
+// start at multiples of four of the sequence, so a position's group (and
+// so its score's and its value's rounding) depends only on the row's
+// length and window, never on the paging.
+type posSpan struct {
+	lo, n, align int
+}
+
+// attendRows computes out = softmax(cap(scale·q·kᵀ))·v over the positions
+// of span, where dot4(dst, t) sets dst to q·k for positions t…t+3
+// (vec.Dot4F32 on the key rows), or, when dot4 is nil, dot(t) returns q·k
+// for position t, as it does for the positions outside whole groups of
+// four; add4(out, e, t) adds e[0]·v(t) + … + e[3]·v(t+3) to out
+// (vec.Axpy4 or vec.Axpy4F16 on the value rows), and val(t) returns the
+// value row of position t as d float32 values, for the positions outside
+// whole groups. scores is scratch space of at least n-lo elements.
+func attendRows(out, q []float32, span posSpan, scores []float32, dot func(t int) float32,
+	dot4 func(dst *[4]float32, t int), add4 func(out []float32, e *[4]float32, t int), val func(t int) []float32, o *attnOpts) {
 	d := len(q)
 	out = out[:d]
-	scale := float32(1 / math.Sqrt(float64(d)))
-	scores = scores[:n]
-	// Positions are grouped from 0, so a position's group (and so its
-	// score's bits) depends only on n, as for the values below.
-	t := 0
-	for ; dot4 != nil && t+4 <= n; t += 4 {
-		dot4((*[4]float32)(scores[t:t+4]), t)
+	lo, n := span.lo, span.n
+	scores = scores[:n-lo]
+	// g is the first position of a group; those before it (at most
+	// three, and none without a window) go one at a time.
+	g := min(n, lo+(4-(lo+span.align)%4)%4)
+	t := lo
+	if dot4 != nil {
+		for ; t < g; t++ {
+			scores[t-lo] = dot(t)
+		}
+		for ; t+4 <= n; t += 4 {
+			dot4((*[4]float32)(scores[t-lo:t-lo+4]), t)
+		}
 	}
 	for ; t < n; t++ {
-		scores[t] = dot(t)
+		scores[t-lo] = dot(t)
 	}
 	for t := range scores {
-		scores[t] *= scale
+		scores[t] *= o.scale
+	}
+	if o.softCap > 0 {
+		SoftCap(scores, o.softCap)
 	}
 	sum := vec.ExpSum(scores, scores, vec.MaxF32(scores))
 	clear(out)
 	// Four value rows per pass over out: a quarter of the loads and
 	// stores of out that one row at a time takes.
-	t = 0
+	for t = lo; t < g; t++ {
+		vec.Axpy(scores[t-lo], val(t), out)
+	}
 	for ; t+4 <= n; t += 4 {
-		add4(out, (*[4]float32)(scores[t:t+4]), t)
+		add4(out, (*[4]float32)(scores[t-lo:t-lo+4]), t)
 	}
 	for ; t < n; t++ {
-		vec.Axpy(scores[t], val(t), out)
+		vec.Axpy(scores[t-lo], val(t), out)
 	}
 	vec.Scale(1/sum, out)
 }
@@ -79,8 +117,8 @@ func attendRows(out, q []float32, n int, scores []float32, dot func(t int) float
 // attendPaged is one head's attention over a paged cache: kPages[i] and
 // vPages[i] hold positions i·pageSize… as rows of stride elements of typ
 // (F32 or F16, little-endian), this head's elements starting off elements
-// into each row.
-func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride, off int, typ quant.Type, sc *attnScratch) {
+// into each row; it attends to the positions of span.
+func attendPaged(out, q []float32, kPages, vPages [][]byte, span posSpan, pageSize, stride, off int, typ quant.Type, sc *attnScratch, o *attnOpts) {
 	d := len(q)
 	es := 4
 	if typ == quant.F16 {
@@ -98,7 +136,7 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 	// Rows that cannot be read in place are widened into these: one key
 	// row, and one value row for each of the four that attendRows takes
 	// at a time.
-	sc.size(n, d)
+	sc.size(span.n-span.lo, d)
 	kbuf := sc.rows[:d]
 	vbuf := [4][]float32{sc.rows[d : 2*d], sc.rows[2*d : 3*d], sc.rows[3*d : 4*d], sc.rows[4*d : 5*d]}
 	inPlace := typ == quant.F32 && nativeLE()
@@ -160,5 +198,5 @@ func attendPaged(out, q []float32, kPages, vPages [][]byte, n, pageSize, stride,
 			vec.Axpy4F16(out, e, row(vPages, t), row(vPages, t+1), row(vPages, t+2), row(vPages, t+3))
 		}
 	}
-	attendRows(out, q, n, sc.scores, dot, dot4, add4, val)
+	attendRows(out, q, span, sc.scores, dot, dot4, add4, val, o)
 }

@@ -81,10 +81,15 @@ func normPre(name string) string {
 }
 
 var (
-	stagesGPT2    = []stage{splitGPT2}
-	stagesLlama3  = []stage{splitLlama3(3)}
-	stagesQwen2   = []stage{splitLlama3(1)}
-	stagesSmolLM  = []stage{matchStage(matchOneNumber), splitGPT2}
+	stagesGPT2   = []stage{splitGPT2}
+	stagesLlama3 = []stage{splitLlama3(3)}
+	stagesQwen2  = []stage{splitLlama3(1)}
+	stagesSmolLM = []stage{matchStage(matchOneNumber), splitGPT2}
+	stagesFalcon = []stage{
+		matchStage(matchPunctRunTick),
+		splitGPT2,
+		matchStage(matchThreeASCIIDigits),
+	}
 	stagesDefault = []stage{
 		matchStage(matchPunctRun),
 		splitGPT2,
@@ -123,6 +128,13 @@ var preTokenizers = map[string]preConfig{
 	"hunyuan":          {stages: stagesQwen2},
 	"megrez":           {stages: stagesQwen2, cleanSpaces: true},
 	"stablelm2":        {stages: stagesQwen2, cleanSpaces: true},
+
+	// Falcon: [\p{P}\$\+<=>\^~\|`]+, GPT-2, [0-9][0-9][0-9].
+	"falcon": {stages: stagesFalcon, cleanSpaces: true},
+
+	// DeepSeek LLM and Coder: sequences of isolating splits (pretok_deepseek.go).
+	"deepseek-llm":   {stages: stagesDeepSeekLLM},
+	"deepseek-coder": {stages: stagesDeepSeekCoder},
 
 	// SmolLM / StarCoder: \p{N} first (every digit alone), then GPT-2.
 	"smollm":     {stages: stagesSmolLM},
@@ -408,6 +420,14 @@ func matchNumberRun(_ []rune, cls []charClass, i, hi int) int {
 // matchPunctRun is [\p{P}\$\+<=>\^~\|]+.
 func matchPunctRun(cps []rune, cls []charClass, i, hi int) int {
 	for i < hi && (cls[i]&clPunct != 0 || strings.ContainsRune("$+<=>^~|", cps[i])) {
+		i++
+	}
+	return i
+}
+
+// matchPunctRunTick is Falcon's [\p{P}\$\+<=>\^~\|`]+.
+func matchPunctRunTick(cps []rune, cls []charClass, i, hi int) int {
+	for i < hi && (cls[i]&clPunct != 0 || strings.ContainsRune("$+<=>^~|`", cps[i])) {
 		i++
 	}
 	return i

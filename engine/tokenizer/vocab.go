@@ -154,10 +154,10 @@ func (v *Vocab) validate() error {
 	case ModelLlama:
 	case ModelGPT2:
 		if _, ok := preTokenizers[normPre(v.Pre)]; !ok {
-			return fmt.Errorf("tokenizer: Vocab.Pre %q is not a pre-tokenizer this package implements: %w", v.Pre, engine.ErrUnsupported)
+			return fmt.Errorf("tokenizer: %w: %s (Vocab.Pre %q, tokenizer.ggml.pre: a pre-tokenizer this package does not implement; docs/tokenizers.md lists those it does)", engine.ErrUnsupported, v.Pre, v.Pre)
 		}
 	default:
-		return fmt.Errorf("tokenizer: Vocab.Model %q is not %q or %q: %w", v.Model, ModelLlama, ModelGPT2, engine.ErrUnsupported)
+		return fmt.Errorf("tokenizer: %w: %s (Vocab.Model %q, tokenizer.ggml.model: a tokenizer model this package does not implement; docs/tokenizers.md lists those it does)", engine.ErrUnsupported, v.Model, v.Model)
 	}
 	return nil
 }

@@ -1,0 +1,178 @@
+package tokenizer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/gguf"
+)
+
+// llamaCppDir holds llama.cpp's tokenizer test set (see its README).
+const llamaCppDir = "testdata/llamacpp"
+
+// llamaCppCase is one tokenizer test case: the text and the ids llama.cpp
+// (and the Hugging Face tokenizer it was checked against) gives for it with
+// add_special and parse_special both off.
+type llamaCppCase struct {
+	text string
+	want []int32
+}
+
+// readLlamaCppCases reads NAME.gguf.inp and NAME.gguf.out the way
+// llama.cpp's tests/test-tokenizer-0.cpp does: the inputs are separated by
+// "\n__ggml_vocab_test__\n" (the file ends with one), and each output line,
+// stripped of surrounding white space, holds the ids separated by spaces.
+func readLlamaCppCases(t testing.TB, name string) []llamaCppCase {
+	t.Helper()
+	inp, err := os.ReadFile(filepath.Join(llamaCppDir, name+".gguf.inp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(filepath.Join(llamaCppDir, name+".gguf.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sep = "\n__ggml_vocab_test__\n"
+	var texts []string
+	for rest := string(inp); rest != ""; {
+		k := strings.Index(rest, sep)
+		if k < 0 {
+			texts = append(texts, rest)
+			break
+		}
+		texts = append(texts, rest[:k])
+		rest = rest[k+len(sep):]
+	}
+	lines := strings.Split(string(out), "\n")
+	if n := len(lines); n > 0 && lines[n-1] == "" {
+		lines = lines[:n-1] // std::getline gives no line after the final newline
+	}
+	if len(lines) != len(texts) {
+		t.Fatalf("%s: %d inputs but %d output lines", name, len(texts), len(lines))
+	}
+	cases := make([]llamaCppCase, len(texts))
+	for i, text := range texts {
+		cases[i].text = text
+		for _, f := range strings.Fields(lines[i]) {
+			id, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				t.Fatalf("%s.out line %d: %v", name, i+1, err)
+			}
+			cases[i].want = append(cases[i].want, int32(id))
+		}
+	}
+	return cases
+}
+
+// openLlamaCppVocab decompresses and parses testdata/llamacpp/NAME.gguf.gz.
+func openLlamaCppVocab(t testing.TB, name string) *gguf.File {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(llamaCppDir, name+".gguf.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return f
+}
+
+// llamaCppVocabs says, for every vocabulary file in llamaCppDir, what this
+// package does with it: tokenizes every case exactly as llama.cpp does, or
+// refuses it with "unsupported: NAME" (the model or pre-tokenizer it names).
+// A vocabulary file that appears in the directory but not here fails the test.
+var llamaCppVocabs = map[string]struct {
+	model, pre  string // tokenizer.ggml.model and .pre the file carries
+	unsupported string // "" when supported
+}{
+	"ggml-vocab-baichuan":       {model: "llama"},
+	"ggml-vocab-bert-bge":       {model: "bert", pre: "bert-bge", unsupported: "bert"},
+	"ggml-vocab-deepseek-coder": {model: "gpt2", pre: "deepseek-coder"},
+	"ggml-vocab-deepseek-llm":   {model: "gpt2", pre: "deepseek-llm"},
+	"ggml-vocab-falcon":         {model: "gpt2", pre: "falcon"},
+	"ggml-vocab-gpt-2":          {model: "gpt2", pre: "gpt-2"},
+	"ggml-vocab-gpt-neox":       {model: "gpt2"},
+	"ggml-vocab-llama-bpe":      {model: "gpt2", pre: "llama-bpe"},
+	"ggml-vocab-qwen2":          {model: "gpt2", pre: "qwen2"},
+	"ggml-vocab-llama-spm":      {model: "llama", pre: "default"},
+	"ggml-vocab-mpt":            {model: "gpt2", pre: "mpt"},
+	"ggml-vocab-phi-3":          {model: "llama", pre: "default"},
+	"ggml-vocab-refact":         {model: "gpt2", pre: "refact"},
+	"ggml-vocab-starcoder":      {model: "gpt2", pre: "starcoder"},
+}
+
+// TestLlamaCppVocabs runs llama.cpp's tokenizer test set (its models/
+// ggml-vocab-*.gguf with their .inp / .out cases) over every vocabulary:
+// a supported one must give llama.cpp's ids for every case, an unsupported
+// one must be refused with an error wrapping engine.ErrUnsupported that says
+// "unsupported: NAME".
+func TestLlamaCppVocabs(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(llamaCppDir, "ggml-vocab-*.gguf.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".gguf.gz")
+		seen[name] = true
+		t.Run(strings.TrimPrefix(name, "ggml-vocab-"), func(t *testing.T) {
+			want, listed := llamaCppVocabs[name]
+			if !listed {
+				t.Fatalf("%s is not in llamaCppVocabs: say whether it is supported", name)
+			}
+			f := openLlamaCppVocab(t, name)
+			if got, _ := f.String(keyModel); got != want.model {
+				t.Errorf("%s = %q, want %q", keyModel, got, want.model)
+			}
+			if got, _ := f.String(keyPre); got != want.pre {
+				t.Errorf("%s = %q, want %q", keyPre, got, want.pre)
+			}
+			tok, err := FromGGUF(f)
+			if want.unsupported != "" {
+				if err == nil || !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "unsupported: "+want.unsupported) {
+					t.Fatalf("FromGGUF = %v, want an engine.ErrUnsupported error saying %q", err, "unsupported: "+want.unsupported)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("FromGGUF: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(llamaCppDir, name+".gguf.inp")); os.IsNotExist(err) {
+				return // llama.cpp has no cases for it; loading is all there is to check
+			}
+			cases := readLlamaCppCases(t, name)
+			failed := 0
+			for i, c := range cases {
+				got := tok.Encode(c.text, EncodeOptions{})
+				if !slices.Equal(got, c.want) {
+					failed++
+					t.Errorf("case %d %q:\n got %v\nwant %v", i, c.text, got, c.want)
+				}
+			}
+			t.Logf("%d/%d cases match llama.cpp", len(cases)-failed, len(cases))
+		})
+	}
+	for name := range llamaCppVocabs {
+		if !seen[name] {
+			t.Errorf("%s is listed but %s has no %s.gguf.gz", name, llamaCppDir, name)
+		}
+	}
+}
