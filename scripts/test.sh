@@ -63,6 +63,7 @@ fuzz() { # package target executions
   go test -run='^$' -fuzz="^$2\$" -fuzztime="$3x" -fuzzminimizetime=10s "$1"
 }
 fuzz ./engine/gguf FuzzOpen 400000
+fuzz ./engine/model FuzzLoad 30000
 fuzz ./engine/tokenizer FuzzEncode 15000
 fuzz ./engine/sample FuzzStopper 200000
 fuzz ./engine/grammar FuzzParse 300000

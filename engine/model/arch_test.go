@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -364,8 +365,12 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "value length", setKV("qwen3.attention.value_length", uint32(16)), nil, engine.ErrUnsupported, "value_length 16 differs from key_length 24"},
 		{"qwen2", "heads", setKV("qwen2.attention.head_count_kv", uint32(3)), nil, engine.ErrInvalidInput, "head_count 4 is not a multiple of head_count_kv 3"},
 		{"qwen2", "heads divide dim", setKV("qwen2.attention.head_count", uint32(5)), nil, engine.ErrInvalidInput, "embedding_length 64 is not a multiple of head_count 5"},
-		{"qwen2", "yarn", setKVs(map[string]any{"qwen2.rope.scaling.type": "yarn", "qwen2.rope.scaling.factor": float32(4)}), nil,
-			engine.ErrUnsupported, `rope.scaling.type "yarn" is not supported`},
+		{"qwen2", "longrope", setKVs(map[string]any{"qwen2.rope.scaling.type": "longrope", "qwen2.rope.scaling.factor": float32(4)}), nil,
+			engine.ErrUnsupported, `rope.scaling.type "longrope" is not supported (supported: none, linear, yarn)`},
+		{"llama", "yarn context", setKVs(map[string]any{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.original_context_length": "x"}), nil,
+			engine.ErrInvalidInput, `rope.scaling.original_context_length = "x"`},
+		{"llama", "attn factor", setKVs(map[string]any{"llama.rope.scaling.attn_factor": float32(-2)}), nil,
+			engine.ErrInvalidInput, "rope.scaling.attn_factor = -2"},
 		{"qwen3", "relabelled llama", setKV("general.architecture", "llama"), nil, engine.ErrInvalidInput, "required key llama.embedding_length is missing"},
 		{"qwen3", "relabelled qwen2", relabel("qwen3", "qwen2"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q.bias is missing"},
 		{"qwen2", "relabelled qwen3", relabel("qwen2", "qwen3"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q_norm.weight is missing"},
@@ -503,4 +508,77 @@ func rewriteKVs(t testing.TB, f *gguf.File, kv kvEdit, tensor func(gguf.TensorIn
 	}
 	t.Cleanup(func() { g.Close() })
 	return g
+}
+
+// TestHugeBlockCount: a block_count far beyond the tensors the file holds
+// is refused before anything is sized by it (FuzzLoad found a 16-bit
+// block_count stalling Load on 200 MB of per-layer tables; 2^24 would
+// have asked for 50 GB).
+func TestHugeBlockCount(t *testing.T) {
+	f := writeModel(t, archSpecs()["llama"])
+	g := rewriteKVs(t, f, setKVs(map[string]any{"llama.block_count": uint32(200000)}), nil)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Load(g, Options{Threads: 1})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), "block_count 200000, but the file holds only") {
+		t.Errorf("Load = %v, want ErrInvalidInput naming block_count 200000", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+		t.Errorf("Load allocated %d MB before refusing", n>>20)
+	}
+}
+
+// TestYaRN checks the YaRN table against its definition (pairs that turn
+// fast over the original context keep their angle, slow ones are
+// interpolated, the magnitude is corrected) and that a file declaring
+// YaRN loads with it and computes differently from the same file without.
+// (Greedy ids on such files match llama.cpp c392e50's: docs/models.md.)
+func TestYaRN(t *testing.T) {
+	c := Config{RopeBase: 10000, RopeScale: 0.25, RopeDim: 64, RopeYarnOrigCtx: 32}
+	cos, sin := make([]float32, 32), make([]float32, 32)
+	plainCos, plainSin := make([]float32, 32), make([]float32, 32)
+	interpCos, interpSin := make([]float32, 32), make([]float32, 32)
+	const pos = 17
+	ropeTable(cos, sin, pos, c, nil)
+	kernels.RopeTable(plainCos, plainSin, pos, c.RopeBase, 1, nil)
+	kernels.RopeTable(interpCos, interpSin, pos, c.RopeBase, c.RopeScale, nil)
+	mscale := 1 + 0.1*math.Log(4)
+	// lo = floor(64·ln(32/(32·2π))/(2·ln 1e4)) < 0 → 0; hi = ceil(64·ln(32/2π)/(2·ln 1e4)) = 6.
+	for i := range cos {
+		var wc, ws float32
+		switch {
+		case i == 0:
+			wc, ws = plainCos[i], plainSin[i]
+		case i >= 6:
+			wc, ws = interpCos[i], interpSin[i]
+		default:
+			continue // mixed
+		}
+		if math.Abs(float64(cos[i])-float64(wc)*mscale) > 1e-6 || math.Abs(float64(sin[i])-float64(ws)*mscale) > 1e-6 {
+			t.Errorf("pair %d: (%v, %v), want (%v, %v)·%.4f", i, cos[i], sin[i], wc, ws, mscale)
+		}
+	}
+	// Without YaRN or an attention factor it is RopeTable itself.
+	c.RopeYarnOrigCtx = 0
+	ropeTable(cos, sin, pos, c, nil)
+	if !slices.Equal(cos, interpCos) || !slices.Equal(sin, interpSin) {
+		t.Error("ropeTable without YaRN differs from kernels.RopeTable")
+	}
+
+	f := writeModel(t, archSpecs()["llama"])
+	y := rewriteKVs(t, f, setKVs(map[string]any{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": float32(4),
+		"llama.rope.scaling.original_context_length": uint32(32)}), nil)
+	m := load(t, y, Options{Threads: 1})
+	if got := m.Config(); got.RopeYarnOrigCtx != 32 || got.RopeScale != 0.25 {
+		t.Fatalf("config: YaRN context %d, scale %v", got.RopeYarnOrigCtx, got.RopeScale)
+	}
+	prompt := []int32{1, 270, 281, 299, 17, 30}
+	if a, b := run(t, m, prompt, nil)[0], run(t, load(t, f, Options{Threads: 1}), prompt, nil)[0]; slices.Equal(a, b) {
+		t.Error("YaRN changes nothing")
+	}
+	if _, err := Load(y, Options{Numerics: NumericsLlamaCpp}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("llama.cpp numerics with YaRN: %v", err)
+	}
 }

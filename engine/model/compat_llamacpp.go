@@ -58,6 +58,9 @@ func newLlamaCpp(f *gguf.File, m *decoder) (*llamaCpp, error) {
 			}
 		}
 	}
+	if c.RopeYarnOrigCtx > 0 || (c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1) {
+		return nil, fmt.Errorf("model: numerics %s does not emulate YaRN or rope attention factors: %w", NumericsLlamaCpp, engine.ErrUnsupported)
+	}
 	if c.RopeLayout != kernels.RopeNormal {
 		return nil, fmt.Errorf("model: numerics %s supports the normal (adjacent-pair) RoPE layout only: %w",
 			NumericsLlamaCpp, engine.ErrUnsupported)

@@ -131,14 +131,18 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 	if err := s.size(be, c, n, nOut, nHead); err != nil {
 		return err
 	}
+	// Local layers rotate with their own base and no position scaling
+	// (Gemma 3).
+	local := c
+	local.RopeBase, local.RopeScale = c.RopeBaseLocal, 1
 	for r, ri := range s.rows {
 		seg := &s.segs[ri.seg]
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		kernels.RopeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c.RopeBase, c.RopeScale, m.g[arch.RopeFreqs].v)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.g[arch.RopeFreqs].v)
 		if c.RopeBaseLocal != 0 {
-			kernels.RopeTable(s.hostLCos[r*half:(r+1)*half], s.hostLSin[r*half:(r+1)*half], ri.pos, c.RopeBaseLocal, 1, m.g[arch.RopeFreqs].v)
+			ropeTable(s.hostLCos[r*half:(r+1)*half], s.hostLSin[r*half:(r+1)*half], ri.pos, local, m.g[arch.RopeFreqs].v)
 		}
 	}
 

@@ -39,6 +39,17 @@ type Config struct {
 	RopeLayout kernels.RopeLayout
 	// TiedOutput means the output head reuses the token embedding matrix.
 	TiedOutput bool
+	// RopeYarnOrigCtx, when > 0, turns on YaRN (rope.scaling.type "yarn"):
+	// the context length the model was trained at
+	// (rope.scaling.original_context_length, else context_length), which
+	// sets the dimensions between which positions go from extrapolated
+	// (fast rotations) to interpolated by RopeScale (slow ones), as
+	// llama.cpp's rope with ext_factor 1, beta_fast 32, beta_slow 1 does.
+	RopeYarnOrigCtx int
+	// RopeAttnFactor multiplies the rotated vectors (rope.scaling.attn_factor,
+	// and under YaRN its magnitude correction 1 + 0.1·ln(1/RopeScale)
+	// besides); 0 means 1.
+	RopeAttnFactor float32
 
 	// The fields below are the operations that need the kernels'
 	// ExtendedOps (contract C1) and per-layer attention settings. An
@@ -197,6 +208,12 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 	if m.Err != nil {
 		return Config{}, m.Err
 	}
+	// Every architecture has tensors in every block: a block count beyond
+	// the file's tensors is wrong, and refused before anything is sized
+	// by it.
+	if c.Layers > len(f.Tensors) {
+		return Config{}, fmt.Errorf("model: %s.block_count %d, but the file holds only %d tensors: %w", arch, c.Layers, len(f.Tensors), engine.ErrInvalidInput)
+	}
 	c.KVHeads = m.Count("attention.head_count_kv", c.Heads)
 	if !m.Has("attention.key_length") && c.Dim%c.Heads != 0 {
 		return Config{}, fmt.Errorf("model: embedding_length %d is not a multiple of head_count %d and %s.attention.key_length is absent: %w", c.Dim, c.Heads, arch, engine.ErrInvalidInput)
@@ -255,26 +272,49 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 }
 
 // readRopeScaling applies {arch}.rope.scaling.* (or the older
-// rope.scale_linear): linear scaling divides positions by the factor.
-// llama.cpp c392e50 also applies YaRN (rope.scaling.type "yarn") to every
-// architecture that calls its RoPE with the scaling parameters, the llama
-// one included; Baton does not implement it yet, and says so.
+// rope.scale_linear), as llama.cpp c392e50 does for every architecture
+// whose graph passes its scaling parameters to RoPE (llama, qwen2, qwen3
+// among them): linear scaling divides positions by the factor; YaRN (type
+// "yarn") does so in the slow dimensions only and corrects the magnitude
+// (see Config.RopeYarnOrigCtx); rope.scaling.attn_factor multiplies the
+// rotation. Other types (longrope, which phi3 files carry) are refused.
 func readRopeScaling(f *gguf.File, arch string, c *Config) error {
 	typ, hasType := f.String(arch + ".rope.scaling.type")
 	factor, hasFactor := f.Float(arch + ".rope.scaling.factor")
 	if !hasFactor {
 		factor, hasFactor = f.Float(arch + ".rope.scale_linear")
 	}
-	if hasType && typ != "none" && typ != "linear" {
-		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear): %w", arch, typ, engine.ErrUnsupported)
+	if hasType && typ != "none" && typ != "linear" && typ != "yarn" {
+		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear, yarn): %w", arch, typ, engine.ErrUnsupported)
 	}
-	if typ == "none" || !hasFactor || factor == 0 || factor == 1 {
+	if v, ok := f.Get(arch + ".rope.scaling.attn_factor"); ok {
+		af, ok := f.Float(arch + ".rope.scaling.attn_factor")
+		if !ok || !(af > 0) || math.IsInf(af, 0) || af > 1e6 {
+			return fmt.Errorf("model: %s.rope.scaling.attn_factor = %v, want a finite number > 0: %w", arch, v, engine.ErrInvalidInput)
+		}
+		if af != 1 {
+			c.RopeAttnFactor = float32(af)
+		}
+	}
+	if typ == "none" {
 		return nil
 	}
-	if !(factor > 0) || math.IsInf(factor, 0) {
-		return fmt.Errorf("model: rope scaling factor %v, want a finite number > 0: %w", factor, engine.ErrInvalidInput)
+	if hasFactor && factor != 0 && factor != 1 {
+		if !(factor > 0) || math.IsInf(factor, 0) || factor > 1e6 {
+			return fmt.Errorf("model: rope scaling factor %v, want a finite number > 0: %w", factor, engine.ErrInvalidInput)
+		}
+		c.RopeScale = float32(1 / factor)
 	}
-	c.RopeScale = float32(1 / factor)
+	if typ == "yarn" {
+		c.RopeYarnOrigCtx = c.TrainContextLength
+		if v, ok := f.Get(arch + ".rope.scaling.original_context_length"); ok {
+			n, ok := f.Uint(arch + ".rope.scaling.original_context_length")
+			if !ok || n == 0 || n > MaxDim {
+				return fmt.Errorf("model: %s.rope.scaling.original_context_length = %v, want [1, %d]: %w", arch, v, MaxDim, engine.ErrInvalidInput)
+			}
+			c.RopeYarnOrigCtx = int(n)
+		}
+	}
 	return nil
 }
 
