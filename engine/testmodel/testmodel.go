@@ -57,6 +57,11 @@ type Spec struct {
 	// shapes (the logits are nearly flat); see docs/models.md for the std
 	// that does.
 	Std float64
+	// Window is the sliding window written as attention.sliding_window by
+	// the architectures that have one (gemma2, gemma3); 0 means the
+	// architecture's default (Gemma 2's 4096, Gemma-3-1B's 512) clamped to
+	// Context. Other architectures ignore it.
+	Window int
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -137,6 +142,7 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
 		NormEps: NormEps, RopeBase: RopeBase, RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
+		SlidingWindow: s.Window,
 	}
 }
 
@@ -190,6 +196,8 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
+	case s.Window < 0 || s.Window > s.Context:
+		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
 	case s.Vocab < MinVocab:

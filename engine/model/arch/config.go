@@ -51,17 +51,20 @@ type Config struct {
 	// besides); 0 means 1.
 	RopeAttnFactor float32
 
-	// The fields below are the hooks of operations that need the kernels'
+	// The fields below are the operations that need the kernels'
 	// ExtendedOps (contract C1) and per-layer attention settings. An
-	// architecture's Configure sets them from its metadata; until the
-	// decoder implements them, engine/model refuses a model that sets any
-	// with an error wrapping engine.ErrUnsupported (see Extended). Zero
-	// means "not used".
+	// architecture's Configure sets them from its metadata; engine/model
+	// refuses a model that sets any on a backend without ExtendedOps, with
+	// an error wrapping engine.ErrUnsupported (see Extended). Zero means
+	// "not used".
 
 	// EmbedScale multiplies the token embeddings (Gemma: √Dim).
 	EmbedScale float32
 	// AttnScale multiplies q·k; 0 means 1/√HeadDim.
 	AttnScale float32
+	// QueryScale multiplies each query after RoPE, before the scores
+	// (llama.cpp's Gemma 2 scales q so, then scores with AttnScale 1).
+	QueryScale float32
 	// AttnSoftCap soft-caps attention scores: s ↦ c·tanh(s/c).
 	AttnSoftCap float32
 	// FinalSoftCap soft-caps the output logits.
@@ -72,8 +75,17 @@ type Config struct {
 	// SWAPattern: layer il is global when (il+1) % SWAPattern == 0, local
 	// otherwise (Gemma 2: 2, Gemma 3: 6); 0 makes every layer local.
 	SWAPattern int
-	// RopeBaseLocal is the RoPE base of local layers; 0 means RopeBase.
+	// RopeBaseLocal, when not 0, is the RoPE base of local layers, which
+	// then rotate without RopeScale (Gemma 3: base 10000, scale 1; its
+	// global layers keep RopeBase and RopeScale).
 	RopeBaseLocal float32
+}
+
+// Local reports whether layer il attends through the sliding window
+// (SlidingWindow > 0 and, with a SWAPattern, il is not one of its global
+// layers).
+func (c Config) Local(il int) bool {
+	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || (il+1)%c.SWAPattern != 0)
 }
 
 // QDim is the width of all query heads together.
@@ -89,7 +101,7 @@ func (c Config) KVLayout(pageSize int, dtype quant.Type) kernels.KVLayout {
 }
 
 // Extended lists the operations c asks for that need the kernels'
-// ExtendedOps, which the decoder does not run yet; empty when none.
+// ExtendedOps; empty when none.
 func (c Config) Extended() []string {
 	var need []string
 	if c.EmbedScale != 0 {
@@ -97,6 +109,9 @@ func (c Config) Extended() []string {
 	}
 	if c.AttnScale != 0 {
 		need = append(need, "attention scale")
+	}
+	if c.QueryScale != 0 {
+		need = append(need, "query scale")
 	}
 	if c.AttnSoftCap != 0 {
 		need = append(need, "attention soft-cap")
