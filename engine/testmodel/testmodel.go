@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"slices"
 	"strings"
 
 	"github.com/baton-serving/baton/engine"
@@ -66,6 +65,17 @@ type Spec struct {
 	// architecture's default (Gemma 2's 4096, Gemma-3-1B's 512) clamped to
 	// Context. Other architectures ignore it.
 	Window int
+	// Llama3Rope, when set, adds rope_freqs.weight with Llama 3.1's
+	// "llama3" RoPE scaling factors (architectures with that tensor: llama).
+	Llama3Rope Llama3Rope
+
+	// Tokenizer, when not nil, is the vocabulary written instead of the
+	// synthetic one (see ReadTokenizer); Vocab must then be its token
+	// count, which WithTokenizer sets.
+	Tokenizer *Tokenizer
+	// ChatTemplate, when not "", is written as tokenizer.chat_template,
+	// replacing the Tokenizer's.
+	ChatTemplate string
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -79,35 +89,6 @@ const (
 	// WeightStd is the default standard deviation of the random weights.
 	WeightStd = 0.02
 )
-
-// presets returns the named shapes. Their Type is the default for the
-// preset; callers may override it.
-func presets() map[string]Spec {
-	return map[string]Spec{
-		// Small enough for unit tests to write and run in milliseconds.
-		"tiny": {Dim: 64, Hidden: 192, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 512, Context: 256, Type: quant.F32, Seed: 1},
-		// The llama2.c stories110M shape (Llama 2 vocabulary size).
-		"llama-110m": {Dim: 768, Hidden: 2048, Layers: 12, Heads: 12, KVHeads: 12, Vocab: 32000, Context: 1024, Type: quant.Q8_0, Tied: true, Seed: 1},
-		// TinyLlama 1.1B's shape.
-		"tinyllama-1.1b": {Dim: 2048, Hidden: 5632, Layers: 22, Heads: 32, KVHeads: 4, Vocab: 32000, Context: 2048, Type: quant.Q8_0, Seed: 1},
-	}
-}
-
-// Preset returns the named preset ("tiny", "llama-110m", "tinyllama-1.1b").
-func Preset(name string) (Spec, bool) {
-	s, ok := presets()[name]
-	return s, ok
-}
-
-// Presets lists the preset names, sorted.
-func Presets() []string {
-	var names []string
-	for n := range presets() {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
 
 // headDim is HeadDim, or Dim/Heads without it.
 func (s Spec) headDim() int {
@@ -213,8 +194,15 @@ func (s Spec) Validate() error {
 		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
-	case s.Vocab < MinVocab:
+	case s.Tokenizer == nil && s.Vocab < MinVocab:
 		return bad("vocab = %d, want at least %d (3 special and 256 byte tokens, and text pieces)", s.Vocab, MinVocab)
+	case s.Tokenizer != nil && s.Vocab != s.Tokenizer.Len():
+		return bad("vocab = %d, but the vocabulary of %s has %d tokens (the embedding has a row per token)", s.Vocab, s.Tokenizer.Source, s.Tokenizer.Len())
+	}
+	if s.Llama3Rope.enabled() {
+		if err := s.Llama3Rope.validate(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if !s.Type.Supported() {
 		var names []string
@@ -226,6 +214,9 @@ func (s Spec) Validate() error {
 	a, err := s.Architecture()
 	if err != nil {
 		return err
+	}
+	if s.Llama3Rope.enabled() && !a.Has(arch.RopeFreqs) {
+		return bad("architecture %s has no rope_freqs.weight for llama3 rope scaling", a.Name)
 	}
 	bs := s.Type.BlockSize()
 	for _, t := range s.tensors(a) {

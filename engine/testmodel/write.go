@@ -22,6 +22,9 @@ type tensor struct {
 	rows, cols int  // rows of cols elements; vectors have rows == 1
 	vector     bool // 1-D
 	ones       bool // filled with 1.0 (norm weights) instead of noise
+	// values, when not nil, are the tensor's contents (computed, not
+	// random: rope_freqs.weight).
+	values []float32
 }
 
 func (t tensor) dims() []uint64 {
@@ -44,10 +47,15 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 	c := s.Config(a)
 	var head, tail, ts []tensor
 	add := func(dst *[]tensor, t arch.Tensor, name string) {
-		if t.Optional && !(t.Parts[0].Role == arch.Output && !s.Tied) {
+		r := t.Parts[0].Role
+		llama3 := r == arch.RopeFreqs && s.Llama3Rope.enabled()
+		if t.Optional && !(r == arch.Output && !s.Tied) && !llama3 {
 			return
 		}
 		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones}
+		if llama3 {
+			w.values = s.Llama3Rope.Factors(c.HeadDim, float64(c.RopeBase))
+		}
 		if t.Vector {
 			w.typ = quant.F32
 		}
@@ -141,7 +149,6 @@ func WriteProgress(ctx context.Context, path string, s Spec, progress func(done,
 // regions left as holes.
 func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 	w := gguf.NewWriter()
-	tokens, scores, types := Vocabulary(s.Vocab, s.Seed)
 	name := fmt.Sprintf("baton-testmodel %s %dx%d-%s", a.Name, s.Layers, s.Dim, s.Type)
 	if a.Name == "llama" {
 		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type) // as before architectures
@@ -151,17 +158,9 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 		{Key: "general.name", Value: name},
 	}
 	kvs = append(kvs, arch.Keys(a, s.Config(a))...)
-	kvs = append(kvs, []arch.KV{
-		{Key: "tokenizer.ggml.model", Value: "llama"},
-		{Key: "tokenizer.ggml.tokens", Value: tokens},
-		{Key: "tokenizer.ggml.scores", Value: scores},
-		{Key: "tokenizer.ggml.token_type", Value: types},
-		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
-		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
-		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
-		{Key: "tokenizer.ggml.add_bos_token", Value: true},
-		{Key: "tokenizer.ggml.add_eos_token", Value: false},
-	}...)
+	for _, kv := range s.tokenizerKVs() {
+		kvs = append(kvs, arch.KV{Key: kv.Key, Value: kv.Value})
+	}
 	for _, kv := range kvs {
 		if err := w.AddKV(kv.Key, kv.Value); err != nil {
 			return fmt.Errorf("testmodel: %w", err)
@@ -283,7 +282,9 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 				buf = bytesGrow(buf, (j.r1-j.r0)*j.rowSize)
 				for r := j.r0; r < j.r1; r++ {
 					row := vals[(r-j.r0)*j.t.cols : (r-j.r0+1)*j.t.cols]
-					if j.t.ones {
+					if j.t.values != nil {
+						copy(row, j.t.values[r*j.t.cols:])
+					} else if j.t.ones {
 						for i := range row {
 							row[i] = 1
 						}
