@@ -42,8 +42,9 @@ a whole number of the type's blocks, otherwise it is an error (no fallback
 to another type, as llama.cpp's quantizer would): %s.
 
 Greedy comparisons with another engine want clear top-2 margins at every
-step: 0.02 leaves a tiny model's logits nearly flat; the tiny-ARCH presets'
-std 1 does not (see docs/models.md).
+step, which 0.02 does not give on tiny shapes (the logits are nearly flat):
+use about 8/sqrt(dim), --std 1.0 at --dim 64 (measured in docs/models.md);
+the tiny-ARCH presets set theirs.
 
 Presets (big ones are written in bounded memory, with progress on stderr):
 %s
