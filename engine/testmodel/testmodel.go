@@ -62,6 +62,9 @@ type Spec struct {
 	// architecture's default (Gemma 2's 4096, Gemma-3-1B's 512) clamped to
 	// Context. Other architectures ignore it.
 	Window int
+	// RopeBase is rope.freq_base; 0 means RopeBase (10000). Gemma 3's
+	// global layers use it, its local ones 10000 whatever it is.
+	RopeBase float64
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -141,9 +144,17 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 	return arch.Config{
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
-		NormEps: NormEps, RopeBase: RopeBase, RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
+		NormEps: NormEps, RopeBase: s.ropeBase(), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
 		SlidingWindow: s.Window,
 	}
+}
+
+// ropeBase is the RoPE base written.
+func (s Spec) ropeBase() float32 {
+	if s.RopeBase > 0 {
+		return float32(s.RopeBase)
+	}
+	return RopeBase
 }
 
 // std is the weights' standard deviation.
@@ -196,6 +207,8 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
+	case !(s.RopeBase >= 0) || s.RopeBase > 1e12:
+		return bad("rope-base = %v, want (0, 1e12] (or 0 for %d)", s.RopeBase, RopeBase)
 	case s.Window < 0 || s.Window > s.Context:
 		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
 	case !(s.Std >= 0) || s.Std > 100:

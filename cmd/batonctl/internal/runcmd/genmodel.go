@@ -51,6 +51,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
 	fs.IntVar(&s.Window, "window", 0, "sliding window of gemma2/gemma3 files, attention.sliding_window (default: the architecture's, 4096 or 512, at most --context)")
+	fs.Float64Var(&s.RopeBase, "rope-base", testmodel.RopeBase, "rope.freq_base (Gemma 3: of its global layers; its local ones use 10000)")
 	fs.Float64Var(&s.Std, "std", testmodel.WeightStd, "standard deviation of the random weights and biases")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
@@ -166,6 +167,9 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 	}
 	pick("head-dim", &s.HeadDim, flags.HeadDim)
 	pick("window", &s.Window, flags.Window)
+	if set["rope-base"] {
+		s.RopeBase = flags.RopeBase
+	}
 	if set["std"] || s.Std == 0 {
 		s.Std = flags.Std
 	}
