@@ -25,7 +25,7 @@ const llamaCppKVPad = 32
 
 // llamaCpp is a llama model run with NumericsLlamaCpp; see there for what it
 // reproduces. It takes the configuration, norms and biases bound by
-// loadLlama, keeps a float32 copy of the weight matrices (the mode is meant
+// loadDecoder, keeps a float32 copy of the weight matrices (the mode is meant
 // for models small enough that doubling their memory does not matter, and
 // decoding the mapping on every use would dominate its time), and computes
 // on the calling goroutine.

@@ -35,6 +35,21 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 	if err := bindWeights(f, a, c, &m.g, m.layers); err != nil {
 		return nil, err
 	}
+	// The decoder runs these on every token; a table without one is a
+	// mistake in the architecture's declaration (arch's TestTables), not
+	// in the file, and must not reach the backend as a nil weight.
+	for _, r := range []arch.Role{arch.TokEmbd, arch.OutputNorm} {
+		if !m.g[r].bound() {
+			return nil, fmt.Errorf("model: architecture %s binds no %s weight: %w", a.Name, r, engine.ErrUnsupported)
+		}
+	}
+	for li := range m.layers {
+		for _, r := range []arch.Role{arch.AttnNorm, arch.Wq, arch.Wk, arch.Wv, arch.Wo, arch.FFNNorm, arch.Gate, arch.Up, arch.Down} {
+			if !m.layers[li][r].bound() {
+				return nil, fmt.Errorf("model: architecture %s binds no %s weight in block %d: %w", a.Name, r, li, engine.ErrUnsupported)
+			}
+		}
+	}
 	if !m.g[arch.Output].bound() {
 		m.g[arch.Output].m = m.g[arch.TokEmbd].m
 		m.cfg.TiedOutput = true

@@ -51,6 +51,10 @@ type Spec struct {
 	// embedding.
 	Tied bool
 	Seed uint64
+	// NormEps and RopeBase are the RMSNorm epsilon and RoPE base written
+	// to the metadata; 0 means the package's NormEps and RopeBase.
+	NormEps  float32
+	RopeBase float32
 	// Std is the standard deviation of the random weights; 0 means
 	// WeightStd. Greedy comparisons against another engine need clear
 	// top-2 margins at every step, which 0.02 does not give on tiny
@@ -62,9 +66,6 @@ type Spec struct {
 	// architecture's default (Gemma 2's 4096, Gemma-3-1B's 512) clamped to
 	// Context. Other architectures ignore it.
 	Window int
-	// RopeBase is rope.freq_base; 0 means RopeBase (10000). Gemma 3's
-	// global layers use it, its local ones 10000 whatever it is.
-	RopeBase float64
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -144,17 +145,16 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 	return arch.Config{
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
-		NormEps: NormEps, RopeBase: s.ropeBase(), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
+		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
 		SlidingWindow: s.Window,
 	}
 }
 
-// ropeBase is the RoPE base written.
-func (s Spec) ropeBase() float32 {
-	if s.RopeBase > 0 {
-		return float32(s.RopeBase)
+func or(v, def float32) float32 {
+	if v > 0 {
+		return v
 	}
-	return RopeBase
+	return def
 }
 
 // std is the weights' standard deviation.
@@ -207,10 +207,10 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
-	case !(s.RopeBase >= 0) || s.RopeBase > 1e12:
-		return bad("rope-base = %v, want (0, 1e12] (or 0 for %d)", s.RopeBase, RopeBase)
 	case s.Window < 0 || s.Window > s.Context:
 		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
+	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
+		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
 	case s.Vocab < MinVocab:

@@ -7,11 +7,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -239,5 +241,74 @@ func TestWriteCancelled(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("cancelled write left %d files", len(entries))
+	}
+}
+
+// TestWriteEveryArch writes each registered architecture and checks the
+// file against the declaration it came from: every required tensor of the
+// table (per block), no other, shapes as the table says, Params the
+// file's element count, and the metadata arch.Keys gives.
+func TestWriteEveryArch(t *testing.T) {
+	for _, name := range arch.Names() {
+		t.Run(name, func(t *testing.T) {
+			s := tiny(t)
+			s.Arch, s.HeadDim, s.Std = name, 8, 0.5
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if err := Write(path, s); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			a, _ := arch.Lookup(name)
+			c := s.Config(a)
+			want := map[string][]uint64{}
+			for _, tn := range a.Tensors {
+				if tn.Optional && !(tn.Parts[0].Role == arch.Output && !s.Tied) {
+					continue
+				}
+				for l := range s.Layers {
+					dims := []uint64{uint64(tn.Cols(c)), uint64(tn.Rows(c))}
+					if tn.Vector {
+						dims = dims[:1]
+					}
+					want[tn.NameAt(l)] = dims
+				}
+			}
+			var elems int64
+			for _, info := range f.Tensors {
+				w, ok := want[info.Name]
+				if !ok || !slices.Equal(w, info.Dims) {
+					t.Errorf("tensor %s %v, table says %v (declared: %v)", info.Name, info.Dims, w, ok)
+				}
+				delete(want, info.Name)
+				elems += int64(info.NumElements())
+			}
+			if len(want) > 0 {
+				t.Errorf("tensors missing from the file: %v", want)
+			}
+			if elems != s.Params() {
+				t.Errorf("Params %d, file holds %d elements", s.Params(), elems)
+			}
+			for _, kv := range arch.Keys(a, c) {
+				if _, ok := f.Get(kv.Key); !ok {
+					t.Errorf("metadata %s missing", kv.Key)
+				}
+			}
+			if kl, ok := f.Uint(name + ".attention.key_length"); !ok || kl != 8 {
+				t.Errorf("key_length %d (%v), want 8", kl, ok)
+			}
+		})
+	}
+	s := tiny(t)
+	s.Arch, s.HeadDim, s.Type = "qwen3", 10, quant.Q8_0
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "heads×head-dim 40") {
+		t.Errorf("qwen3 rows of 40 in Q8_0 blocks: %v", err)
+	}
+	s.Arch = "nope"
+	if err := s.Validate(); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("unknown architecture: %v", err)
 	}
 }

@@ -44,6 +44,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	var (
 		preset, typ, out string
 		s                testmodel.Spec
+		ropeBase         float64
 	)
 	fs := flag.NewFlagSet("batonctl gen-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,7 +52,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
 	fs.IntVar(&s.Window, "window", 0, "sliding window of gemma2/gemma3 files, attention.sliding_window (default: the architecture's, 4096 or 512, at most --context)")
-	fs.Float64Var(&s.RopeBase, "rope-base", testmodel.RopeBase, "rope.freq_base (Gemma 3: of its global layers; its local ones use 10000)")
+	fs.Float64Var(&ropeBase, "rope-base", testmodel.RopeBase, "rope.freq_base (Gemma 3: of its global layers; its local ones use 10000)")
 	fs.Float64Var(&s.Std, "std", testmodel.WeightStd, "standard deviation of the random weights and biases")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
@@ -71,6 +72,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	if err := svckit.ParseArgs(fs, args); err != nil {
 		return flagErr(stderr, "gen-model", err)
 	}
+	s.RopeBase = float32(ropeBase)
 	spec, err := genSpec(fs, preset, typ, s)
 	if err == nil && out == "" {
 		err = fmt.Errorf("--out FILE is required")
