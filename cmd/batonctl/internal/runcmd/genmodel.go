@@ -32,8 +32,8 @@ type (multiples of 256 for Q4_K and Q6_K, 32 for Q4_0 and Q8_0), otherwise
 it is an error (no fallback to another type).
 
 Greedy comparisons with another engine want clear top-2 margins at every
-step: on tiny shapes use --std 0.5 or so (see docs/models.md); 0.02 leaves
-the logits nearly flat.
+step, which 0.02 does not give on tiny shapes (the logits are nearly flat):
+use about 8/sqrt(dim), --std 1.0 at --dim 64 (measured in docs/models.md).
 
 Presets: %s.
 
