@@ -30,6 +30,7 @@ func archSpecs() map[string]testmodel.Spec {
 		if name == "qwen3" {
 			s.HeadDim = 24
 		}
+		gemmaSpec(&s)
 		out[name] = s
 	}
 	return out
@@ -44,6 +45,7 @@ type refModel struct {
 	f    *gguf.File
 	c    Config
 	neox bool
+	gelu bool // GeGLU (gemma_test.go) instead of SwiGLU
 }
 
 func (r *refModel) tensor(t testing.TB, name string) []float64 {
@@ -122,6 +124,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 	xs := make([][]float64, len(tokens))
 	for i, id := range tokens {
 		xs[i] = slices.Clone(emb[int(id)*c.Dim : (int(id)+1)*c.Dim])
+		scaleBy(xs[i], c.EmbedScale)
 	}
 	for l := range c.Layers {
 		w := func(s string) []float64 { return r.tensor(t, fmt.Sprintf("blk.%d.%s", l, s)) }
@@ -138,8 +141,9 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 				rmsRows(q, qn, eps)
 				rmsRows(k, w("attn_k_norm.weight"), eps)
 			}
-			r.rope(q, p)
-			r.rope(k, p)
+			r.ropeAt(q, p, l)
+			r.ropeAt(k, p, l)
+			scaleBy(q, c.QueryScale)
 			qs[p], ks[p], vs[p] = q, k, v
 		}
 		for p, x := range xs {
@@ -154,7 +158,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 					for i, qv := range q {
 						d += qv * ks[j][kh*c.HeadDim+i]
 					}
-					sc[j] = d / math.Sqrt(float64(c.HeadDim))
+					sc[j] = r.score(d, p-j, l)
 					mx = max(mx, sc[j])
 				}
 				var sum float64
@@ -170,14 +174,21 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 			}
 			o := matVec(w("attn_output.weight"), att)
 			addTo(o, w("attn_output.bias"))
+			if pn := w("post_attention_norm.weight"); pn != nil {
+				rmsRows(o, pn, eps)
+			}
 			addTo(x, o)
 			h := slices.Clone(x)
 			rmsRows(h, w("ffn_norm.weight"), eps)
 			g, u := matVec(w("ffn_gate.weight"), h), matVec(w("ffn_up.weight"), h)
 			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+				g[i] = r.act(g[i]) * u[i]
 			}
-			addTo(x, matVec(w("ffn_down.weight"), g))
+			d := matVec(w("ffn_down.weight"), g)
+			if pn := w("post_ffw_norm.weight"); pn != nil {
+				rmsRows(d, pn, eps)
+			}
+			addTo(x, d)
 		}
 	}
 	x := xs[len(xs)-1]
@@ -187,6 +198,11 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 		out = emb
 	}
 	lg := matVec(out, x)
+	if fc := float64(c.FinalSoftCap); fc > 0 {
+		for i := range lg {
+			lg[i] = fc * math.Tanh(lg[i]/fc)
+		}
+	}
 	res := make([]float32, len(lg))
 	for i, v := range lg {
 		res[i] = float32(v)
@@ -208,7 +224,7 @@ func TestArchitecturesMatchReference(t *testing.T) {
 			if c.Architecture != name || c.HeadDim != s.Config(mustArch(t, name)).HeadDim {
 				t.Fatalf("config %+v", c)
 			}
-			ref := &refModel{f: f, c: c, neox: c.RopeLayout == kernels.RopeNeoX}
+			ref := &refModel{f: f, c: c, neox: c.RopeLayout == kernels.RopeNeoX, gelu: mustArch(t, name).Act == arch.GELU}
 			got := run(t, m, prompt[:3], prompt[3:])
 			for i := range got {
 				want := ref.logits(t, prompt[:3+i])
@@ -374,7 +390,7 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "relabelled llama", setKV("general.architecture", "llama"), nil, engine.ErrInvalidInput, "required key llama.embedding_length is missing"},
 		{"qwen3", "relabelled qwen2", relabel("qwen3", "qwen2"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q.bias is missing"},
 		{"qwen2", "relabelled qwen3", relabel("qwen2", "qwen3"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q_norm.weight is missing"},
-		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: llama, qwen2, qwen3)`},
+		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: ` + strings.Join(arch.Names(), ", ") + ")"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.arch+"/"+tc.name, func(t *testing.T) {
@@ -388,12 +404,15 @@ func TestArchLoadErrors(t *testing.T) {
 	}
 }
 
-// TestExtendedHooksRefused: an architecture that asks for an operation the
-// decoder does not run yet (the kernels' ExtendedOps: GELU, soft-caps,
-// sliding windows, …) fails to load with ErrUnsupported naming it, instead
-// of computing something else.
+// TestExtendedHooksRefused: a model that needs the kernels' ExtendedOps
+// (GELU, soft-caps, sliding windows, …) fails to load on a backend without
+// them, with ErrUnsupported naming what it needs, instead of computing
+// something else; on the CPU backend, which has them, it loads.
 func TestExtendedHooksRefused(t *testing.T) {
 	a := mustArch(t, "llama")
+	cpu := kernels.NewCPU(1)
+	defer cpu.Close()
+	plain := opaque{cpu} // kernels.Backend alone: no ExtendedOps
 	for _, tc := range []struct {
 		set  func(*Config, *arch.Arch)
 		text string
@@ -404,17 +423,21 @@ func TestExtendedHooksRefused(t *testing.T) {
 		{func(c *Config, _ *arch.Arch) { c.SlidingWindow, c.SWAPattern = 16, 2 }, "sliding-window attention"},
 		{func(c *Config, _ *arch.Arch) { c.RopeBaseLocal = 1e4 }, "per-layer rope base"},
 		{func(c *Config, _ *arch.Arch) { c.AttnScale = 0.1 }, "attention scale"},
+		{func(c *Config, _ *arch.Arch) { c.QueryScale = 0.1 }, "query scale"},
 		{func(_ *Config, a *arch.Arch) { a.Act = arch.GELU }, "gelu activation"},
 	} {
 		c, aa := Config{}, *a
 		tc.set(&c, &aa)
-		err := checkImplemented(&aa, c)
-		if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), tc.text) {
+		_, err := extendedOps(&aa, c, plain)
+		if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), "no kernels.ExtendedOps") {
 			t.Errorf("%s: %v", tc.text, err)
 		}
+		if ext, err := extendedOps(&aa, c, cpu); ext == nil || err != nil {
+			t.Errorf("%s on the CPU backend: %v, %v", tc.text, ext, err)
+		}
 	}
-	if err := checkImplemented(a, Config{}); err != nil {
-		t.Errorf("plain llama: %v", err)
+	if ext, err := extendedOps(a, Config{}, plain); ext != nil || err != nil {
+		t.Errorf("plain llama: %v, %v", ext, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/engine/testmodel"
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -492,7 +493,7 @@ func TestLoadErrors(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{"architecture", setKV("general.architecture", "gptj"), nil, engine.ErrUnsupported, `architecture "gptj" is not supported (supported: llama, qwen2, qwen3)`},
+		{"architecture", setKV("general.architecture", "gptj"), nil, engine.ErrUnsupported, `architecture "gptj" is not supported (supported: ` + strings.Join(arch.Names(), ", ") + ")"},
 		{"no architecture", setKV("general.architecture", nil), nil, engine.ErrInvalidInput, "no general.architecture"},
 		{"missing key", setKV("llama.block_count", nil), nil, engine.ErrInvalidInput, "required key llama.block_count is missing"},
 		{"zero heads", setKV("llama.attention.head_count", uint32(0)), nil, engine.ErrInvalidInput, "llama.attention.head_count = 0"},

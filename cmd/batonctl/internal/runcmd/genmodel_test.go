@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -67,9 +68,11 @@ func TestGenModelArch(t *testing.T) {
 		args []string
 		text string
 	}{
-		{[]string{"--arch", "gptj"}, `architecture "gptj" is not registered (registered: llama, qwen2, qwen3)`},
+		{[]string{"--arch", "gptj"}, `architecture "gptj" is not registered (registered: ` + strings.Join(arch.Names(), ", ") + ")"},
 		{[]string{"--std", "-1"}, "std = -1"},
 		{[]string{"--head-dim", "7"}, "head dimension 7 is odd"},
+		{[]string{"--arch", "gemma2", "--window", "257"}, "window = 257, want [0, context 256]"},
+		{[]string{"--arch", "gemma3", "--rope-base", "-5"}, "rope base -5 out of range"},
 	} {
 		r := call(context.Background(), wrap(GenModel, append([]string{"--preset", "tiny", "--out", filepath.Join(t.TempDir(), "x.gguf")}, tc.args...)...))
 		if r.code != 2 || !strings.Contains(r.stderr, tc.text) {
