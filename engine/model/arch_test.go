@@ -46,6 +46,39 @@ type refModel struct {
 	c    Config
 	neox bool
 	gelu bool // GeGLU (gemma_test.go) instead of SwiGLU
+	// RoPE beyond the plain rotation: frequency divisors (rope_freqs,
+	// phi3's long or short factors) and the multiplier of cos and sin
+	// (attn_factor; 0 means 1).
+	factors []float64
+	mscale  float64
+	window  int // every layer attends to the last window positions; 0: all
+}
+
+// matrix reads block l's matrix name, or its rows of a fused tensor: the
+// q, k, v rows of phi3's attn_qkv, the gate and up rows of its ffn_up.
+func (r *refModel) matrix(t testing.TB, l int, name string) []float64 {
+	p := fmt.Sprintf("blk.%d.", l)
+	c := r.c
+	if _, ok := r.f.Tensor(p + "attn_qkv.weight"); ok {
+		qkv := r.tensor(t, p+"attn_qkv.weight")
+		q, k := c.QDim()*c.Dim, c.KVDim()*c.Dim
+		switch name {
+		case "attn_q.weight":
+			return qkv[:q]
+		case "attn_k.weight":
+			return qkv[q : q+k]
+		case "attn_v.weight":
+			return qkv[q+k:]
+		}
+	}
+	if _, ok := r.f.Tensor(p + "ffn_gate.weight"); !ok && (name == "ffn_gate.weight" || name == "ffn_up.weight") {
+		gu := r.tensor(t, p+"ffn_up.weight")
+		if name == "ffn_gate.weight" {
+			return gu[:len(gu)/2]
+		}
+		return gu[len(gu)/2:]
+	}
+	return r.tensor(t, p+name)
 }
 
 func (r *refModel) tensor(t testing.TB, name string) []float64 {
@@ -106,7 +139,14 @@ func (r *refModel) rope(x []float64, pos int) {
 		v := x[h : h+c.HeadDim]
 		for i := range half {
 			th := float64(pos) * math.Pow(float64(c.RopeBase), -float64(2*i)/float64(c.RopeDim))
+			if r.factors != nil {
+				th /= r.factors[i]
+			}
+			th *= float64(c.RopeScale)
 			s, co := math.Sincos(th)
+			if r.mscale != 0 {
+				s, co = s*r.mscale, co*r.mscale
+			}
 			a, b := 2*i, 2*i+1
 			if r.neox {
 				a, b = i, i+half
@@ -128,12 +168,13 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 	}
 	for l := range c.Layers {
 		w := func(s string) []float64 { return r.tensor(t, fmt.Sprintf("blk.%d.%s", l, s)) }
+		mw := func(s string) []float64 { return r.matrix(t, l, s) }
 		ks, vs := make([][]float64, len(tokens)), make([][]float64, len(tokens))
 		qs := make([][]float64, len(tokens))
 		for p, x := range xs {
 			h := slices.Clone(x)
 			rmsRows(h, w("attn_norm.weight"), eps)
-			q, k, v := matVec(w("attn_q.weight"), h), matVec(w("attn_k.weight"), h), matVec(w("attn_v.weight"), h)
+			q, k, v := matVec(mw("attn_q.weight"), h), matVec(mw("attn_k.weight"), h), matVec(mw("attn_v.weight"), h)
 			addTo(q, w("attn_q.bias"))
 			addTo(k, w("attn_k.bias"))
 			addTo(v, w("attn_v.bias"))
@@ -153,7 +194,15 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 				q := qs[p][h*c.HeadDim : (h+1)*c.HeadDim]
 				sc := make([]float64, p+1)
 				mx := math.Inf(-1)
+				j0 := 0
+				if r.window > 0 {
+					j0 = max(0, p+1-r.window)
+				}
 				for j := range p + 1 {
+					if j < j0 {
+						sc[j] = math.Inf(-1)
+						continue
+					}
 					var d float64
 					for i, qv := range q {
 						d += qv * ks[j][kh*c.HeadDim+i]
@@ -180,7 +229,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 			addTo(x, o)
 			h := slices.Clone(x)
 			rmsRows(h, w("ffn_norm.weight"), eps)
-			g, u := matVec(w("ffn_gate.weight"), h), matVec(w("ffn_up.weight"), h)
+			g, u := matVec(mw("ffn_gate.weight"), h), matVec(mw("ffn_up.weight"), h)
 			for i := range g {
 				g[i] = r.act(g[i]) * u[i]
 			}
@@ -381,8 +430,8 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "value length", setKV("qwen3.attention.value_length", uint32(16)), nil, engine.ErrUnsupported, "value_length 16 differs from key_length 24"},
 		{"qwen2", "heads", setKV("qwen2.attention.head_count_kv", uint32(3)), nil, engine.ErrInvalidInput, "head_count 4 is not a multiple of head_count_kv 3"},
 		{"qwen2", "heads divide dim", setKV("qwen2.attention.head_count", uint32(5)), nil, engine.ErrInvalidInput, "embedding_length 64 is not a multiple of head_count 5"},
-		{"qwen2", "longrope", setKVs(map[string]any{"qwen2.rope.scaling.type": "longrope", "qwen2.rope.scaling.factor": float32(4)}), nil,
-			engine.ErrUnsupported, `rope.scaling.type "longrope" is not supported (supported: none, linear, yarn)`},
+		{"qwen2", "rope scaling type", setKVs(map[string]any{"qwen2.rope.scaling.type": "llama3", "qwen2.rope.scaling.factor": float32(4)}), nil,
+			engine.ErrUnsupported, `rope.scaling.type "llama3" is not supported (supported: none, linear, yarn, longrope)`},
 		{"llama", "yarn context", setKVs(map[string]any{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.original_context_length": "x"}), nil,
 			engine.ErrInvalidInput, `rope.scaling.original_context_length = "x"`},
 		{"llama", "attn factor", setKVs(map[string]any{"llama.rope.scaling.attn_factor": float32(-2)}), nil,
@@ -420,7 +469,6 @@ func TestExtendedHooksRefused(t *testing.T) {
 		{func(c *Config, _ *arch.Arch) { c.EmbedScale = 8 }, "embedding scale"},
 		{func(c *Config, _ *arch.Arch) { c.FinalSoftCap = 30 }, "final logit soft-cap"},
 		{func(c *Config, _ *arch.Arch) { c.AttnSoftCap = 50 }, "attention soft-cap"},
-		{func(c *Config, _ *arch.Arch) { c.SlidingWindow, c.SWAPattern = 16, 2 }, "sliding-window attention"},
 		{func(c *Config, _ *arch.Arch) { c.RopeBaseLocal = 1e4 }, "per-layer rope base"},
 		{func(c *Config, _ *arch.Arch) { c.AttnScale = 0.1 }, "attention scale"},
 		{func(c *Config, _ *arch.Arch) { c.QueryScale = 0.1 }, "query scale"},

@@ -25,6 +25,8 @@ type decoder struct {
 	g      weights   // the global roles
 	layers []weights // each block's roles
 
+	factors []float32 // the rope frequency factors in use (ropeFactors), or nil
+
 	be    kernels.Backend // every operation of the forward pass runs here
 	ownBE bool            // be was made by Load: Close closes it
 
@@ -140,9 +142,9 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
-		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.g[arch.RopeFreqs].v)
+		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.factors)
 		if c.RopeBaseLocal != 0 {
-			ropeTable(s.hostLCos[r*half:(r+1)*half], s.hostLSin[r*half:(r+1)*half], ri.pos, local, m.g[arch.RopeFreqs].v)
+			ropeTable(s.hostLCos[r*half:(r+1)*half], s.hostLSin[r*half:(r+1)*half], ri.pos, local, m.factors)
 		}
 	}
 
@@ -311,10 +313,7 @@ func (m *decoder) attention(do func(error), att, q kernels.Buffer, kv kernels.KV
 	if c.QueryScale != 0 {
 		do(m.ext.Scale(q, q, c.QueryScale))
 	}
-	o := kernels.AttnOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap}
-	if c.Local(li) {
-		o.Window = c.SlidingWindow
-	}
+	o := kernels.AttnOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap, Window: layerWindow(c, li)}
 	if o == (kernels.AttnOptions{}) {
 		do(m.be.Attention(att, q, kv, li, rows))
 		return

@@ -72,7 +72,7 @@ func TestGenModelArch(t *testing.T) {
 		{[]string{"--std", "-1"}, "std = -1"},
 		{[]string{"--head-dim", "7"}, "head dimension 7 is odd"},
 		{[]string{"--arch", "gemma2", "--window", "257"}, "window = 257, want [0, context 256]"},
-		{[]string{"--arch", "gemma3", "--rope-base", "-5"}, "rope base -5 out of range"},
+		{[]string{"--arch", "gemma3", "--rope-base", "-5"}, "--rope-base -5: want a number > 0"},
 	} {
 		r := call(context.Background(), wrap(GenModel, append([]string{"--preset", "tiny", "--out", filepath.Join(t.TempDir(), "x.gguf")}, tc.args...)...))
 		if r.code != 2 || !strings.Contains(r.stderr, tc.text) {
