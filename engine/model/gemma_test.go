@@ -127,6 +127,24 @@ func TestGemmaConfig(t *testing.T) {
 			t.Errorf("gemma3 block %d: local %v", il, c3.Local(il))
 		}
 	}
+	// query_pre_attn_scalar has no key: llama.cpp takes head_dim, but
+	// embedding_length/head_count for the 27B models (46 and 62 blocks).
+	for _, tc := range []struct {
+		arch          string
+		layers        int
+		query, scores float32
+	}{
+		{"gemma2", 26, 1 / float32(math.Sqrt(32)), 1}, {"gemma2", 46, 0.25, 1},
+		{"gemma3", 26, 0, 1 / float32(math.Sqrt(32))}, {"gemma3", 62, 0, 0.25},
+	} {
+		s := testmodel.Spec{Arch: tc.arch, Dim: 64, Hidden: 32, Layers: tc.layers, Heads: 4, KVHeads: 2, HeadDim: 32,
+			Vocab: testmodel.MinVocab, Context: 16, Type: quant.F32, Seed: 1}
+		c := m0Config(t, writeModel(t, s))
+		if c.QueryScale != tc.query || c.AttnScale != tc.scores {
+			t.Errorf("%s with %d blocks (dim 64, 4 heads of 32): query scale %v, score scale %v; want %v, %v",
+				tc.arch, tc.layers, c.QueryScale, c.AttnScale, tc.query, tc.scores)
+		}
+	}
 }
 
 // TestGemmaWindowApplied: positions within the window see the same
