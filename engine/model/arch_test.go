@@ -19,16 +19,20 @@ import (
 )
 
 // archSpecs are small files of every registered architecture, with a std
-// large enough for the logits to spread, and for qwen3 a head width that
-// is not dim/heads.
+// large enough for the logits to spread, for qwen3 a head width that is
+// not dim/heads, and for those with a sliding window one of 3 positions,
+// which the 5-token runs reach past (phi3: every layer; Gemma: gemmaSpec).
 func archSpecs() map[string]testmodel.Spec {
 	base := testmodel.Spec{Dim: 64, Hidden: 96, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 300, Context: 64, Type: quant.F32, Seed: 3, Std: 0.3}
 	out := map[string]testmodel.Spec{}
 	for _, name := range arch.Names() {
 		s := base
 		s.Arch = name
-		if name == "qwen3" {
+		switch name {
+		case "qwen3":
 			s.HeadDim = 24
+		case "phi3":
+			s.SlidingWindow = 3
 		}
 		gemmaSpec(&s)
 		out[name] = s
@@ -42,10 +46,45 @@ func archSpecs() map[string]testmodel.Spec {
 // binding that put a weight in the wrong role, a bias added at the wrong
 // place or the wrong RoPE pairing shows up as a logit difference.
 type refModel struct {
-	f    *gguf.File
+	f *gguf.File
+	// c's scales, soft-caps and sliding window (SlidingWindow in its
+	// Local layers: every phi3 layer, Gemma's local ones) apply as score
+	// (gemma_test.go) reads them.
 	c    Config
 	neox bool
 	gelu bool // GeGLU (gemma_test.go) instead of SwiGLU
+	// RoPE beyond the plain rotation: frequency divisors (rope_freqs,
+	// phi3's long or short factors) and the multiplier of cos and sin
+	// (attn_factor; 0 means 1).
+	factors []float64
+	mscale  float64
+}
+
+// matrix reads block l's matrix name, or its rows of a fused tensor: the
+// q, k, v rows of phi3's attn_qkv, the gate and up rows of its ffn_up.
+func (r *refModel) matrix(t testing.TB, l int, name string) []float64 {
+	p := fmt.Sprintf("blk.%d.", l)
+	c := r.c
+	if _, ok := r.f.Tensor(p + "attn_qkv.weight"); ok {
+		qkv := r.tensor(t, p+"attn_qkv.weight")
+		q, k := c.QDim()*c.Dim, c.KVDim()*c.Dim
+		switch name {
+		case "attn_q.weight":
+			return qkv[:q]
+		case "attn_k.weight":
+			return qkv[q : q+k]
+		case "attn_v.weight":
+			return qkv[q+k:]
+		}
+	}
+	if _, ok := r.f.Tensor(p + "ffn_gate.weight"); !ok && (name == "ffn_gate.weight" || name == "ffn_up.weight") {
+		gu := r.tensor(t, p+"ffn_up.weight")
+		if name == "ffn_gate.weight" {
+			return gu[:len(gu)/2]
+		}
+		return gu[len(gu)/2:]
+	}
+	return r.tensor(t, p+name)
 }
 
 func (r *refModel) tensor(t testing.TB, name string) []float64 {
@@ -106,7 +145,14 @@ func (r *refModel) rope(x []float64, pos int) {
 		v := x[h : h+c.HeadDim]
 		for i := range half {
 			th := float64(pos) * math.Pow(float64(c.RopeBase), -float64(2*i)/float64(c.RopeDim))
+			if r.factors != nil {
+				th /= r.factors[i]
+			}
+			th *= float64(c.RopeScale)
 			s, co := math.Sincos(th)
+			if r.mscale != 0 {
+				s, co = s*r.mscale, co*r.mscale
+			}
 			a, b := 2*i, 2*i+1
 			if r.neox {
 				a, b = i, i+half
@@ -128,12 +174,13 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 	}
 	for l := range c.Layers {
 		w := func(s string) []float64 { return r.tensor(t, fmt.Sprintf("blk.%d.%s", l, s)) }
+		mw := func(s string) []float64 { return r.matrix(t, l, s) }
 		ks, vs := make([][]float64, len(tokens)), make([][]float64, len(tokens))
 		qs := make([][]float64, len(tokens))
 		for p, x := range xs {
 			h := slices.Clone(x)
 			rmsRows(h, w("attn_norm.weight"), eps)
-			q, k, v := matVec(w("attn_q.weight"), h), matVec(w("attn_k.weight"), h), matVec(w("attn_v.weight"), h)
+			q, k, v := matVec(mw("attn_q.weight"), h), matVec(mw("attn_k.weight"), h), matVec(mw("attn_v.weight"), h)
 			addTo(q, w("attn_q.bias"))
 			addTo(k, w("attn_k.bias"))
 			addTo(v, w("attn_v.bias"))
@@ -180,7 +227,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 			addTo(x, o)
 			h := slices.Clone(x)
 			rmsRows(h, w("ffn_norm.weight"), eps)
-			g, u := matVec(w("ffn_gate.weight"), h), matVec(w("ffn_up.weight"), h)
+			g, u := matVec(mw("ffn_gate.weight"), h), matVec(mw("ffn_up.weight"), h)
 			for i := range g {
 				g[i] = r.act(g[i]) * u[i]
 			}
@@ -381,8 +428,8 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "value length", setKV("qwen3.attention.value_length", uint32(16)), nil, engine.ErrUnsupported, "value_length 16 differs from key_length 24"},
 		{"qwen2", "heads", setKV("qwen2.attention.head_count_kv", uint32(3)), nil, engine.ErrInvalidInput, "head_count 4 is not a multiple of head_count_kv 3"},
 		{"qwen2", "heads divide dim", setKV("qwen2.attention.head_count", uint32(5)), nil, engine.ErrInvalidInput, "embedding_length 64 is not a multiple of head_count 5"},
-		{"qwen2", "longrope", setKVs(map[string]any{"qwen2.rope.scaling.type": "longrope", "qwen2.rope.scaling.factor": float32(4)}), nil,
-			engine.ErrUnsupported, `rope.scaling.type "longrope" is not supported (supported: none, linear, yarn)`},
+		{"qwen2", "rope scaling type", setKVs(map[string]any{"qwen2.rope.scaling.type": "llama3", "qwen2.rope.scaling.factor": float32(4)}), nil,
+			engine.ErrUnsupported, `rope.scaling.type "llama3" is not supported (supported: none, linear, yarn, longrope)`},
 		{"llama", "yarn context", setKVs(map[string]any{"llama.rope.scaling.type": "yarn", "llama.rope.scaling.original_context_length": "x"}), nil,
 			engine.ErrInvalidInput, `rope.scaling.original_context_length = "x"`},
 		{"llama", "attn factor", setKVs(map[string]any{"llama.rope.scaling.attn_factor": float32(-2)}), nil,
@@ -390,7 +437,7 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "relabelled llama", setKV("general.architecture", "llama"), nil, engine.ErrInvalidInput, "required key llama.embedding_length is missing"},
 		{"qwen3", "relabelled qwen2", relabel("qwen3", "qwen2"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q.bias is missing"},
 		{"qwen2", "relabelled qwen3", relabel("qwen2", "qwen3"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q_norm.weight is missing"},
-		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: ` + strings.Join(arch.Names(), ", ") + ")"},
+		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: ` + strings.Join(Architectures(), ", ") + ")"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.arch+"/"+tc.name, func(t *testing.T) {
@@ -420,11 +467,12 @@ func TestExtendedHooksRefused(t *testing.T) {
 		{func(c *Config, _ *arch.Arch) { c.EmbedScale = 8 }, "embedding scale"},
 		{func(c *Config, _ *arch.Arch) { c.FinalSoftCap = 30 }, "final logit soft-cap"},
 		{func(c *Config, _ *arch.Arch) { c.AttnSoftCap = 50 }, "attention soft-cap"},
-		{func(c *Config, _ *arch.Arch) { c.SlidingWindow, c.SWAPattern = 16, 2 }, "sliding-window attention"},
 		{func(c *Config, _ *arch.Arch) { c.RopeBaseLocal = 1e4 }, "per-layer rope base"},
 		{func(c *Config, _ *arch.Arch) { c.AttnScale = 0.1 }, "attention scale"},
 		{func(c *Config, _ *arch.Arch) { c.QueryScale = 0.1 }, "query scale"},
 		{func(_ *Config, a *arch.Arch) { a.Act = arch.GELU }, "gelu activation"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow, c.SWAPattern = 4, 64, 16, 2 }, "sliding-window attention (a window of 16 positions)"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow = 4, 64, 63 }, "sliding-window attention (a window of 63 positions)"},
 	} {
 		c, aa := Config{}, *a
 		tc.set(&c, &aa)
@@ -436,8 +484,12 @@ func TestExtendedHooksRefused(t *testing.T) {
 			t.Errorf("%s on the CPU backend: %v, %v", tc.text, ext, err)
 		}
 	}
-	if ext, err := extendedOps(a, Config{}, plain); ext != nil || err != nil {
-		t.Errorf("plain llama: %v, %v", ext, err)
+	// A window that masks nothing (at least the context window in use), or
+	// one on global layers only, needs nothing.
+	for _, c := range []Config{{}, {Layers: 4, ContextLength: 64, SlidingWindow: 64}, {Layers: 4, ContextLength: 64, SlidingWindow: 16, SWAPattern: 1}} {
+		if ext, err := extendedOps(a, c, plain); ext != nil || err != nil {
+			t.Errorf("plain llama with %+v: %v, %v", c, ext, err)
+		}
 	}
 }
 

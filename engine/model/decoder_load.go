@@ -54,15 +54,9 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 		m.g[arch.Output].m = m.g[arch.TokEmbd].m
 		m.cfg.TiedOutput = true
 	}
-	for i, ff := range m.g[arch.RopeFreqs].v {
-		if !(ff > 0) {
-			return nil, fmt.Errorf("model: rope_freqs.weight[%d] = %v, want > 0: %w", i, ff, engine.ErrInvalidInput)
-		}
-	}
-	if m.g[arch.RopeLong].bound() || m.g[arch.RopeShort].bound() {
-		// Hook: longrope factors (phi3) are chosen by context length and
-		// scale the attention; not implemented yet.
-		return nil, fmt.Errorf("model: %s: longrope rope factors are not supported yet: %w", a.Name, engine.ErrUnsupported)
+	var err error
+	if m.factors, err = m.ropeFactors(); err != nil { // decoder_rope.go
+		return nil, err
 	}
 	m.fp = Fingerprint(f, m.cfg)
 	if opts.Numerics != NumericsDefault {
@@ -72,7 +66,6 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 	if m.be == nil {
 		m.be, m.ownBE = kernels.NewCPU(opts.Threads), true
 	}
-	var err error
 	if m.ext, err = extendedOps(a, m.cfg, m.be); err != nil {
 		return nil, errors.Join(err, m.release())
 	}
@@ -83,8 +76,9 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 }
 
 // extendedOps returns be's ExtendedOps when the architecture needs them
-// (GELU, soft-caps, sliding windows, score and embedding scales, per-layer
-// rope bases: c.Extended), nil when it needs none, and an error wrapping
+// (GELU, soft-caps, sliding windows narrower than the context window,
+// score and embedding scales, per-layer rope bases: c.Extended), nil when
+// it needs none, and an error wrapping
 // engine.ErrUnsupported that names what is missing when be lacks them
 // (the CUDA backend, for now).
 func extendedOps(a *arch.Arch, c Config, be kernels.Backend) (kernels.ExtendedOps, error) {

@@ -21,6 +21,8 @@ const fingerprintEdge = 64
 //   - a version tag ("baton-model-fingerprint/v1");
 //   - cfg (architecture, every hyper-parameter, tied output), with the
 //     context window as the file declares it;
+//   - for a file with longrope factors (phi3 128k), which set the context
+//     window in use picks (Config.LongRope);
 //   - the tokenizer: tokenizer.ggml.model and every token string, since a
 //     different vocabulary changes what the ids mean;
 //   - for each tensor in file order: name, type, dims, byte size, and the
@@ -40,8 +42,14 @@ func Fingerprint(f *gguf.File, cfg Config) string {
 	str("baton-model-fingerprint/v1")
 	// The context window may be overridden per process; it does not change
 	// what the weights compute, so the file's value is hashed.
+	long := cfg.LongRope()
 	cfg.ContextLength = cfg.TrainContextLength
 	str(fmt.Sprintf("%+v", cfg))
+	// Except where it picks phi3's longrope factors (Config.LongRope):
+	// then the two sides must pick the same ones.
+	if _, ok := f.Tensor("rope_factors_long.weight"); ok {
+		str(fmt.Sprint("longrope ", long))
+	}
 	tm, _ := f.String("tokenizer.ggml.model")
 	str(tm)
 	toks, _ := f.Strings("tokenizer.ggml.tokens")

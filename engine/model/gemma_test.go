@@ -24,9 +24,9 @@ import (
 func gemmaSpec(s *testmodel.Spec) {
 	switch s.Arch {
 	case "gemma2":
-		s.Window = 3
+		s.SlidingWindow = 3
 	case "gemma3":
-		s.Window, s.Layers, s.RopeBase = 3, 6, 1e6
+		s.SlidingWindow, s.Layers, s.RopeBase = 3, 6, 1e6
 	}
 }
 
@@ -85,7 +85,7 @@ func (r *refModel) act(g float64) float64 {
 // global, 6 local).
 func gemmaFile(t testing.TB, arch string, window int, typ quant.Type) *gguf.File {
 	s := testmodel.Spec{Arch: arch, Dim: 64, Hidden: 96, Layers: 3, Heads: 4, KVHeads: 2, Vocab: 300, Context: 96,
-		Type: typ, Seed: 5, Std: 0.3, Window: window}
+		Type: typ, Seed: 5, Std: 0.3, SlidingWindow: window}
 	if arch == "gemma3" {
 		s.Layers, s.RopeBase = 7, 1e6
 	}

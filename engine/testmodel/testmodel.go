@@ -22,6 +22,7 @@ package testmodel
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -61,11 +62,27 @@ type Spec struct {
 	// shapes (the logits are nearly flat); see docs/models.md for the std
 	// that does.
 	Std float64
-	// Window is the sliding window written as attention.sliding_window by
-	// the architectures that have one (gemma2, gemma3); 0 means the
-	// architecture's default (Gemma 2's 4096, Gemma-3-1B's 512) clamped to
-	// Context. Other architectures ignore it.
-	Window int
+
+	// SlidingWindow is written as {arch}.attention.sliding_window by the
+	// architectures that have one (gemma2, gemma3, phi3; others ignore
+	// it); 0 means the architecture's default: Gemma 2's 4096 and
+	// Gemma-3-1B's 512, clamped to Context, and for phi3 no window (0, as
+	// Phi-4's files write). At most Context: a wider window masks nothing
+	// more, and Gemma's readers refuse it, as llama.cpp's do.
+	SlidingWindow int
+	// RopeOrigContext, when > 0 and not Context, is written as
+	// rope.scaling.original_context_length: the context before RoPE
+	// scaling (YaRN's correction range; phi3's longrope choice).
+	RopeOrigContext int
+	// LongRope adds phi3's longrope factors (rope_factors_long.weight and
+	// rope_factors_short.weight, positive values, see arch.Factors) and,
+	// when Context exceeds RopeOrigContext, rope.scaling.attn_factor
+	// √(1 + ln(Context/RopeOrigContext)/ln(RopeOrigContext)), as llama.cpp's
+	// converter computes it for Phi-3's 128k models.
+	LongRope bool
+	// YarnFactor, when > 0, writes rope.scaling.type "yarn" with this
+	// rope.scaling.factor.
+	YarnFactor float64
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -142,12 +159,27 @@ func (s Spec) Architecture() (*arch.Arch, error) {
 // engine/model reads them back.
 func (s Spec) Config(a *arch.Arch) arch.Config {
 	hd := s.headDim()
-	return arch.Config{
+	c := arch.Config{
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
 		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
-		SlidingWindow: s.Window,
+		SlidingWindow: s.SlidingWindow,
 	}
+	orig := s.Context
+	if s.RopeOrigContext > 0 {
+		orig = s.RopeOrigContext
+	}
+	if a.Has(arch.RopeLong) {
+		c.RopeOrigContext = orig // phi3 reads it whether or not the file has factors
+	}
+	if s.LongRope && s.Context > orig {
+		o := float64(orig)
+		c.RopeAttnFactor = float32(math.Sqrt(1 + math.Log(float64(s.Context)/o)/math.Log(o)))
+	}
+	if s.YarnFactor > 0 {
+		c.RopeYarnOrigCtx, c.RopeScale = orig, float32(1/s.YarnFactor)
+	}
+	return c
 }
 
 func or(v, def float32) float32 {
@@ -207,12 +239,18 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
-	case s.Window < 0 || s.Window > s.Context:
-		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
 	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
 		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
+	case s.SlidingWindow < 0 || s.SlidingWindow > s.Context:
+		return bad("sliding window = %d, want [0, context %d]", s.SlidingWindow, s.Context)
+	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
+		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
+	case s.LongRope && s.RopeOrigContext == 1:
+		return bad("longrope needs an original context > 1")
+	case !(s.YarnFactor >= 0) || s.YarnFactor > 1e6:
+		return bad("yarn factor = %v, want (0, 1e6] (or 0 for none)", s.YarnFactor)
 	case s.Vocab < MinVocab:
 		return bad("vocab = %d, want at least %d (3 special and 256 byte tokens, and text pieces)", s.Vocab, MinVocab)
 	}
@@ -226,6 +264,12 @@ func (s Spec) Validate() error {
 	a, err := s.Architecture()
 	if err != nil {
 		return err
+	}
+	if s.Tied && !optional(a, arch.Output) {
+		return bad("architecture %s requires output.weight: it cannot be tied", a.Name)
+	}
+	if s.LongRope && !a.Has(arch.RopeLong) {
+		return bad("architecture %s has no longrope factors", a.Name)
 	}
 	bs := s.Type.BlockSize()
 	for _, t := range s.tensors(a) {
@@ -332,4 +376,14 @@ func (s Spec) Weights(name string, rows, cols int) []float32 {
 		weightRow(pcg, rng, s.Seed, s.std(), name, r, out[r*cols:(r+1)*cols])
 	}
 	return out
+}
+
+// optional reports whether a declares role r's tensor optional.
+func optional(a *arch.Arch, r arch.Role) bool {
+	for _, t := range a.Tensors {
+		if t.Parts[0].Role == r {
+			return t.Optional
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ type tensor struct {
 	rows, cols int  // rows of cols elements; vectors have rows == 1
 	vector     bool // 1-D
 	ones       bool // filled with 1.0 (norm weights) instead of noise
+	factors    bool // filled with exp(|N(0, 1)|) (longrope factors)
 }
 
 func (t tensor) dims() []uint64 {
@@ -44,10 +46,11 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 	c := s.Config(a)
 	var head, tail, ts []tensor
 	add := func(dst *[]tensor, t arch.Tensor, name string) {
-		if t.Optional && !(t.Parts[0].Role == arch.Output && !s.Tied) {
+		r := t.Parts[0].Role
+		if t.Optional && !(r == arch.Output && !s.Tied) && !((r == arch.RopeLong || r == arch.RopeShort) && s.LongRope) {
 			return
 		}
-		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones}
+		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors}
 		if t.Vector {
 			w.typ = quant.F32
 		}
@@ -143,8 +146,13 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 	w := gguf.NewWriter()
 	tokens, scores, types := Vocabulary(s.Vocab, s.Seed)
 	name := fmt.Sprintf("baton-testmodel %s %dx%d-%s", a.Name, s.Layers, s.Dim, s.Type)
-	if a.Name == "llama" {
-		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type) // as before architectures
+	// llama files keep the name they had before architectures. phi3's
+	// leaves the architecture out: llama.cpp c392e50 gives Phi-3's special
+	// tokens their attributes when general.name contains "phi3", and fails
+	// to load a vocabulary without Phi-3's "<|endoftext|>", as the
+	// synthetic one is.
+	if a.Name == "llama" || a.Name == "phi3" {
+		name = fmt.Sprintf("baton-testmodel %dx%d-%s", s.Layers, s.Dim, s.Type)
 	}
 	kvs := []arch.KV{
 		{Key: "general.architecture", Value: a.Name},
@@ -289,6 +297,13 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 						}
 					} else {
 						weightRow(pcg, rng, s.Seed, s.std(), j.t.name, r, row)
+					}
+					if j.t.factors {
+						// Std-free: the same factors whatever the weights' std.
+						weightRow(pcg, rng, s.Seed, 1, j.t.name, r, row)
+						for i, v := range row {
+							row[i] = float32(math.Exp(math.Abs(float64(v))))
+						}
 					}
 				}
 				err := quant.Quantize(j.t.typ, vals, buf)

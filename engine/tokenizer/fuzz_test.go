@@ -31,7 +31,7 @@ func storiesTokenizer(tb testing.TB) *Tokenizer {
 
 // FuzzEncode checks, for arbitrary input:
 //   - Encode never panics, under every option combination, and returns ids
-//     inside the vocabulary;
+//     inside the vocabulary (also for BERT's WordPiece, bert-bge's vocabulary);
 //   - llama vocabularies with byte fallback: for valid UTF-8 without U+2581
 //     (which the model cannot tell from a space) and without the text of a
 //     user-defined token (which is always parsed, and the text after it
@@ -40,9 +40,19 @@ func storiesTokenizer(tb testing.TB) *Tokenizer {
 //     space and Decode removes it again, and every other space, control
 //     character or unknown character survives as "▁" or byte tokens;
 //   - the same ids streamed through a StreamDecoder give " " + text;
-//   - byte-level BPE (qwen2, which has no clean_spaces pass): Decode(Encode)
-//     is the identity on any byte string, valid UTF-8 or not.
+//   - byte-level BPE with every pre-tokenizer that has no clean_spaces pass
+//     (qwen2, deepseek-llm, tekken, ...): Decode(Encode) is the identity on
+//     any byte string, valid UTF-8 or not;
+//   - every pre-tokenizer cuts the text into non-empty words that join back
+//     to exactly the text.
+//
+// The seed corpus includes llama.cpp's tokenizer test inputs and extra.inp.
 func FuzzEncode(f *testing.F) {
+	for _, io := range [][2]string{{"ggml-vocab-gpt-2.gguf.inp", "ggml-vocab-gpt-2.gguf.out"}, {"extra.inp", "ggml-vocab-gpt-2.gguf.extra.out"}} {
+		for _, c := range readLlamaCppCases(f, io[0], io[1]) {
+			f.Add(c.text)
+		}
+	}
 	for _, s := range []string{
 		"", " ", "  ", "\n", "Once upon a time", "Hello, world!", "naïve 東京 🙂",
 		"<s> is parsed as BOS", "</s><unk><s>", "a<|user|>b", "\xff\xfe", "a\xe2\x96", "▁x",
@@ -56,8 +66,12 @@ func FuzzEncode(f *testing.F) {
 		"▁": -1, "a": -2, "b": -2, "▁a": -0.5, "ab": -0.7, "▁ab": -0.2, "aa": -3,
 	}, map[string]TokenType{"<|user|>": TypeUserDefined, "<|ctl|>": TypeControl}).v)
 	bpes := map[string]*Tokenizer{}
-	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "smollm", "default"} {
+	for pre := range preTokenizers {
 		bpes[pre] = mustNew(f, newBPEVocab(f, pre).v)
+	}
+	bert, err := FromGGUF(openLlamaCppVocab(f, "ggml-vocab-bert-bge"))
+	if err != nil {
+		f.Fatal(err)
 	}
 
 	f.Fuzz(func(t *testing.T, text string) {
@@ -65,7 +79,7 @@ func FuzzEncode(f *testing.F) {
 		if stories != nil {
 			llamas = append(llamas, stories)
 		}
-		all := llamas
+		all := append([]*Tokenizer{bert}, llamas...)
 		for _, tok := range bpes {
 			all = append(all, tok)
 		}
@@ -104,9 +118,24 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 
-		qwen := bpes["qwen2"]
-		if got := qwen.Decode(qwen.Encode(text, EncodeOptions{})); got != text {
-			t.Errorf("qwen2: Decode(Encode(%q)) = %q", text, got)
+		for pre, tok := range bpes {
+			if tok.pre.cleanSpaces {
+				continue
+			}
+			if got := tok.Decode(tok.Encode(text, EncodeOptions{})); got != text {
+				t.Errorf("%s: Decode(Encode(%q)) = %q", pre, text, got)
+			}
+		}
+		for pre, cfg := range preTokenizers {
+			words := preTokenize(text, cfg.stages)
+			for i, w := range words {
+				if w == "" {
+					t.Fatalf("%s: preTokenize(%q) word %d is empty: %q", pre, text, i, words)
+				}
+			}
+			if got := strings.Join(words, ""); got != text {
+				t.Errorf("%s: preTokenize(%q) joins to %q", pre, text, got)
+			}
 		}
 	})
 }

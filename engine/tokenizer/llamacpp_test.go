@@ -27,17 +27,19 @@ type llamaCppCase struct {
 	want []int32
 }
 
-// readLlamaCppCases reads NAME.gguf.inp and NAME.gguf.out the way
-// llama.cpp's tests/test-tokenizer-0.cpp does: the inputs are separated by
+// readLlamaCppCases reads a case file and its outputs (NAME.gguf.inp and
+// NAME.gguf.out, paths relative to llamaCppDir) the way llama.cpp's
+// tests/test-tokenizer-0.cpp does: the inputs are separated by
 // "\n__ggml_vocab_test__\n" (the file ends with one), and each output line,
 // stripped of surrounding white space, holds the ids separated by spaces.
-func readLlamaCppCases(t testing.TB, name string) []llamaCppCase {
+func readLlamaCppCases(t testing.TB, inpPath, outPath string) []llamaCppCase {
 	t.Helper()
-	inp, err := os.ReadFile(filepath.Join(llamaCppDir, name+".gguf.inp"))
+	name := outPath
+	inp, err := os.ReadFile(filepath.Join(llamaCppDir, inpPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.ReadFile(filepath.Join(llamaCppDir, name+".gguf.out"))
+	out, err := os.ReadFile(filepath.Join(llamaCppDir, outPath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ var llamaCppVocabs = map[string]struct {
 	unsupported string // "" when supported
 }{
 	"ggml-vocab-baichuan":       {model: "llama"},
-	"ggml-vocab-bert-bge":       {model: "bert", pre: "bert-bge", unsupported: "bert"},
+	"ggml-vocab-bert-bge":       {model: "bert", pre: "bert-bge"},
 	"ggml-vocab-deepseek-coder": {model: "gpt2", pre: "deepseek-coder"},
 	"ggml-vocab-deepseek-llm":   {model: "gpt2", pre: "deepseek-llm"},
 	"ggml-vocab-falcon":         {model: "gpt2", pre: "falcon"},
@@ -155,24 +157,102 @@ func TestLlamaCppVocabs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FromGGUF: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(llamaCppDir, name+".gguf.inp")); os.IsNotExist(err) {
-				return // llama.cpp has no cases for it; loading is all there is to check
+			// llama.cpp's own cases (none for baichuan and gpt-neox), and
+			// extra.inp with the ids llama.cpp c392e50 gives on this file.
+			if _, err := os.Stat(filepath.Join(llamaCppDir, name+".gguf.inp")); err == nil {
+				checkLlamaCppCases(t, tok, readLlamaCppCases(t, name+".gguf.inp", name+".gguf.out"))
 			}
-			cases := readLlamaCppCases(t, name)
-			failed := 0
-			for i, c := range cases {
-				got := tok.Encode(c.text, EncodeOptions{})
-				if !slices.Equal(got, c.want) {
-					failed++
-					t.Errorf("case %d %q:\n got %v\nwant %v", i, c.text, got, c.want)
-				}
-			}
-			t.Logf("%d/%d cases match llama.cpp", len(cases)-failed, len(cases))
+			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", name+".gguf.extra.out"))
+			// Chat markup with parse_special on: control tokens are
+			// recognised, and Phi-3's strip the white space after them.
+			checkLlamaCppCasesWith(t, tok, readLlamaCppCases(t, "special.inp", name+".gguf.special.out"), EncodeOptions{ParseSpecial: true})
 		})
 	}
 	for name := range llamaCppVocabs {
 		if !seen[name] {
 			t.Errorf("%s is listed but %s has no %s.gguf.gz", name, llamaCppDir, name)
 		}
+	}
+}
+
+// checkLlamaCppCases encodes every case with add_special and parse_special
+// off, as llama.cpp's test does, and reports each mismatch.
+func checkLlamaCppCases(t *testing.T, tok *Tokenizer, cases []llamaCppCase) {
+	t.Helper()
+	checkLlamaCppCasesWith(t, tok, cases, EncodeOptions{})
+}
+
+// checkLlamaCppCasesWith is checkLlamaCppCases with other options.
+func checkLlamaCppCasesWith(t *testing.T, tok *Tokenizer, cases []llamaCppCase, opts EncodeOptions) {
+	t.Helper()
+	failed := 0
+	for i, c := range cases {
+		got := tok.Encode(c.text, opts)
+		if !slices.Equal(got, c.want) {
+			failed++
+			t.Errorf("case %d %q:\n got %v\nwant %v", i, c.text, got, c.want)
+		}
+	}
+	t.Logf("%d/%d cases match llama.cpp", len(cases)-failed, len(cases))
+}
+
+// TestLlamaCppRelabelled checks the pre-tokenizers that have no vocabulary
+// of their own in llama.cpp's test set: a vocabulary from the set with its
+// tokenizer.ggml.pre rewritten, against the ids llama.cpp c392e50 gives for
+// the same rewritten file (relabel/BASE@PRE.out for the standard cases,
+// .extra.out for extra.inp; recorded by TestMakeOracleOutputs).
+func TestLlamaCppRelabelled(t *testing.T) {
+	if len(relabelPres) == 0 {
+		t.Fatal("no relabelled vocabularies")
+	}
+	for _, r := range relabelPres {
+		t.Run(r.stem(), func(t *testing.T) {
+			v, err := VocabFromGGUF(openLlamaCppVocab(t, r.base))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.pre != "" {
+				v.Pre = r.pre
+			}
+			if r.noSpacePrefix {
+				v.AddSpacePrefix = false
+			}
+			tok, err := New(v)
+			if err != nil {
+				t.Fatalf("New with pre %q: %v", r.pre, err)
+			}
+			if r.pre != "" && tok.Pre() != r.pre {
+				t.Fatalf("Pre() = %q, want %q", tok.Pre(), r.pre)
+			}
+			stem := filepath.Join("relabel", r.stem())
+			checkLlamaCppCases(t, tok, readLlamaCppCases(t, r.base+".gguf.inp", stem+".out"))
+			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", stem+".extra.out"))
+		})
+	}
+}
+
+// TestBERTAddSpecial checks llama.cpp's WPM add_special: [CLS] text [SEP],
+// whatever add_bos / add_eos say, and the "▁" word prefix rendered as a
+// space by Piece.
+func TestBERTAddSpecial(t *testing.T) {
+	tok, err := FromGGUF(openLlamaCppVocab(t, "ggml-vocab-bert-bge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := tok.Encode("Hello, world!", EncodeOptions{})
+	got := tok.Encode("Hello, world!", EncodeOptions{AddSpecial: true})
+	want := append(append([]int32{101}, plain...), 102)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Encode with AddSpecial = %v, want %v", got, want)
+	}
+	if tok.SEP() != 102 || tok.BOS() != 101 || tok.UNK() != 100 {
+		t.Errorf("BOS/SEP/UNK = %d/%d/%d, want 101/102/100", tok.BOS(), tok.SEP(), tok.UNK())
+	}
+	var b strings.Builder
+	for _, id := range plain {
+		b.WriteString(tok.Piece(id))
+	}
+	if b.String() != " hello , world !" {
+		t.Errorf("pieces join to %q, want %q", b.String(), " hello , world !")
 	}
 }

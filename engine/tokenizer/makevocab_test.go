@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -223,4 +224,134 @@ func writeVocab(t *testing.T, name string, kvs []any) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s: %d bytes (%d uncompressed)", path, gz.Len(), raw.Len())
+}
+
+// relabelPres are the pre-tokenizers checked on another vocabulary (with
+// tokenizer.ggml.pre rewritten) because llama.cpp's test set has no
+// vocabulary of their own: every name this package implements that llama.cpp
+// c392e50 accepts. gpt-2's byte-level vocabulary tokenizes any text, so the
+// ids show where each pre-tokenizer cuts.
+var relabelPres = []relabel{
+	{base: "ggml-vocab-gpt-2", pre: "default"}, {base: "ggml-vocab-gpt-2", pre: "gpt-2"}, {base: "ggml-vocab-gpt-2", pre: "phi-2"},
+	{base: "ggml-vocab-gpt-2", pre: "olmo"}, {base: "ggml-vocab-gpt-2", pre: "jais"}, {base: "ggml-vocab-gpt-2", pre: "jina-es"},
+	{base: "ggml-vocab-gpt-2", pre: "jina-de"}, {base: "ggml-vocab-gpt-2", pre: "jina-v1-en"}, {base: "ggml-vocab-gpt-2", pre: "gigachat"},
+	{base: "ggml-vocab-gpt-2", pre: "roberta-bpe"}, {base: "ggml-vocab-gpt-2", pre: "dbrx"}, {base: "ggml-vocab-gpt-2", pre: "smaug-bpe"},
+	{base: "ggml-vocab-gpt-2", pre: "chatglm-bpe"}, {base: "ggml-vocab-gpt-2", pre: "stablelm2"}, {base: "ggml-vocab-gpt-2", pre: "megrez"},
+	{base: "ggml-vocab-gpt-2", pre: "smollm"}, {base: "ggml-vocab-gpt-2", pre: "command-r"}, {base: "ggml-vocab-gpt-2", pre: "codeshell"},
+	{base: "ggml-vocab-gpt-2", pre: "exaone"}, {base: "ggml-vocab-gpt-2", pre: "minerva-7b"}, {base: "ggml-vocab-gpt-2", pre: "bloom"},
+	{base: "ggml-vocab-gpt-2", pre: "gpt3-finnish"}, {base: "ggml-vocab-gpt-2", pre: "poro-chat"}, {base: "ggml-vocab-gpt-2", pre: "viking"},
+	{base: "ggml-vocab-gpt-2", pre: "chameleon"}, {base: "ggml-vocab-gpt-2", pre: "tekken"}, {base: "ggml-vocab-gpt-2", pre: "falcon"},
+	{base: "ggml-vocab-gpt-2", pre: "deepseek-llm"}, {base: "ggml-vocab-gpt-2", pre: "deepseek-coder"}, {base: "ggml-vocab-gpt-2", pre: "qwen2"},
+	{base: "ggml-vocab-gpt-2", pre: "llama-bpe"},
+	{base: "ggml-vocab-llama-bpe", pre: "llama3"}, {base: "ggml-vocab-llama-bpe", pre: "llama-v3"}, {base: "ggml-vocab-llama-bpe", pre: "falcon3"},
+	{base: "ggml-vocab-qwen2", pre: "deepseek-r1-qwen"},
+	// Gemma's SentencePiece vocabularies are "llama" ones with
+	// add_space_prefix false: the flag on llama.cpp's two SPM vocabularies.
+	{base: "ggml-vocab-llama-spm", name: "no-space-prefix", noSpacePrefix: true},
+	{base: "ggml-vocab-phi-3", name: "no-space-prefix", noSpacePrefix: true},
+}
+
+// relabel is a test vocabulary with tokenizer.ggml.pre set to pre (when not
+// ""), or with tokenizer.ggml.add_space_prefix false (noSpacePrefix).
+type relabel struct {
+	base, pre     string
+	name          string // names the variant when pre does not
+	noSpacePrefix bool
+}
+
+// stem is the variant's file name stem under relabel/.
+func (r relabel) stem() string {
+	n := r.name
+	if n == "" {
+		n = r.pre
+	}
+	return strings.TrimPrefix(r.base, "ggml-vocab-") + "@" + n
+}
+
+// TestMakeOracleOutputs records llama.cpp's ids for extra.inp (and, with
+// parse_special on, special.inp) on every vocabulary, and for both case
+// files on the relabelled vocabularies, with
+// the oracle in testdata/llamacpp/oracle (tok.cpp, built against llama.cpp
+// c392e50; see the README):
+//
+//	BATON_LLAMACPP_TOK=/path/to/tok go test ./tokenizer -run TestMakeOracleOutputs -v
+func TestMakeOracleOutputs(t *testing.T) {
+	tool := os.Getenv("BATON_LLAMACPP_TOK")
+	if tool == "" {
+		t.Skip("BATON_LLAMACPP_TOK not set")
+	}
+	tmp := t.TempDir()
+	run := func(vocab, inp, out string, args ...string) {
+		cmd := exec.Command(tool, append([]string{vocab, inp}, args...)...)
+		cmd.Stderr = os.Stderr
+		ids, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %s %s: %v", tool, vocab, inp, err)
+		}
+		if err := os.WriteFile(out, ids, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := filepath.Join(llamaCppDir, "extra.inp")
+	cases := filepath.Join(llamaCppDir, "ggml-vocab-gpt-2.gguf.inp")
+	files, _ := filepath.Glob(filepath.Join(llamaCppDir, "ggml-vocab-*.gguf.gz"))
+	for _, gz := range files {
+		name := strings.TrimSuffix(filepath.Base(gz), ".gguf.gz")
+		if llamaCppVocabs[name].unsupported != "" {
+			continue
+		}
+		path := filepath.Join(tmp, name+".gguf")
+		writeRelabelled(t, relabel{base: name}, path)
+		run(path, extra, filepath.Join(llamaCppDir, name+".gguf.extra.out"))
+		run(path, filepath.Join(llamaCppDir, "special.inp"), filepath.Join(llamaCppDir, name+".gguf.special.out"), "special")
+	}
+	if err := os.MkdirAll(filepath.Join(llamaCppDir, "relabel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range relabelPres {
+		path := filepath.Join(tmp, r.stem()+".gguf")
+		writeRelabelled(t, r, path)
+		stem := filepath.Join(llamaCppDir, "relabel", r.stem())
+		run(path, cases, stem+".out")
+		run(path, extra, stem+".extra.out")
+	}
+}
+
+// writeRelabelled writes testdata/llamacpp/BASE.gguf.gz uncompressed to
+// path, changed as r says.
+func writeRelabelled(t *testing.T, r relabel, path string) {
+	t.Helper()
+	f := openLlamaCppVocab(t, r.base)
+	set := map[string]any{}
+	if r.pre != "" {
+		set[keyPre] = r.pre
+	}
+	if r.noSpacePrefix {
+		set[keyAddSpacePrefix] = false
+	}
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		v := any(kv.Value)
+		if nv, ok := set[kv.Key]; ok {
+			v = nv
+			delete(set, kv.Key)
+		}
+		if err := w.AddKV(kv.Key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range set {
+		if err := w.AddKV(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Dims, f.TensorData(ti)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -71,6 +71,7 @@ type preConfig struct {
 	ignoreMerges bool // a word that is itself a token skips the merges
 	addBOS       bool // default for tokenizer.ggml.add_bos_token
 	cleanSpaces  bool // detokenize removes spaces before punctuation
+	noBOS        bool // no default BOS id (llama.cpp's chatglm-bpe)
 }
 
 func normPre(name string) string {
@@ -111,6 +112,14 @@ var preTokenizers = map[string]preConfig{
 	"mpt":   {stages: stagesGPT2, cleanSpaces: true},
 	"olmo":  {stages: stagesGPT2, cleanSpaces: true},
 	"jais":  {stages: stagesGPT2, cleanSpaces: true},
+	// The encoder models' BPE vocabularies that llama.cpp gives GPT-2's
+	// expression (jina-v2-de, -es and -code also need <mask> to strip the
+	// space before it, which this package does not do: they are refused).
+	"jina-es":     {stages: stagesGPT2, cleanSpaces: true},
+	"jina-de":     {stages: stagesGPT2, cleanSpaces: true},
+	"jina-v1-en":  {stages: stagesGPT2, cleanSpaces: true},
+	"gigachat":    {stages: stagesGPT2, cleanSpaces: true},
+	"roberta-bpe": {stages: stagesGPT2, cleanSpaces: true},
 
 	// Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 	//          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
@@ -120,7 +129,9 @@ var preTokenizers = map[string]preConfig{
 	"falcon3":   {stages: stagesLlama3, ignoreMerges: true, addBOS: true, cleanSpaces: true},
 	"pixtral":   {stages: stagesLlama3, ignoreMerges: true, addBOS: true, cleanSpaces: true},
 	"dbrx":      {stages: stagesLlama3, cleanSpaces: true},
-	"smaug-bpe": {stages: stagesLlama3, cleanSpaces: true},
+	// ChatGLM4: the Llama 3 expression, and no BOS by default.
+	"chatglm-bpe": {stages: stagesLlama3, cleanSpaces: true, noBOS: true},
+	"smaug-bpe":   {stages: stagesLlama3, cleanSpaces: true},
 
 	// Qwen2: the Llama 3 expression with \p{N} (single digits) for \p{N}{1,3}.
 	"qwen2":            {stages: stagesQwen2},
@@ -135,6 +146,14 @@ var preTokenizers = map[string]preConfig{
 	// DeepSeek LLM and Coder: sequences of isolating splits (pretok_deepseek.go).
 	"deepseek-llm":   {stages: stagesDeepSeekLLM},
 	"deepseek-coder": {stages: stagesDeepSeekCoder},
+
+	// BLOOM family, Viking, Chameleon and Tekken (pretok_more.go).
+	"bloom":        {stages: stagesBloom, cleanSpaces: true},
+	"gpt3-finnish": {stages: stagesBloom, cleanSpaces: true},
+	"poro-chat":    {stages: stagesBloom},
+	"viking":       {stages: stagesViking},
+	"chameleon":    {stages: stagesChameleon, addBOS: true},
+	"tekken":       {stages: stagesTekken, ignoreMerges: true, addBOS: true},
 
 	// SmolLM / StarCoder: \p{N} first (every digit alone), then GPT-2.
 	"smollm":     {stages: stagesSmolLM},

@@ -9208,6 +9208,10140 @@ done:
 	VZEROUPPER
 	RET
 
+DATA vec_cIQ4<>+0(SB)/1, $0x81
+DATA vec_cIQ4<>+1(SB)/1, $0x98
+DATA vec_cIQ4<>+2(SB)/1, $0xad
+DATA vec_cIQ4<>+3(SB)/1, $0xbf
+DATA vec_cIQ4<>+4(SB)/1, $0xcf
+DATA vec_cIQ4<>+5(SB)/1, $0xdd
+DATA vec_cIQ4<>+6(SB)/1, $0xea
+DATA vec_cIQ4<>+7(SB)/1, $0xf6
+DATA vec_cIQ4<>+8(SB)/1, $0x01
+DATA vec_cIQ4<>+9(SB)/1, $0x0d
+DATA vec_cIQ4<>+10(SB)/1, $0x19
+DATA vec_cIQ4<>+11(SB)/1, $0x26
+DATA vec_cIQ4<>+12(SB)/1, $0x35
+DATA vec_cIQ4<>+13(SB)/1, $0x45
+DATA vec_cIQ4<>+14(SB)/1, $0x59
+DATA vec_cIQ4<>+15(SB)/1, $0x71
+DATA vec_cIQ4<>+16(SB)/1, $0x81
+DATA vec_cIQ4<>+17(SB)/1, $0x98
+DATA vec_cIQ4<>+18(SB)/1, $0xad
+DATA vec_cIQ4<>+19(SB)/1, $0xbf
+DATA vec_cIQ4<>+20(SB)/1, $0xcf
+DATA vec_cIQ4<>+21(SB)/1, $0xdd
+DATA vec_cIQ4<>+22(SB)/1, $0xea
+DATA vec_cIQ4<>+23(SB)/1, $0xf6
+DATA vec_cIQ4<>+24(SB)/1, $0x01
+DATA vec_cIQ4<>+25(SB)/1, $0x0d
+DATA vec_cIQ4<>+26(SB)/1, $0x19
+DATA vec_cIQ4<>+27(SB)/1, $0x26
+DATA vec_cIQ4<>+28(SB)/1, $0x35
+DATA vec_cIQ4<>+29(SB)/1, $0x45
+DATA vec_cIQ4<>+30(SB)/1, $0x59
+DATA vec_cIQ4<>+31(SB)/1, $0x71
+DATA vec_cIQ4<>+32(SB)/1, $0x81
+DATA vec_cIQ4<>+33(SB)/1, $0x98
+DATA vec_cIQ4<>+34(SB)/1, $0xad
+DATA vec_cIQ4<>+35(SB)/1, $0xbf
+DATA vec_cIQ4<>+36(SB)/1, $0xcf
+DATA vec_cIQ4<>+37(SB)/1, $0xdd
+DATA vec_cIQ4<>+38(SB)/1, $0xea
+DATA vec_cIQ4<>+39(SB)/1, $0xf6
+DATA vec_cIQ4<>+40(SB)/1, $0x01
+DATA vec_cIQ4<>+41(SB)/1, $0x0d
+DATA vec_cIQ4<>+42(SB)/1, $0x19
+DATA vec_cIQ4<>+43(SB)/1, $0x26
+DATA vec_cIQ4<>+44(SB)/1, $0x35
+DATA vec_cIQ4<>+45(SB)/1, $0x45
+DATA vec_cIQ4<>+46(SB)/1, $0x59
+DATA vec_cIQ4<>+47(SB)/1, $0x71
+DATA vec_cIQ4<>+48(SB)/1, $0x81
+DATA vec_cIQ4<>+49(SB)/1, $0x98
+DATA vec_cIQ4<>+50(SB)/1, $0xad
+DATA vec_cIQ4<>+51(SB)/1, $0xbf
+DATA vec_cIQ4<>+52(SB)/1, $0xcf
+DATA vec_cIQ4<>+53(SB)/1, $0xdd
+DATA vec_cIQ4<>+54(SB)/1, $0xea
+DATA vec_cIQ4<>+55(SB)/1, $0xf6
+DATA vec_cIQ4<>+56(SB)/1, $0x01
+DATA vec_cIQ4<>+57(SB)/1, $0x0d
+DATA vec_cIQ4<>+58(SB)/1, $0x19
+DATA vec_cIQ4<>+59(SB)/1, $0x26
+DATA vec_cIQ4<>+60(SB)/1, $0x35
+DATA vec_cIQ4<>+61(SB)/1, $0x45
+DATA vec_cIQ4<>+62(SB)/1, $0x59
+DATA vec_cIQ4<>+63(SB)/1, $0x71
+GLOBL vec_cIQ4<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cQhShuf<>+0(SB)/1, $0x00
+DATA vec_cQhShuf<>+1(SB)/1, $0x00
+DATA vec_cQhShuf<>+2(SB)/1, $0x00
+DATA vec_cQhShuf<>+3(SB)/1, $0x00
+DATA vec_cQhShuf<>+4(SB)/1, $0x00
+DATA vec_cQhShuf<>+5(SB)/1, $0x00
+DATA vec_cQhShuf<>+6(SB)/1, $0x00
+DATA vec_cQhShuf<>+7(SB)/1, $0x00
+DATA vec_cQhShuf<>+8(SB)/1, $0x01
+DATA vec_cQhShuf<>+9(SB)/1, $0x01
+DATA vec_cQhShuf<>+10(SB)/1, $0x01
+DATA vec_cQhShuf<>+11(SB)/1, $0x01
+DATA vec_cQhShuf<>+12(SB)/1, $0x01
+DATA vec_cQhShuf<>+13(SB)/1, $0x01
+DATA vec_cQhShuf<>+14(SB)/1, $0x01
+DATA vec_cQhShuf<>+15(SB)/1, $0x01
+DATA vec_cQhShuf<>+16(SB)/1, $0x02
+DATA vec_cQhShuf<>+17(SB)/1, $0x02
+DATA vec_cQhShuf<>+18(SB)/1, $0x02
+DATA vec_cQhShuf<>+19(SB)/1, $0x02
+DATA vec_cQhShuf<>+20(SB)/1, $0x02
+DATA vec_cQhShuf<>+21(SB)/1, $0x02
+DATA vec_cQhShuf<>+22(SB)/1, $0x02
+DATA vec_cQhShuf<>+23(SB)/1, $0x02
+DATA vec_cQhShuf<>+24(SB)/1, $0x03
+DATA vec_cQhShuf<>+25(SB)/1, $0x03
+DATA vec_cQhShuf<>+26(SB)/1, $0x03
+DATA vec_cQhShuf<>+27(SB)/1, $0x03
+DATA vec_cQhShuf<>+28(SB)/1, $0x03
+DATA vec_cQhShuf<>+29(SB)/1, $0x03
+DATA vec_cQhShuf<>+30(SB)/1, $0x03
+DATA vec_cQhShuf<>+31(SB)/1, $0x03
+DATA vec_cQhShuf<>+32(SB)/1, $0x00
+DATA vec_cQhShuf<>+33(SB)/1, $0x00
+DATA vec_cQhShuf<>+34(SB)/1, $0x00
+DATA vec_cQhShuf<>+35(SB)/1, $0x00
+DATA vec_cQhShuf<>+36(SB)/1, $0x00
+DATA vec_cQhShuf<>+37(SB)/1, $0x00
+DATA vec_cQhShuf<>+38(SB)/1, $0x00
+DATA vec_cQhShuf<>+39(SB)/1, $0x00
+DATA vec_cQhShuf<>+40(SB)/1, $0x01
+DATA vec_cQhShuf<>+41(SB)/1, $0x01
+DATA vec_cQhShuf<>+42(SB)/1, $0x01
+DATA vec_cQhShuf<>+43(SB)/1, $0x01
+DATA vec_cQhShuf<>+44(SB)/1, $0x01
+DATA vec_cQhShuf<>+45(SB)/1, $0x01
+DATA vec_cQhShuf<>+46(SB)/1, $0x01
+DATA vec_cQhShuf<>+47(SB)/1, $0x01
+DATA vec_cQhShuf<>+48(SB)/1, $0x02
+DATA vec_cQhShuf<>+49(SB)/1, $0x02
+DATA vec_cQhShuf<>+50(SB)/1, $0x02
+DATA vec_cQhShuf<>+51(SB)/1, $0x02
+DATA vec_cQhShuf<>+52(SB)/1, $0x02
+DATA vec_cQhShuf<>+53(SB)/1, $0x02
+DATA vec_cQhShuf<>+54(SB)/1, $0x02
+DATA vec_cQhShuf<>+55(SB)/1, $0x02
+DATA vec_cQhShuf<>+56(SB)/1, $0x03
+DATA vec_cQhShuf<>+57(SB)/1, $0x03
+DATA vec_cQhShuf<>+58(SB)/1, $0x03
+DATA vec_cQhShuf<>+59(SB)/1, $0x03
+DATA vec_cQhShuf<>+60(SB)/1, $0x03
+DATA vec_cQhShuf<>+61(SB)/1, $0x03
+DATA vec_cQhShuf<>+62(SB)/1, $0x03
+DATA vec_cQhShuf<>+63(SB)/1, $0x03
+GLOBL vec_cQhShuf<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cBitSel<>+0(SB)/1, $0x01
+DATA vec_cBitSel<>+1(SB)/1, $0x02
+DATA vec_cBitSel<>+2(SB)/1, $0x04
+DATA vec_cBitSel<>+3(SB)/1, $0x08
+DATA vec_cBitSel<>+4(SB)/1, $0x10
+DATA vec_cBitSel<>+5(SB)/1, $0x20
+DATA vec_cBitSel<>+6(SB)/1, $0x40
+DATA vec_cBitSel<>+7(SB)/1, $0x80
+DATA vec_cBitSel<>+8(SB)/1, $0x01
+DATA vec_cBitSel<>+9(SB)/1, $0x02
+DATA vec_cBitSel<>+10(SB)/1, $0x04
+DATA vec_cBitSel<>+11(SB)/1, $0x08
+DATA vec_cBitSel<>+12(SB)/1, $0x10
+DATA vec_cBitSel<>+13(SB)/1, $0x20
+DATA vec_cBitSel<>+14(SB)/1, $0x40
+DATA vec_cBitSel<>+15(SB)/1, $0x80
+DATA vec_cBitSel<>+16(SB)/1, $0x01
+DATA vec_cBitSel<>+17(SB)/1, $0x02
+DATA vec_cBitSel<>+18(SB)/1, $0x04
+DATA vec_cBitSel<>+19(SB)/1, $0x08
+DATA vec_cBitSel<>+20(SB)/1, $0x10
+DATA vec_cBitSel<>+21(SB)/1, $0x20
+DATA vec_cBitSel<>+22(SB)/1, $0x40
+DATA vec_cBitSel<>+23(SB)/1, $0x80
+DATA vec_cBitSel<>+24(SB)/1, $0x01
+DATA vec_cBitSel<>+25(SB)/1, $0x02
+DATA vec_cBitSel<>+26(SB)/1, $0x04
+DATA vec_cBitSel<>+27(SB)/1, $0x08
+DATA vec_cBitSel<>+28(SB)/1, $0x10
+DATA vec_cBitSel<>+29(SB)/1, $0x20
+DATA vec_cBitSel<>+30(SB)/1, $0x40
+DATA vec_cBitSel<>+31(SB)/1, $0x80
+DATA vec_cBitSel<>+32(SB)/1, $0x01
+DATA vec_cBitSel<>+33(SB)/1, $0x02
+DATA vec_cBitSel<>+34(SB)/1, $0x04
+DATA vec_cBitSel<>+35(SB)/1, $0x08
+DATA vec_cBitSel<>+36(SB)/1, $0x10
+DATA vec_cBitSel<>+37(SB)/1, $0x20
+DATA vec_cBitSel<>+38(SB)/1, $0x40
+DATA vec_cBitSel<>+39(SB)/1, $0x80
+DATA vec_cBitSel<>+40(SB)/1, $0x01
+DATA vec_cBitSel<>+41(SB)/1, $0x02
+DATA vec_cBitSel<>+42(SB)/1, $0x04
+DATA vec_cBitSel<>+43(SB)/1, $0x08
+DATA vec_cBitSel<>+44(SB)/1, $0x10
+DATA vec_cBitSel<>+45(SB)/1, $0x20
+DATA vec_cBitSel<>+46(SB)/1, $0x40
+DATA vec_cBitSel<>+47(SB)/1, $0x80
+DATA vec_cBitSel<>+48(SB)/1, $0x01
+DATA vec_cBitSel<>+49(SB)/1, $0x02
+DATA vec_cBitSel<>+50(SB)/1, $0x04
+DATA vec_cBitSel<>+51(SB)/1, $0x08
+DATA vec_cBitSel<>+52(SB)/1, $0x10
+DATA vec_cBitSel<>+53(SB)/1, $0x20
+DATA vec_cBitSel<>+54(SB)/1, $0x40
+DATA vec_cBitSel<>+55(SB)/1, $0x80
+DATA vec_cBitSel<>+56(SB)/1, $0x01
+DATA vec_cBitSel<>+57(SB)/1, $0x02
+DATA vec_cBitSel<>+58(SB)/1, $0x04
+DATA vec_cBitSel<>+59(SB)/1, $0x08
+DATA vec_cBitSel<>+60(SB)/1, $0x10
+DATA vec_cBitSel<>+61(SB)/1, $0x20
+DATA vec_cBitSel<>+62(SB)/1, $0x40
+DATA vec_cBitSel<>+63(SB)/1, $0x80
+GLOBL vec_cBitSel<>(SB), RODATA|NOPTR, $64
+
+DATA vec_c10<>+0(SB)/1, $0x10
+DATA vec_c10<>+1(SB)/1, $0x10
+DATA vec_c10<>+2(SB)/1, $0x10
+DATA vec_c10<>+3(SB)/1, $0x10
+DATA vec_c10<>+4(SB)/1, $0x10
+DATA vec_c10<>+5(SB)/1, $0x10
+DATA vec_c10<>+6(SB)/1, $0x10
+DATA vec_c10<>+7(SB)/1, $0x10
+DATA vec_c10<>+8(SB)/1, $0x10
+DATA vec_c10<>+9(SB)/1, $0x10
+DATA vec_c10<>+10(SB)/1, $0x10
+DATA vec_c10<>+11(SB)/1, $0x10
+DATA vec_c10<>+12(SB)/1, $0x10
+DATA vec_c10<>+13(SB)/1, $0x10
+DATA vec_c10<>+14(SB)/1, $0x10
+DATA vec_c10<>+15(SB)/1, $0x10
+DATA vec_c10<>+16(SB)/1, $0x10
+DATA vec_c10<>+17(SB)/1, $0x10
+DATA vec_c10<>+18(SB)/1, $0x10
+DATA vec_c10<>+19(SB)/1, $0x10
+DATA vec_c10<>+20(SB)/1, $0x10
+DATA vec_c10<>+21(SB)/1, $0x10
+DATA vec_c10<>+22(SB)/1, $0x10
+DATA vec_c10<>+23(SB)/1, $0x10
+DATA vec_c10<>+24(SB)/1, $0x10
+DATA vec_c10<>+25(SB)/1, $0x10
+DATA vec_c10<>+26(SB)/1, $0x10
+DATA vec_c10<>+27(SB)/1, $0x10
+DATA vec_c10<>+28(SB)/1, $0x10
+DATA vec_c10<>+29(SB)/1, $0x10
+DATA vec_c10<>+30(SB)/1, $0x10
+DATA vec_c10<>+31(SB)/1, $0x10
+DATA vec_c10<>+32(SB)/1, $0x10
+DATA vec_c10<>+33(SB)/1, $0x10
+DATA vec_c10<>+34(SB)/1, $0x10
+DATA vec_c10<>+35(SB)/1, $0x10
+DATA vec_c10<>+36(SB)/1, $0x10
+DATA vec_c10<>+37(SB)/1, $0x10
+DATA vec_c10<>+38(SB)/1, $0x10
+DATA vec_c10<>+39(SB)/1, $0x10
+DATA vec_c10<>+40(SB)/1, $0x10
+DATA vec_c10<>+41(SB)/1, $0x10
+DATA vec_c10<>+42(SB)/1, $0x10
+DATA vec_c10<>+43(SB)/1, $0x10
+DATA vec_c10<>+44(SB)/1, $0x10
+DATA vec_c10<>+45(SB)/1, $0x10
+DATA vec_c10<>+46(SB)/1, $0x10
+DATA vec_c10<>+47(SB)/1, $0x10
+DATA vec_c10<>+48(SB)/1, $0x10
+DATA vec_c10<>+49(SB)/1, $0x10
+DATA vec_c10<>+50(SB)/1, $0x10
+DATA vec_c10<>+51(SB)/1, $0x10
+DATA vec_c10<>+52(SB)/1, $0x10
+DATA vec_c10<>+53(SB)/1, $0x10
+DATA vec_c10<>+54(SB)/1, $0x10
+DATA vec_c10<>+55(SB)/1, $0x10
+DATA vec_c10<>+56(SB)/1, $0x10
+DATA vec_c10<>+57(SB)/1, $0x10
+DATA vec_c10<>+58(SB)/1, $0x10
+DATA vec_c10<>+59(SB)/1, $0x10
+DATA vec_c10<>+60(SB)/1, $0x10
+DATA vec_c10<>+61(SB)/1, $0x10
+DATA vec_c10<>+62(SB)/1, $0x10
+DATA vec_c10<>+63(SB)/1, $0x10
+GLOBL vec_c10<>(SB), RODATA|NOPTR, $64
+
+DATA vec_cE0<>+0(SB)/4, $0x3f800000
+DATA vec_cE0<>+4(SB)/4, $0x00000000
+DATA vec_cE0<>+8(SB)/4, $0x00000000
+DATA vec_cE0<>+12(SB)/4, $0x00000000
+DATA vec_cE0<>+16(SB)/4, $0x00000000
+DATA vec_cE0<>+20(SB)/4, $0x00000000
+DATA vec_cE0<>+24(SB)/4, $0x00000000
+DATA vec_cE0<>+28(SB)/4, $0x00000000
+DATA vec_cE0<>+32(SB)/4, $0x3f800000
+DATA vec_cE0<>+36(SB)/4, $0x00000000
+DATA vec_cE0<>+40(SB)/4, $0x00000000
+DATA vec_cE0<>+44(SB)/4, $0x00000000
+DATA vec_cE0<>+48(SB)/4, $0x00000000
+DATA vec_cE0<>+52(SB)/4, $0x00000000
+DATA vec_cE0<>+56(SB)/4, $0x00000000
+DATA vec_cE0<>+60(SB)/4, $0x00000000
+GLOBL vec_cE0<>(SB), RODATA|NOPTR, $64
+
+// func quantQ8_1AVX2(x *float32, y *byte, nb int)
+// Requires: AVX, AVX2, F16C
+TEXT ·quantQ8_1AVX2(SB), NOSPLIT, $0-24
+	MOVQ  x+0(FP), AX
+	MOVQ  y+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	VMOVUPS      vec_cAbs<>+0(SB), Y0
+	VANDPS       (AX), Y0, Y0
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y0, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       32(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       64(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVUPS      vec_cAbs<>+0(SB), Y2
+	VANDPS       96(AX), Y2, Y2
+	VCMPPS       $0x11, vec_cInf<>+0(SB), Y2, Y3
+	VMAXPS       Y2, Y0, Y0
+	VANDPS       Y3, Y1, Y1
+	VMOVMSKPS    Y1, BX
+	CMPQ         BX, $0xff
+	JNE          nonfinite
+	VEXTRACTF128 $0x01, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXSS       X1, X0, X0
+	VDIVSS       vec_c127f<>+0(SB), X0, X0
+	VMOVSS       vec_cOnef<>+0(SB), X1
+	VDIVSS       X0, X1, X1
+	VXORPS       X2, X2, X2
+	VCMPSS       $0x04, X2, X0, X2
+	VANDPS       X2, X1, X1
+	VCVTPS2PH    $0x00, X0, X2
+	VPEXTRW      $0x00, X2, (CX)
+	VBROADCASTSS X1, Y2
+	VMULPS       (AX), Y2, Y1
+	VANDPS       vec_cSign<>+0(SB), Y1, Y3
+	VORPS        vec_cHalf<>+0(SB), Y3, Y3
+	VADDPS       Y3, Y1, Y1
+	VCVTTPS2DQ   Y1, Y1
+	VMULPS       32(AX), Y2, Y3
+	VANDPS       vec_cSign<>+0(SB), Y3, Y4
+	VORPS        vec_cHalf<>+0(SB), Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	VCVTTPS2DQ   Y3, Y3
+	VMULPS       64(AX), Y2, Y4
+	VANDPS       vec_cSign<>+0(SB), Y4, Y5
+	VORPS        vec_cHalf<>+0(SB), Y5, Y5
+	VADDPS       Y5, Y4, Y4
+	VCVTTPS2DQ   Y4, Y4
+	VMULPS       96(AX), Y2, Y5
+	VANDPS       vec_cSign<>+0(SB), Y5, Y2
+	VORPS        vec_cHalf<>+0(SB), Y2, Y2
+	VADDPS       Y2, Y5, Y5
+	VCVTTPS2DQ   Y5, Y5
+	VPADDD       Y3, Y1, Y2
+	VPADDD       Y5, Y4, Y6
+	VPADDD       Y6, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X6
+	VPADDD       X6, X2, X2
+	VPSHUFD      $0x4e, X2, X6
+	VPADDD       X6, X2, X2
+	VPSHUFD      $0xb1, X2, X6
+	VPADDD       X6, X2, X2
+	VCVTDQ2PS    X2, X2
+	VMULSS       X0, X2, X2
+	VCVTPS2PH    $0x00, X2, X2
+	VPEXTRW      $0x00, X2, 2(CX)
+	VPACKSSDW    Y3, Y1, Y1
+	VPACKSSDW    Y5, Y4, Y4
+	VPACKSSWB    Y4, Y1, Y1
+	VMOVDQU      vec_cPackDw<>+0(SB), Y0
+	VPERMD       Y1, Y0, Y1
+	VMOVDQU      Y1, 4(CX)
+	JMP          next
+
+nonfinite:
+	MOVL    $0x7e007e00, (CX)
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU Y0, 4(CX)
+
+next:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000024, CX
+	DECQ DX
+	JNZ  block
+
+done:
+	VZEROUPPER
+	RET
+
+// func dotQ4_1AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   22(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ4_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   22(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 4(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VMOVDQU        40(DX), Y2
+	VPBROADCASTW   36(DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   38(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 24(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   20(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 24(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   20(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   22(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 4(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 4(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 4(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VMOVDQU        40(BX), Y3
+	VPBROADCASTW   36(BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 24(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   20(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   22(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 24(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   20(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   22(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 24(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   20(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   22(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, DX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 4(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 4(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ4_1_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 4(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 4(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 4(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VMOVDQU        40(SI), Y4
+	VPBROADCASTW   36(SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 24(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 24(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   22(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 24(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   20(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   22(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 24(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   20(CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   22(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, DX
+	ADDQ           $0x00000028, BX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 4(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 4(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 4(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VBROADCASTI128 24(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   20(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        40(CX), Y3
+	VPBROADCASTW   36(CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        40(DX), Y3
+	VPBROADCASTW   36(DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 4(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VBROADCASTI128 24(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   20(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   22(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        40(CX), Y4
+	VPBROADCASTW   36(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        40(BX), Y4
+	VPBROADCASTW   36(BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        40(DX), Y4
+	VPBROADCASTW   36(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 4(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   20(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        40(CX), Y5
+	VPBROADCASTW   36(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        40(BX), Y5
+	VPBROADCASTW   36(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        40(SI), Y5
+	VPBROADCASTW   36(SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        40(DX), Y5
+	VPBROADCASTW   36(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 24(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   20(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 24(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   20(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        40(DX), Y6
+	VPBROADCASTW   36(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        40(BX), Y6
+	VPBROADCASTW   36(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 4(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 4(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	VBROADCASTI128 24(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   20(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 24(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   20(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   22(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        40(DX), Y8
+	VPBROADCASTW   36(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        40(SI), Y8
+	VPBROADCASTW   36(SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        40(BX), Y8
+	VPBROADCASTW   36(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 4(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 4(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ4_1_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 4(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 4(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	VBROADCASTI128 24(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   20(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   22(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 24(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   20(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   22(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        40(DX), Y10
+	VPBROADCASTW   36(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        40(SI), Y10
+	VPBROADCASTW   36(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        40(DI), Y10
+	VPBROADCASTW   36(DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        40(BX), Y10
+	VPBROADCASTW   36(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	ADDQ           $0x00000028, AX
+	ADDQ           $0x00000028, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 4(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 4(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ5_0_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VMOVDQU        vec_c01b<>+0(SB), Y3
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSLLD         $0x04, Y3, Y3
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VPSUBD         Y3, Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 6(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	VMOVDQU        36(DX), Y2
+	VPBROADCASTW   34(DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 28(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   22(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 28(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   22(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVDQU        vec_c01b<>+0(SB), Y4
+	VPMADDUBSW     Y2, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSLLD         $0x04, Y4, Y4
+	VBROADCASTI128 6(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y4, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y4, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 6(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 6(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	VMOVDQU        36(BX), Y3
+	VPBROADCASTW   34(BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 28(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 28(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   22(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 28(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   22(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, DX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VBROADCASTI128 6(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y5, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VBROADCASTI128 6(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_0_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 6(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 6(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 6(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	VMOVDQU        36(SI), Y4
+	VPBROADCASTW   34(SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 28(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 28(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 28(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   22(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 28(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, DX
+	ADDQ           $0x0000002c, BX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VBROADCASTI128 6(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VBROADCASTI128 6(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VBROADCASTI128 6(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSUBD         Y6, Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   2(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        2(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        2(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VBROADCASTI128 28(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   24(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   22(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        36(CX), Y3
+	VPBROADCASTW   34(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        36(DX), Y3
+	VPBROADCASTW   34(DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 6(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   2(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VMOVDQU        2(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y5, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMOVDQU        2(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVDQU        vec_c01b<>+0(SB), Y5
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VPSUBD         Y5, Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   2(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VBROADCASTI128 28(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   24(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   22(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        36(CX), Y4
+	VPBROADCASTW   34(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        36(BX), Y4
+	VPBROADCASTW   34(BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        36(DX), Y4
+	VPBROADCASTW   34(DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 6(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   2(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y6, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVDQU        vec_c01b<>+0(SB), Y6
+	VPMADDUBSW     Y4, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSLLD         $0x04, Y6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VPSUBD         Y6, Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        36(CX), Y5
+	VPBROADCASTW   34(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        36(BX), Y5
+	VPBROADCASTW   34(BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        36(SI), Y5
+	VPBROADCASTW   34(SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        36(DX), Y5
+	VPBROADCASTW   34(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VPSUBD         Y7, Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVDQU        vec_c01b<>+0(SB), Y7
+	VPMADDUBSW     Y5, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VPSLLD         $0x04, Y7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y7, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 28(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   24(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   22(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 28(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   24(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   22(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        36(DX), Y6
+	VPBROADCASTW   34(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        36(BX), Y6
+	VPBROADCASTW   34(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 6(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   2(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VBROADCASTI128 6(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   2(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VPSUBD         Y8, Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y8, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVDQU        vec_c01b<>+0(SB), Y8
+	VPMADDUBSW     Y6, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSLLD         $0x04, Y8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VPSUBD         Y8, Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        2(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VBROADCASTI128 28(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   24(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   22(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 28(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   24(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   22(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        36(DX), Y8
+	VPBROADCASTW   34(DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        36(SI), Y8
+	VPBROADCASTW   34(SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        36(BX), Y8
+	VPBROADCASTW   34(BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 6(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   2(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VBROADCASTI128 6(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   2(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMOVDQU        2(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VPSUBD         Y10, Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y10, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVDQU        vec_c01b<>+0(SB), Y10
+	VPMADDUBSW     Y8, Y10, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSLLD         $0x04, Y10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VPSUBD         Y10, Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_0_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 6(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   2(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 6(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   2(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        2(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VBROADCASTI128 28(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   24(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   22(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 28(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   24(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   22(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        36(DX), Y10
+	VPBROADCASTW   34(DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        36(SI), Y10
+	VPBROADCASTW   34(SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        36(DI), Y10
+	VPBROADCASTW   34(DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        36(BX), Y10
+	VPBROADCASTW   34(BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 6(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   2(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VBROADCASTI128 6(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   2(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMOVDQU        2(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VPSUBD         Y12, Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VPSUBD         Y12, Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VMOVDQU        vec_c01b<>+0(SB), Y12
+	VPMADDUBSW     Y10, Y12, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VPSLLD         $0x04, Y12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VPSUBD         Y12, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_1AVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   26(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ5_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	VMOVDQU        40(CX), Y1
+	VPBROADCASTW   36(CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   38(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   26(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        4(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y4, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y2, Y4
+	VFMADD231PS    Y1, Y4, Y0
+	VPBROADCASTW   2(AX), X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         Y1, Y3, Y1
+	VFMADD231PS    vec_cE0<>+0(SB), Y1, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 8(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VMOVDQU        40(DX), Y2
+	VPBROADCASTW   36(DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   38(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 32(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   24(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 32(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   24(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   26(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        4(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VPBROADCASTW   2(DX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 8(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y3, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y2, Y5, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y3, Y5
+	VFMADD231PS    Y2, Y5, Y1
+	VPBROADCASTW   2(CX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y2, Y4, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 8(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 8(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VMOVDQU        40(BX), Y3
+	VPBROADCASTW   36(BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 32(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   24(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   26(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 32(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   24(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   26(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 32(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   24(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   26(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, DX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        4(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(BX), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VPBROADCASTW   2(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y0
+	VBROADCASTI128 8(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(DX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y4, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y1
+	VBROADCASTI128 8(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(CX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y3, Y6, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y4, Y6
+	VFMADD231PS    Y3, Y6, Y2
+	VPBROADCASTW   2(CX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_1_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 8(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 8(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VMOVDQU        40(SI), Y4
+	VPBROADCASTW   36(SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 32(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   26(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 32(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   26(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 32(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   24(BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   26(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 32(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   24(CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   26(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, DX
+	ADDQ           $0x00000030, BX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        4(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(SI), X6
+	VCVTPH2PS      X6, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(AX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y0
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y0
+	VBROADCASTI128 8(DX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(DX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y1
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y1
+	VBROADCASTI128 8(BX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(BX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X8
+	VCVTPH2PS      X8, Y8
+	VMULPS         Y8, Y5, Y8
+	VFMADD231PS    Y7, Y8, Y2
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y6, Y7
+	VFMADD231PS    vec_cE0<>+0(SB), Y7, Y2
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPMADDUBSW     Y4, Y7, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VMULPS         Y7, Y5, Y7
+	VFMADD231PS    Y4, Y7, Y3
+	VPBROADCASTW   2(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   4(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	VBROADCASTI128 32(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   28(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   24(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   26(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        40(CX), Y3
+	VPBROADCASTW   36(CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        40(DX), Y3
+	VPBROADCASTW   36(DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   38(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 8(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VPBROADCASTD   4(AX), Y3
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y3, Y3
+	VPAND          vec_cBitSel<>+0(SB), Y3, Y3
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y3, Y3
+	VPAND          vec_c10<>+0(SB), Y3, Y3
+	VPOR           Y3, Y2, Y2
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, (SP)
+	VPBROADCASTW   2(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMOVUPS        Y3, 32(SP)
+	VMOVDQU        4(CX), Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y4, Y4
+	VFMADD231PS    Y3, Y4, Y0
+	VMULPS         32(SP), Y5, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y0
+	VMOVDQU        4(DX), Y3
+	VPBROADCASTW   (DX), X4
+	VCVTPH2PS      X4, Y4
+	VPBROADCASTW   2(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPMADDUBSW     Y3, Y2, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VMULPS         (SP), Y4, Y3
+	VFMADD231PS    Y2, Y3, Y1
+	VMULPS         32(SP), Y5, Y2
+	VFMADD231PS    vec_cE0<>+0(SB), Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   4(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	VBROADCASTI128 32(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   28(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   24(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   26(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        40(CX), Y4
+	VPBROADCASTW   36(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        40(BX), Y4
+	VPBROADCASTW   36(BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        40(DX), Y4
+	VPBROADCASTW   36(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   38(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 8(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VPBROADCASTD   4(AX), Y4
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y4, Y4
+	VPAND          vec_cBitSel<>+0(SB), Y4, Y4
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y4, Y4
+	VPAND          vec_c10<>+0(SB), Y4, Y4
+	VPOR           Y4, Y3, Y3
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VPBROADCASTW   2(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, 32(SP)
+	VMOVDQU        4(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y0
+	VMOVDQU        4(BX), Y4
+	VPBROADCASTW   (BX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y1
+	VMULPS         32(SP), Y6, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VMOVDQU        4(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPBROADCASTW   2(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPMADDUBSW     Y4, Y3, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y4
+	VFMADD231PS    Y3, Y4, Y2
+	VMULPS         32(SP), Y6, Y3
+	VFMADD231PS    vec_cE0<>+0(SB), Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   24(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        40(CX), Y5
+	VPBROADCASTW   36(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        40(BX), Y5
+	VPBROADCASTW   36(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        40(SI), Y5
+	VPBROADCASTW   36(SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        40(DX), Y5
+	VPBROADCASTW   36(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   38(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000048, CX
+	ADDQ           $0x00000048, BX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VMOVDQU        4(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y0
+	VMOVDQU        4(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y1
+	VMOVDQU        4(SI), Y5
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y2
+	VMULPS         32(SP), Y7, Y5
+	VFMADD231PS    vec_cE0<>+0(SB), Y5, Y2
+	VMOVDQU        4(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPBROADCASTW   2(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPMADDUBSW     Y5, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         32(SP), Y7, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	VBROADCASTI128 32(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   28(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   24(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   26(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 32(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   28(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   24(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   26(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        40(DX), Y6
+	VPBROADCASTW   36(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        40(BX), Y6
+	VPBROADCASTW   36(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   38(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VPBROADCASTD   4(AX), Y5
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y5, Y5
+	VPAND          vec_cBitSel<>+0(SB), Y5, Y5
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y5, Y5
+	VPAND          vec_c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VPBROADCASTW   2(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, 32(SP)
+	VBROADCASTI128 8(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VPBROADCASTD   4(CX), Y6
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y6, Y6
+	VPAND          vec_cBitSel<>+0(SB), Y6, Y6
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y6, Y6
+	VPAND          vec_c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 64(SP)
+	VPBROADCASTW   2(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, 96(SP)
+	VMOVDQU        4(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(DX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y7, Y10
+	VFMADD231PS    Y9, Y10, Y0
+	VMULPS         32(SP), Y8, Y9
+	VFMADD231PS    vec_cE0<>+0(SB), Y9, Y0
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMULPS         96(SP), Y8, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VMOVDQU        4(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPBROADCASTW   2(BX), X8
+	VCVTPH2PS      X8, Y8
+	VPMADDUBSW     Y6, Y4, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y7, Y9
+	VFMADD231PS    Y4, Y9, Y1
+	VMULPS         32(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y1
+	VPMADDUBSW     Y6, Y5, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y7, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VMULPS         96(SP), Y8, Y4
+	VFMADD231PS    vec_cE0<>+0(SB), Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	VBROADCASTI128 32(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   28(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   24(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   26(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 32(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   28(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   24(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   26(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        40(DX), Y8
+	VPBROADCASTW   36(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        40(SI), Y8
+	VPBROADCASTW   36(SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        40(BX), Y8
+	VPBROADCASTW   36(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   38(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 8(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VPBROADCASTD   4(AX), Y7
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y7, Y7
+	VPAND          vec_cBitSel<>+0(SB), Y7, Y7
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y7, Y7
+	VPAND          vec_c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPBROADCASTW   (AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, (SP)
+	VPBROADCASTW   2(AX), X7
+	VCVTPH2PS      X7, Y7
+	VMOVUPS        Y7, 32(SP)
+	VBROADCASTI128 8(CX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VINSERTI128    $0x01, X8, Y7, Y7
+	VPAND          vec_c0F<>+0(SB), Y7, Y7
+	VPBROADCASTD   4(CX), Y8
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y8, Y8
+	VPAND          vec_cBitSel<>+0(SB), Y8, Y8
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y8, Y8
+	VPAND          vec_c10<>+0(SB), Y8, Y8
+	VPOR           Y8, Y7, Y7
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VPBROADCASTW   2(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 96(SP)
+	VMOVDQU        4(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(DX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y0
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y0
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VMOVDQU        4(SI), Y8
+	VPBROADCASTW   (SI), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(SI), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y11
+	VPMADDWD       vec_c01w<>+0(SB), Y11, Y11
+	VCVTDQ2PS      Y11, Y11
+	VMULPS         (SP), Y9, Y12
+	VFMADD231PS    Y11, Y12, Y1
+	VMULPS         32(SP), Y10, Y11
+	VFMADD231PS    vec_cE0<>+0(SB), Y11, Y1
+	VPMADDUBSW     Y8, Y7, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y4
+	VMULPS         96(SP), Y10, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y4
+	VMOVDQU        4(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPBROADCASTW   2(BX), X10
+	VCVTPH2PS      X10, Y10
+	VPMADDUBSW     Y8, Y6, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y6, Y11, Y2
+	VMULPS         32(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y2
+	VPMADDUBSW     Y8, Y7, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y9, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VMULPS         96(SP), Y10, Y6
+	VFMADD231PS    vec_cE0<>+0(SB), Y6, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_1_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 8(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   4(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 8(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   4(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	VBROADCASTI128 32(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   28(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   24(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   26(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 32(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   28(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   24(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   26(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        40(DX), Y10
+	VPBROADCASTW   36(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        40(SI), Y10
+	VPBROADCASTW   36(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        40(DI), Y10
+	VPBROADCASTW   36(DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        40(BX), Y10
+	VPBROADCASTW   36(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   38(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+	ADDQ           $0x00000030, AX
+	ADDQ           $0x00000030, CX
+	ADDQ           $0x00000048, DX
+	ADDQ           $0x00000048, SI
+	ADDQ           $0x00000048, DI
+	ADDQ           $0x00000048, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 8(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VPBROADCASTD   4(AX), Y9
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y9, Y9
+	VPAND          vec_cBitSel<>+0(SB), Y9, Y9
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y9, Y9
+	VPAND          vec_c10<>+0(SB), Y9, Y9
+	VPOR           Y9, Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, (SP)
+	VPBROADCASTW   2(AX), X9
+	VCVTPH2PS      X9, Y9
+	VMOVUPS        Y9, 32(SP)
+	VBROADCASTI128 8(CX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VINSERTI128    $0x01, X10, Y9, Y9
+	VPAND          vec_c0F<>+0(SB), Y9, Y9
+	VPBROADCASTD   4(CX), Y10
+	VPSHUFB        vec_cQhShuf<>+0(SB), Y10, Y10
+	VPAND          vec_cBitSel<>+0(SB), Y10, Y10
+	VPCMPEQB       vec_cBitSel<>+0(SB), Y10, Y10
+	VPAND          vec_c10<>+0(SB), Y10, Y10
+	VPOR           Y10, Y9, Y9
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VPBROADCASTW   2(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 96(SP)
+	VMOVDQU        4(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y0
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y0
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y4
+	VMOVDQU        4(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(SI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y1
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y1
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y5
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y5
+	VMOVDQU        4(DI), Y10
+	VPBROADCASTW   (DI), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(DI), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y13
+	VPMADDWD       vec_c01w<>+0(SB), Y13, Y13
+	VCVTDQ2PS      Y13, Y13
+	VMULPS         (SP), Y11, Y14
+	VFMADD231PS    Y13, Y14, Y2
+	VMULPS         32(SP), Y12, Y13
+	VFMADD231PS    vec_cE0<>+0(SB), Y13, Y2
+	VPMADDUBSW     Y10, Y9, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y6
+	VMULPS         96(SP), Y12, Y10
+	VFMADD231PS    vec_cE0<>+0(SB), Y10, Y6
+	VMOVDQU        4(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPBROADCASTW   2(BX), X12
+	VCVTPH2PS      X12, Y12
+	VPMADDUBSW     Y10, Y8, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y8, Y13, Y3
+	VMULPS         32(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y3
+	VPMADDUBSW     Y10, Y9, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y11, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VMULPS         96(SP), Y12, Y8
+	VFMADD231PS    vec_cE0<>+0(SB), Y8, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotIQ4_NLAVX2(SB), NOSPLIT, $0-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   18(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileIQ4_NL_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_1x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+
+pair:
+	CMPQ           DX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	VMOVDQU        36(CX), Y1
+	VPBROADCASTW   34(CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   18(AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	SUBQ           $0x02, DX
+	JMP            pair
+
+last:
+	TESTQ          DX, DX
+	JZ             done
+	VMOVDQU        2(CX), Y1
+	VPBROADCASTW   (CX), X2
+	VCVTPH2PS      X2, Y2
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPSIGNB        Y4, Y1, Y1
+	VPMADDUBSW     Y1, Y3, Y1
+	VPMADDWD       vec_c01w<>+0(SB), Y1, Y1
+	VCVTDQ2PS      Y1, Y1
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y3, Y2, Y3
+	VFMADD231PS    Y1, Y3, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_2x1_AVX2(SB), NOSPLIT, $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 2(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	VMOVDQU        36(DX), Y2
+	VPBROADCASTW   34(DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   18(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 20(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   18(CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VMOVDQU        2(DX), Y2
+	VPBROADCASTW   (DX), X3
+	VCVTPH2PS      X3, Y3
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y5, Y4, Y0
+	VBROADCASTI128 2(CX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPSIGNB        Y5, Y2, Y2
+	VPMADDUBSW     Y2, Y4, Y2
+	VPMADDWD       vec_c01w<>+0(SB), Y2, Y2
+	VCVTDQ2PS      Y2, Y2
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VMULPS         Y4, Y3, Y4
+	VFMADD231PS    Y2, Y4, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_3x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), CX
+	MOVQ  x+16(FP), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 2(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 2(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	VMOVDQU        36(BX), Y3
+	VPBROADCASTW   34(BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 20(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   18(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 20(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   18(DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 20(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   18(CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, DX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VMOVDQU        2(BX), Y3
+	VPBROADCASTW   (BX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y0
+	VBROADCASTI128 2(DX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y6
+	VPMADDUBSW     Y6, Y5, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y6, Y5, Y1
+	VBROADCASTI128 2(CX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VINSERTI128    $0x01, X6, Y5, Y5
+	VPAND          vec_c0F<>+0(SB), Y5, Y5
+	VMOVDQU        vec_cIQ4<>+0(SB), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VPABSB         Y6, Y5
+	VPSIGNB        Y6, Y3, Y3
+	VPMADDUBSW     Y3, Y5, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VMULPS         Y5, Y4, Y5
+	VFMADD231PS    Y3, Y5, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       4(AX), X1, X1
+	VMOVSS       X1, 4(AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       8(AX), X2, X2
+	VMOVSS       X2, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_NL_4x1_AVX2(SB), $0-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), DX
+	LEAQ  (DX)(CX*1), BX
+	LEAQ  (BX)(CX*1), CX
+	MOVQ  x+16(FP), SI
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	PREFETCHT0     16384(AX)
+	PREFETCHT0     16384(DX)
+	PREFETCHT0     16384(BX)
+	PREFETCHT0     16384(CX)
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 2(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 2(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	VMOVDQU        36(SI), Y4
+	VPBROADCASTW   34(SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 20(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 20(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 20(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   18(BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 20(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   18(CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, DX
+	ADDQ           $0x00000024, BX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, SI
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VMOVDQU        2(SI), Y4
+	VPBROADCASTW   (SI), X5
+	VCVTPH2PS      X5, Y5
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y0
+	VBROADCASTI128 2(DX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VBROADCASTI128 2(BX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPSIGNB        Y7, Y4, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y6, Y5, Y6
+	VFMADD231PS    Y4, Y6, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y1
+	VHADDPS      Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VADDPS       (AX), X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+
+pair:
+	CMPQ           BX, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+	VBROADCASTI128 20(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   18(AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        36(CX), Y4
+	VPBROADCASTW   34(CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        36(DX), Y4
+	VPBROADCASTW   34(DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, BX
+	JMP            pair
+
+last:
+	TESTQ          BX, BX
+	JZ             done
+	VBROADCASTI128 2(AX), Y2
+	VPSRLW         $0x04, Y2, Y3
+	VINSERTI128    $0x01, X3, Y2, Y2
+	VPAND          vec_c0F<>+0(SB), Y2, Y2
+	VMOVDQU        vec_cIQ4<>+0(SB), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VPABSB         Y3, Y2
+	VPBROADCASTW   (AX), X4
+	VCVTPH2PS      X4, Y4
+	VMOVUPS        Y4, (SP)
+	VMOVDQU        2(CX), Y4
+	VPBROADCASTW   (CX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y4
+	VPMADDUBSW     Y4, Y2, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y5, Y5
+	VFMADD231PS    Y4, Y5, Y0
+	VMOVDQU        2(DX), Y4
+	VPBROADCASTW   (DX), X5
+	VCVTPH2PS      X5, Y5
+	VPSIGNB        Y3, Y4, Y3
+	VPMADDUBSW     Y3, Y2, Y3
+	VPMADDWD       vec_c01w<>+0(SB), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	VMULPS         (SP), Y5, Y2
+	VFMADD231PS    Y3, Y2, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+	VBROADCASTI128 20(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   18(AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        36(CX), Y5
+	VPBROADCASTW   34(CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        36(BX), Y5
+	VPBROADCASTW   34(BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        36(DX), Y5
+	VPBROADCASTW   34(DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 2(AX), Y3
+	VPSRLW         $0x04, Y3, Y4
+	VINSERTI128    $0x01, X4, Y3, Y3
+	VPAND          vec_c0F<>+0(SB), Y3, Y3
+	VMOVDQU        vec_cIQ4<>+0(SB), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VPABSB         Y4, Y3
+	VPBROADCASTW   (AX), X5
+	VCVTPH2PS      X5, Y5
+	VMOVUPS        Y5, (SP)
+	VMOVDQU        2(CX), Y5
+	VPBROADCASTW   (CX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y0
+	VMOVDQU        2(BX), Y5
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y6, Y6
+	VFMADD231PS    Y5, Y6, Y1
+	VMOVDQU        2(DX), Y5
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VPSIGNB        Y4, Y5, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         (SP), Y6, Y3
+	VFMADD231PS    Y4, Y3, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        2(CX), Y6
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        2(SI), Y6
+	VPBROADCASTW   (SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        36(CX), Y6
+	VPBROADCASTW   34(CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        36(BX), Y6
+	VPBROADCASTW   34(BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        36(SI), Y6
+	VPBROADCASTW   34(SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        36(DX), Y6
+	VPBROADCASTW   34(DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000044, CX
+	ADDQ           $0x00000044, BX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VMOVDQU        2(CX), Y6
+	VPBROADCASTW   (CX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y0
+	VMOVDQU        2(BX), Y6
+	VPBROADCASTW   (BX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y1
+	VMOVDQU        2(SI), Y6
+	VPBROADCASTW   (SI), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y6
+	VPMADDUBSW     Y6, Y4, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         (SP), Y7, Y7
+	VFMADD231PS    Y6, Y7, Y2
+	VMOVDQU        2(DX), Y6
+	VPBROADCASTW   (DX), X7
+	VCVTPH2PS      X7, Y7
+	VPSIGNB        Y5, Y6, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y7, Y4
+	VFMADD231PS    Y5, Y4, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x2_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), BX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+pair:
+	CMPQ           SI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	VBROADCASTI128 20(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   18(AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 20(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   18(CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        36(DX), Y8
+	VPBROADCASTW   34(DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        36(BX), Y8
+	VPBROADCASTW   34(BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, SI
+	JMP            pair
+
+last:
+	TESTQ          SI, SI
+	JZ             done
+	VBROADCASTI128 2(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VINSERTI128    $0x01, X5, Y4, Y4
+	VPAND          vec_c0F<>+0(SB), Y4, Y4
+	VMOVDQU        vec_cIQ4<>+0(SB), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VPABSB         Y5, Y4
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMOVUPS        Y6, (SP)
+	VBROADCASTI128 2(CX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (CX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, 64(SP)
+	VMOVDQU        2(DX), Y8
+	VPBROADCASTW   (DX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y10
+	VPMADDUBSW     Y10, Y4, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         (SP), Y9, Y11
+	VFMADD231PS    Y10, Y11, Y0
+	VPSIGNB        Y7, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VMOVDQU        2(BX), Y8
+	VPBROADCASTW   (BX), X9
+	VCVTPH2PS      X9, Y9
+	VPSIGNB        Y5, Y8, Y5
+	VPMADDUBSW     Y5, Y4, Y5
+	VPMADDWD       vec_c01w<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VMULPS         (SP), Y9, Y4
+	VFMADD231PS    Y5, Y4, Y1
+	VPSIGNB        Y7, Y8, Y4
+	VPMADDUBSW     Y4, Y6, Y4
+	VPMADDWD       vec_c01w<>+0(SB), Y4, Y4
+	VCVTDQ2PS      Y4, Y4
+	VMULPS         64(SP), Y9, Y5
+	VFMADD231PS    Y4, Y5, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       4(AX), X2, X2
+	VMOVSS       X2, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x3_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), BX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+
+pair:
+	CMPQ           DI, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 2(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	VBROADCASTI128 20(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   18(AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 20(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   18(CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        36(DX), Y10
+	VPBROADCASTW   34(DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        36(SI), Y10
+	VPBROADCASTW   34(SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        36(BX), Y10
+	VPBROADCASTW   34(BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, DI
+	JMP            pair
+
+last:
+	TESTQ          DI, DI
+	JZ             done
+	VBROADCASTI128 2(AX), Y6
+	VPSRLW         $0x04, Y6, Y7
+	VINSERTI128    $0x01, X7, Y6, Y6
+	VPAND          vec_c0F<>+0(SB), Y6, Y6
+	VMOVDQU        vec_cIQ4<>+0(SB), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VPABSB         Y7, Y6
+	VPBROADCASTW   (AX), X8
+	VCVTPH2PS      X8, Y8
+	VMOVUPS        Y8, (SP)
+	VBROADCASTI128 2(CX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (CX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, 64(SP)
+	VMOVDQU        2(DX), Y10
+	VPBROADCASTW   (DX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y0
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y3
+	VMOVDQU        2(SI), Y10
+	VPBROADCASTW   (SI), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y12
+	VPMADDUBSW     Y12, Y6, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         (SP), Y11, Y13
+	VFMADD231PS    Y12, Y13, Y1
+	VPSIGNB        Y9, Y10, Y10
+	VPMADDUBSW     Y10, Y8, Y10
+	VPMADDWD       vec_c01w<>+0(SB), Y10, Y10
+	VCVTDQ2PS      Y10, Y10
+	VMULPS         64(SP), Y11, Y11
+	VFMADD231PS    Y10, Y11, Y4
+	VMOVDQU        2(BX), Y10
+	VPBROADCASTW   (BX), X11
+	VCVTPH2PS      X11, Y11
+	VPSIGNB        Y7, Y10, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPMADDWD       vec_c01w<>+0(SB), Y7, Y7
+	VCVTDQ2PS      Y7, Y7
+	VMULPS         (SP), Y11, Y6
+	VFMADD231PS    Y7, Y6, Y2
+	VPSIGNB        Y9, Y10, Y6
+	VPMADDUBSW     Y6, Y8, Y6
+	VPMADDWD       vec_c01w<>+0(SB), Y6, Y6
+	VCVTDQ2PS      Y6, Y6
+	VMULPS         64(SP), Y11, Y7
+	VFMADD231PS    Y6, Y7, Y5
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X0
+	VPERMILPS    $0xb1, X0, X6
+	VADDSS       X6, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       4(AX), X3, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_NL_2x4_AVX2(SB), NOSPLIT, $128-56
+	MOVQ  w+0(FP), AX
+	MOVQ  ws+8(FP), CX
+	LEAQ  (AX)(CX*1), CX
+	MOVQ  x+16(FP), DX
+	MOVQ  xs+24(FP), BX
+	LEAQ  (DX)(BX*1), SI
+	LEAQ  (SI)(BX*1), DI
+	LEAQ  (DI)(BX*1), BX
+	MOVQ  nb+32(FP), R8
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+
+pair:
+	CMPQ           R8, $0x02
+	JL             last
+	VBROADCASTI128 2(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 2(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   (CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        2(DX), Y12
+	VPBROADCASTW   (DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        2(SI), Y12
+	VPBROADCASTW   (SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        2(DI), Y12
+	VPBROADCASTW   (DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        2(BX), Y12
+	VPBROADCASTW   (BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	VBROADCASTI128 20(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   18(AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 20(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   18(CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        36(DX), Y12
+	VPBROADCASTW   34(DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        36(SI), Y12
+	VPBROADCASTW   34(SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        36(DI), Y12
+	VPBROADCASTW   34(DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        36(BX), Y12
+	VPBROADCASTW   34(BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, CX
+	ADDQ           $0x00000044, DX
+	ADDQ           $0x00000044, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000044, BX
+	SUBQ           $0x02, R8
+	JMP            pair
+
+last:
+	TESTQ          R8, R8
+	JZ             done
+	VBROADCASTI128 2(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VINSERTI128    $0x01, X9, Y8, Y8
+	VPAND          vec_c0F<>+0(SB), Y8, Y8
+	VMOVDQU        vec_cIQ4<>+0(SB), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VPABSB         Y9, Y8
+	VPBROADCASTW   (AX), X10
+	VCVTPH2PS      X10, Y10
+	VMOVUPS        Y10, (SP)
+	VBROADCASTI128 2(CX), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VINSERTI128    $0x01, X11, Y10, Y10
+	VPAND          vec_c0F<>+0(SB), Y10, Y10
+	VMOVDQU        vec_cIQ4<>+0(SB), Y11
+	VPSHUFB        Y10, Y11, Y11
+	VPABSB         Y11, Y10
+	VPBROADCASTW   (CX), X12
+	VCVTPH2PS      X12, Y12
+	VMOVUPS        Y12, 64(SP)
+	VMOVDQU        2(DX), Y12
+	VPBROADCASTW   (DX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y0
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y4
+	VMOVDQU        2(SI), Y12
+	VPBROADCASTW   (SI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y1
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y5
+	VMOVDQU        2(DI), Y12
+	VPBROADCASTW   (DI), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y14
+	VPMADDUBSW     Y14, Y8, Y14
+	VPMADDWD       vec_c01w<>+0(SB), Y14, Y14
+	VCVTDQ2PS      Y14, Y14
+	VMULPS         (SP), Y13, Y15
+	VFMADD231PS    Y14, Y15, Y2
+	VPSIGNB        Y11, Y12, Y12
+	VPMADDUBSW     Y12, Y10, Y12
+	VPMADDWD       vec_c01w<>+0(SB), Y12, Y12
+	VCVTDQ2PS      Y12, Y12
+	VMULPS         64(SP), Y13, Y13
+	VFMADD231PS    Y12, Y13, Y6
+	VMOVDQU        2(BX), Y12
+	VPBROADCASTW   (BX), X13
+	VCVTPH2PS      X13, Y13
+	VPSIGNB        Y9, Y12, Y9
+	VPMADDUBSW     Y9, Y8, Y9
+	VPMADDWD       vec_c01w<>+0(SB), Y9, Y9
+	VCVTDQ2PS      Y9, Y9
+	VMULPS         (SP), Y13, Y8
+	VFMADD231PS    Y9, Y8, Y3
+	VPSIGNB        Y11, Y12, Y8
+	VPMADDUBSW     Y8, Y10, Y8
+	VPMADDWD       vec_c01w<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VMULPS         64(SP), Y13, Y9
+	VFMADD231PS    Y8, Y9, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X0
+	VPERMILPS    $0xb1, X0, X8
+	VADDSS       X8, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDSS       X0, X4, X4
+	VADDSS       4(AX), X4, X4
+	VMOVSS       X4, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0x4e, X5, X0
+	VADDPS       X0, X5, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDSS       X0, X5, X5
+	VADDSS       4(AX), X5, X5
+	VMOVSS       X5, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0x4e, X6, X0
+	VADDPS       X0, X6, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDSS       X0, X6, X6
+	VADDSS       4(AX), X6, X6
+	VMOVSS       X6, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0x4e, X7, X0
+	VADDPS       X0, X7, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDSS       X0, X7, X7
+	VADDSS       4(AX), X7, X7
+	VMOVSS       X7, 4(AX)
+	VZEROUPPER
+	RET
+
 // func dotF32AVX512(w *byte, x *float32, n int) float32
 // Requires: AVX, AVX512F, AVX512VL, MMX+, SSE
 TEXT ·dotF32AVX512(SB), NOSPLIT, $0-28
@@ -22228,6 +32362,19154 @@ last:
 	VMOVDQA32       Z0, Z28
 	VPDPBUSD        Z26, Z17, Z28
 	VPSLLD          $0x03, Z28, Z28
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z28, Z0, Z0
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z18, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z19, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z20, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z21, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z22, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z23, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z26, Z24, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z25, Z27, Z17
+	VFMADD231PS     Z0, Z17, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y5
+	VADDPS        Y5, Y9, Y5
+	VEXTRACTF64X4 $0x01, Z13, Y9
+	VADDPS        Y9, Y13, Y9
+	VSHUFPS       $0x88, Y1, Y0, Y13
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y13, Y0
+	VSHUFPS       $0x88, Y9, Y5, Y1
+	VSHUFPS       $0xdd, Y9, Y5, Y5
+	VADDPS        Y5, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z10, Y2
+	VADDPS        Y2, Y10, Y2
+	VEXTRACTF64X4 $0x01, Z14, Y5
+	VADDPS        Y5, Y14, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y6
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y6, Y0
+	VSHUFPS       $0x88, Y5, Y2, Y1
+	VSHUFPS       $0xdd, Y5, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF64X4 $0x01, Z11, Y2
+	VADDPS        Y2, Y11, Y2
+	VEXTRACTF64X4 $0x01, Z15, Y3
+	VADDPS        Y3, Y15, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF64X4 $0x01, Z8, Y1
+	VADDPS        Y1, Y8, Y1
+	VEXTRACTF64X4 $0x01, Z12, Y2
+	VADDPS        Y2, Y12, Y2
+	VEXTRACTF64X4 $0x01, Z16, Y3
+	VADDPS        Y3, Y16, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_1AVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+, SSE
+TEXT ·dotQ4_1AVX512(SB), NOSPLIT, $0-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 4(AX), Z2
+	VINSERTI32X4    $0x02, 24(AX), Z2, Z2
+	VINSERTI32X4    $0x03, 24(AX), Z2, Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	VPBROADCASTW    (AX), Y3
+	VPBROADCASTW    20(AX), X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VPBROADCASTW    22(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z2, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z8, Z2, Z1
+	VMULPS          Z4, Z7, Z2
+	VFMADD231PS     vec_cE0<>+0(SB), Z2, Z1
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000048, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 4(AX), Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	VPBROADCASTW    (AX), Y3
+	VMOVDQA32       X0, X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z2, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+	VMULPS          Z4, Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z1
+
+done:
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+24(FP)
+	RET
+
+// func tileQ4_1_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ4_1_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 4(AX), Z2
+	VINSERTI32X4    $0x02, 24(AX), Z2, Z2
+	VINSERTI32X4    $0x03, 24(AX), Z2, Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	VPBROADCASTW    (AX), Y3
+	VPBROADCASTW    20(AX), X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VPBROADCASTW    22(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z2, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z8, Z2, Z1
+	VMULPS          Z4, Z7, Z2
+	VFMADD231PS     vec_cE0<>+0(SB), Z2, Z1
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000048, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 4(AX), Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	VPBROADCASTW    (AX), Y3
+	VMOVDQA32       X0, X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z2, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+	VMULPS          Z4, Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ4_1_2x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z3
+	VINSERTI32X4    $0x02, 24(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 24(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    20(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VPBROADCASTW    22(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 4(CX), Z6
+	VINSERTI32X4    $0x02, 24(CX), Z6, Z6
+	VINSERTI32X4    $0x03, 24(CX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    20(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VPBROADCASTW    22(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI64X4 4(DX), Z9
+	VINSERTI64X4    $0x01, 40(DX), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    36(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    38(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z3, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z4, Z10, Z3
+	VFMADD231PS     Z12, Z3, Z1
+	VMULPS          Z5, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z1
+	VMOVDQA32       Z0, Z3
+	VPDPBUSD        Z9, Z6, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          Z7, Z10, Z4
+	VFMADD231PS     Z3, Z4, Z2
+	VMULPS          Z8, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z2
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 4(CX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI64X4 4(DX), Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z3, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z4, Z10, Z3
+	VFMADD231PS     Z12, Z3, Z1
+	VMULPS          Z5, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z1
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z9, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z10, Z3
+	VFMADD231PS     Z0, Z3, Z2
+	VMULPS          Z8, Z11, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ4_1_3x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z4
+	VINSERTI32X4    $0x02, 24(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 24(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    20(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VPBROADCASTW    22(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 4(DX), Z7
+	VINSERTI32X4    $0x02, 24(DX), Z7, Z7
+	VINSERTI32X4    $0x03, 24(DX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    20(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VPBROADCASTW    22(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 4(CX), Z10
+	VINSERTI32X4    $0x02, 24(CX), Z10, Z10
+	VINSERTI32X4    $0x03, 24(CX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    20(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(CX), Y12
+	VPBROADCASTW    22(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z4, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z5, Z14, Z4
+	VFMADD231PS     Z16, Z4, Z1
+	VMULPS          Z6, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMULPS          Z9, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z2
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z10, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z11, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z3
+	VMULPS          Z12, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z3
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 4(DX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 4(CX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z4, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z5, Z14, Z4
+	VFMADD231PS     Z16, Z4, Z1
+	VMULPS          Z6, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMULPS          Z9, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z10, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z11, Z14, Z4
+	VFMADD231PS     Z0, Z4, Z3
+	VMULPS          Z12, Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ4_1_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z5
+	VINSERTI32X4    $0x02, 24(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 24(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    20(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 4(DX), Z8
+	VINSERTI32X4    $0x02, 24(DX), Z8, Z8
+	VINSERTI32X4    $0x03, 24(DX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    20(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VPBROADCASTW    2(DX), Y10
+	VPBROADCASTW    22(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI32X4 4(BX), Z11
+	VINSERTI32X4    $0x02, 24(BX), Z11, Z11
+	VINSERTI32X4    $0x03, 24(BX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    20(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VPBROADCASTW    22(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 4(CX), Z14
+	VINSERTI32X4    $0x02, 24(CX), Z14, Z14
+	VINSERTI32X4    $0x03, 24(CX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VPBROADCASTW    (CX), Y15
+	VPBROADCASTW    20(CX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VPBROADCASTW    22(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 4(SI), Z17
+	VINSERTI64X4    $0x01, 40(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    36(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VPBROADCASTW    38(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z5, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z6, Z18, Z5
+	VFMADD231PS     Z20, Z5, Z1
+	VMULPS          Z7, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMULPS          Z10, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z11, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z12, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMULPS          Z13, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z3
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z14, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z15, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z4
+	VMULPS          Z16, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, BX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 4(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 4(DX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VPBROADCASTW    2(DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI32X4 4(BX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 4(CX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VPBROADCASTW    (CX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 4(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z5, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z6, Z18, Z5
+	VFMADD231PS     Z20, Z5, Z1
+	VMULPS          Z7, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMULPS          Z10, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z11, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z12, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMULPS          Z13, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z14, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z15, Z18, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          Z16, Z19, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF64X4 $0x01, Z3, Y2
+	VADDPS        Y2, Y3, Y2
+	VEXTRACTF64X4 $0x01, Z4, Y3
+	VADDPS        Y3, Y4, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z3
+	VINSERTI32X4    $0x02, 24(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 24(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    20(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VPBROADCASTW    22(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVUPS         Z5, (SP)
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z5
+	VFMADD231PS     Z8, Z5, Z1
+	VMULPS          (SP), Z7, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VBROADCASTI64X4 4(DX), Z5
+	VINSERTI64X4    $0x01, 40(DX), Z5, Z5
+	VPBROADCASTW    (DX), Y6
+	VPBROADCASTW    36(DX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(DX), Y7
+	VPBROADCASTW    38(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z8, Z3, Z2
+	VMULPS          (SP), Z7, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z2
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVUPS         Z5, (SP)
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z5
+	VFMADD231PS     Z8, Z5, Z1
+	VMULPS          (SP), Z7, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VBROADCASTI64X4 4(DX), Z5
+	VPBROADCASTW    (DX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z0, Z3, Z2
+	VMULPS          (SP), Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z4
+	VINSERTI32X4    $0x02, 24(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 24(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    20(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VPBROADCASTW    22(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVUPS         Z6, (SP)
+	VBROADCASTI64X4 4(CX), Z6
+	VINSERTI64X4    $0x01, 40(CX), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    36(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VPBROADCASTW    38(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z1
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z1
+	VBROADCASTI64X4 4(BX), Z6
+	VINSERTI64X4    $0x01, 40(BX), Z6, Z6
+	VPBROADCASTW    (BX), Y7
+	VPBROADCASTW    36(BX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(BX), Y8
+	VPBROADCASTW    38(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z2
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z2
+	VBROADCASTI64X4 4(DX), Z6
+	VINSERTI64X4    $0x01, 40(DX), Z6, Z6
+	VPBROADCASTW    (DX), Y7
+	VPBROADCASTW    36(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(DX), Y8
+	VPBROADCASTW    38(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z9, Z4, Z3
+	VMULPS          (SP), Z8, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z3
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVUPS         Z6, (SP)
+	VBROADCASTI64X4 4(CX), Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z1
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z1
+	VBROADCASTI64X4 4(BX), Z6
+	VPBROADCASTW    (BX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z2
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z2
+	VBROADCASTI64X4 4(DX), Z6
+	VPBROADCASTW    (DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z0, Z4, Z3
+	VMULPS          (SP), Z8, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z5
+	VINSERTI32X4    $0x02, 24(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 24(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    20(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI64X4 4(CX), Z7
+	VINSERTI64X4    $0x01, 40(CX), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    36(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VPBROADCASTW    38(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z1
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z1
+	VBROADCASTI64X4 4(BX), Z7
+	VINSERTI64X4    $0x01, 40(BX), Z7, Z7
+	VPBROADCASTW    (BX), Y8
+	VPBROADCASTW    36(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(BX), Y9
+	VPBROADCASTW    38(BX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z2
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VBROADCASTI64X4 4(SI), Z7
+	VINSERTI64X4    $0x01, 40(SI), Z7, Z7
+	VPBROADCASTW    (SI), Y8
+	VPBROADCASTW    36(SI), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(SI), Y9
+	VPBROADCASTW    38(SI), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z3
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VBROADCASTI64X4 4(DX), Z7
+	VINSERTI64X4    $0x01, 40(DX), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    36(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VPBROADCASTW    38(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z10, Z5, Z4
+	VMULPS          (SP), Z9, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI64X4 4(CX), Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z1
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z1
+	VBROADCASTI64X4 4(BX), Z7
+	VPBROADCASTW    (BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(BX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z2
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VBROADCASTI64X4 4(SI), Z7
+	VPBROADCASTW    (SI), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(SI), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z3
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VBROADCASTI64X4 4(DX), Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z7, Z5, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          (SP), Z9, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_2x2_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z5
+	VINSERTI32X4    $0x02, 24(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 24(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    20(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI32X4 4(CX), Z7
+	VINSERTI32X4    $0x02, 24(CX), Z7, Z7
+	VINSERTI32X4    $0x03, 24(CX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    20(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VPBROADCASTW    22(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, 64(SP)
+	VBROADCASTI64X4 4(DX), Z9
+	VINSERTI64X4    $0x01, 40(DX), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    36(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    38(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z13
+	VFMADD231PS     Z12, Z13, Z1
+	VMULPS          (SP), Z11, Z12
+	VFMADD231PS     vec_cE0<>+0(SB), Z12, Z1
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z7, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z8, Z10, Z9
+	VFMADD231PS     Z12, Z9, Z3
+	VMULPS          64(SP), Z11, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z3
+	VBROADCASTI64X4 4(BX), Z9
+	VINSERTI64X4    $0x01, 40(BX), Z9, Z9
+	VPBROADCASTW    (BX), Y10
+	VPBROADCASTW    36(BX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(BX), Y11
+	VPBROADCASTW    38(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z5
+	VFMADD231PS     Z12, Z5, Z2
+	VMULPS          (SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z9, Z7, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z8, Z10, Z6
+	VFMADD231PS     Z5, Z6, Z4
+	VMULPS          64(SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI32X4 4(CX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, 64(SP)
+	VBROADCASTI64X4 4(DX), Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z13
+	VFMADD231PS     Z12, Z13, Z1
+	VMULPS          (SP), Z11, Z12
+	VFMADD231PS     vec_cE0<>+0(SB), Z12, Z1
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z7, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z8, Z10, Z9
+	VFMADD231PS     Z12, Z9, Z3
+	VMULPS          64(SP), Z11, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z3
+	VBROADCASTI64X4 4(BX), Z9
+	VPBROADCASTW    (BX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z5
+	VFMADD231PS     Z12, Z5, Z2
+	VMULPS          (SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z9, Z7, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z8, Z10, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          64(SP), Z11, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_2x3_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), BX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z7
+	VINSERTI32X4    $0x02, 24(AX), Z7, Z7
+	VINSERTI32X4    $0x03, 24(AX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (AX), Y8
+	VPBROADCASTW    20(AX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VPBROADCASTW    22(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 4(CX), Z9
+	VINSERTI32X4    $0x02, 24(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 24(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    20(CX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(CX), Y11
+	VPBROADCASTW    22(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI64X4 4(DX), Z11
+	VINSERTI64X4    $0x01, 40(DX), Z11, Z11
+	VPBROADCASTW    (DX), Y12
+	VPBROADCASTW    36(DX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VPBROADCASTW    38(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z1
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z1
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z4
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z4
+	VBROADCASTI64X4 4(SI), Z11
+	VINSERTI64X4    $0x01, 40(SI), Z11, Z11
+	VPBROADCASTW    (SI), Y12
+	VPBROADCASTW    36(SI), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(SI), Y13
+	VPBROADCASTW    38(SI), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z2
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z2
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z5
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z5
+	VBROADCASTI64X4 4(BX), Z11
+	VINSERTI64X4    $0x01, 40(BX), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    36(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VPBROADCASTW    38(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z7
+	VFMADD231PS     Z14, Z7, Z3
+	VMULPS          (SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z11, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z12, Z8
+	VFMADD231PS     Z7, Z8, Z6
+	VMULPS          64(SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z6
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (AX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 4(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI64X4 4(DX), Z11
+	VPBROADCASTW    (DX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z1
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z1
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z4
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z4
+	VBROADCASTI64X4 4(SI), Z11
+	VPBROADCASTW    (SI), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(SI), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z2
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z2
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z5
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z5
+	VBROADCASTI64X4 4(BX), Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z7
+	VFMADD231PS     Z14, Z7, Z3
+	VMULPS          (SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z11, Z9, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z10, Z12, Z7
+	VFMADD231PS     Z0, Z7, Z6
+	VMULPS          64(SP), Z13, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_2x4_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), DI
+	LEAQ      (DI)(BX*1), BX
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z9
+	VINSERTI32X4    $0x02, 24(AX), Z9, Z9
+	VINSERTI32X4    $0x03, 24(AX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (AX), Y10
+	VPBROADCASTW    20(AX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VPBROADCASTW    22(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 4(CX), Z11
+	VINSERTI32X4    $0x02, 24(CX), Z11, Z11
+	VINSERTI32X4    $0x03, 24(CX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (CX), Y12
+	VPBROADCASTW    20(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VPBROADCASTW    22(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI64X4 4(DX), Z13
+	VINSERTI64X4    $0x01, 40(DX), Z13, Z13
+	VPBROADCASTW    (DX), Y14
+	VPBROADCASTW    36(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DX), Y15
+	VPBROADCASTW    38(DX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VINSERTI64X4    $0x01, 40(SI), Z13, Z13
+	VPBROADCASTW    (SI), Y14
+	VPBROADCASTW    36(SI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VPBROADCASTW    38(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z2
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z2
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z6
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VBROADCASTI64X4 4(DI), Z13
+	VINSERTI64X4    $0x01, 40(DI), Z13, Z13
+	VPBROADCASTW    (DI), Y14
+	VPBROADCASTW    36(DI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DI), Y15
+	VPBROADCASTW    38(DI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z7
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z7
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z9
+	VFMADD231PS     Z16, Z9, Z4
+	VMULPS          (SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z13, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z14, Z10
+	VFMADD231PS     Z9, Z10, Z8
+	VMULPS          64(SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z8
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (AX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 4(CX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI64X4 4(DX), Z13
+	VPBROADCASTW    (DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VPBROADCASTW    (SI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z2
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z2
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z6
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VBROADCASTI64X4 4(DI), Z13
+	VPBROADCASTW    (DI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z7
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z7
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z9
+	VFMADD231PS     Z16, Z9, Z4
+	VMULPS          (SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z11, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z12, Z14, Z9
+	VFMADD231PS     Z0, Z9, Z8
+	VMULPS          64(SP), Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_3x2_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z7
+	VINSERTI32X4    $0x02, 24(AX), Z7, Z7
+	VINSERTI32X4    $0x03, 24(AX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (AX), Y8
+	VPBROADCASTW    20(AX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VPBROADCASTW    22(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 4(DX), Z9
+	VINSERTI32X4    $0x02, 24(DX), Z9, Z9
+	VINSERTI32X4    $0x03, 24(DX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    20(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    22(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI32X4 4(CX), Z11
+	VINSERTI32X4    $0x02, 24(CX), Z11, Z11
+	VINSERTI32X4    $0x03, 24(CX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (CX), Y12
+	VPBROADCASTW    20(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VPBROADCASTW    22(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 128(SP)
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          64(SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          128(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VINSERTI64X4    $0x01, 40(SI), Z13, Z13
+	VPBROADCASTW    (SI), Y14
+	VPBROADCASTW    36(SI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VPBROADCASTW    38(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z7
+	VFMADD231PS     Z16, Z7, Z2
+	VMULPS          (SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMULPS          64(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z4
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z11, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z12, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z6
+	VMULPS          128(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z6
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VPBROADCASTW    (AX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 4(DX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI32X4 4(CX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 128(SP)
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          64(SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          128(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VPBROADCASTW    (SI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z7
+	VFMADD231PS     Z16, Z7, Z2
+	VMULPS          (SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMULPS          64(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z11, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z12, Z14, Z7
+	VFMADD231PS     Z0, Z7, Z6
+	VMULPS          128(SP), Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_3x3_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), SI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQU32 vec_c01b<>+0(SB), Z10
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z10
+	VINSERTI32X4    $0x02, 24(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 24(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    20(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(AX), Y12
+	VPBROADCASTW    22(AX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVUPS         Z12, (SP)
+	VBROADCASTI32X4 4(DX), Z12
+	VINSERTI32X4    $0x02, 24(DX), Z12, Z12
+	VINSERTI32X4    $0x03, 24(DX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    20(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VPBROADCASTW    2(DX), Y14
+	VPBROADCASTW    22(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVUPS         Z14, 64(SP)
+	VBROADCASTI32X4 4(CX), Z14
+	VINSERTI32X4    $0x02, 24(CX), Z14, Z14
+	VINSERTI32X4    $0x03, 24(CX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VPBROADCASTW    (CX), Y15
+	VPBROADCASTW    20(CX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VPBROADCASTW    22(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VMOVUPS         Z16, 128(SP)
+	VBROADCASTI64X4 4(BX), Z16
+	VINSERTI64X4    $0x01, 40(BX), Z16, Z16
+	VPBROADCASTW    (BX), Y17
+	VPBROADCASTW    36(BX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(BX), Y18
+	VPBROADCASTW    38(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z1
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z1
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z4
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z4
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z7
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z7
+	VBROADCASTI64X4 4(DI), Z16
+	VINSERTI64X4    $0x01, 40(DI), Z16, Z16
+	VPBROADCASTW    (DI), Y17
+	VPBROADCASTW    36(DI), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(DI), Y18
+	VPBROADCASTW    38(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z2
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z2
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z5
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z5
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z8
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z8
+	VBROADCASTI64X4 4(SI), Z16
+	VINSERTI64X4    $0x01, 40(SI), Z16, Z16
+	VPBROADCASTW    (SI), Y17
+	VPBROADCASTW    36(SI), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(SI), Y18
+	VPBROADCASTW    38(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z10
+	VFMADD231PS     Z19, Z10, Z3
+	VMULPS          (SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMULPS          64(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z6
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z14, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z15, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z9
+	VMULPS          128(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z9
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(AX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVUPS         Z12, (SP)
+	VBROADCASTI32X4 4(DX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VPBROADCASTW    2(DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVUPS         Z14, 64(SP)
+	VBROADCASTI32X4 4(CX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VPBROADCASTW    (CX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VMOVUPS         Z16, 128(SP)
+	VBROADCASTI64X4 4(BX), Z16
+	VPBROADCASTW    (BX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z1
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z1
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z4
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z4
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z7
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z7
+	VBROADCASTI64X4 4(DI), Z16
+	VPBROADCASTW    (DI), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z2
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z2
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z5
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z5
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z8
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z8
+	VBROADCASTI64X4 4(SI), Z16
+	VPBROADCASTW    (SI), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z10
+	VFMADD231PS     Z19, Z10, Z3
+	VMULPS          (SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMULPS          64(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z16, Z14, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z15, Z17, Z10
+	VFMADD231PS     Z0, Z10, Z9
+	VMULPS          128(SP), Z18, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_3x4_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), R8
+	LEAQ      (R8)(SI*1), SI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z13
+	VINSERTI32X4    $0x02, 24(AX), Z13, Z13
+	VINSERTI32X4    $0x03, 24(AX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (AX), Y14
+	VPBROADCASTW    20(AX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VPBROADCASTW    22(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 4(DX), Z15
+	VINSERTI32X4    $0x02, 24(DX), Z15, Z15
+	VINSERTI32X4    $0x03, 24(DX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (DX), Y16
+	VPBROADCASTW    20(DX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VPBROADCASTW    22(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 4(CX), Z17
+	VINSERTI32X4    $0x02, 24(CX), Z17, Z17
+	VINSERTI32X4    $0x03, 24(CX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VPBROADCASTW    20(CX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(CX), Y19
+	VPBROADCASTW    22(CX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI64X4 4(BX), Z19
+	VINSERTI64X4    $0x01, 40(BX), Z19, Z19
+	VPBROADCASTW    (BX), Y20
+	VPBROADCASTW    36(BX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(BX), Y21
+	VPBROADCASTW    38(BX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z1
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z1
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z5
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z5
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z9
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z9
+	VBROADCASTI64X4 4(DI), Z19
+	VINSERTI64X4    $0x01, 40(DI), Z19, Z19
+	VPBROADCASTW    (DI), Y20
+	VPBROADCASTW    36(DI), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DI), Y21
+	VPBROADCASTW    38(DI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z2
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z2
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z6
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z6
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z10
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z10
+	VBROADCASTI64X4 4(R8), Z19
+	VINSERTI64X4    $0x01, 40(R8), Z19, Z19
+	VPBROADCASTW    (R8), Y20
+	VPBROADCASTW    36(R8), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(R8), Y21
+	VPBROADCASTW    38(R8), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z3
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z3
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z7
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z7
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z11
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z11
+	VBROADCASTI64X4 4(SI), Z19
+	VINSERTI64X4    $0x01, 40(SI), Z19, Z19
+	VPBROADCASTW    (SI), Y20
+	VPBROADCASTW    36(SI), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(SI), Y21
+	VPBROADCASTW    38(SI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z13
+	VFMADD231PS     Z22, Z13, Z4
+	VMULPS          (SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMULPS          64(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z8
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z12
+	VMULPS          128(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z12
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (AX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 4(DX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (DX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 4(CX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(CX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI64X4 4(BX), Z19
+	VPBROADCASTW    (BX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(BX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z1
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z1
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z5
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z5
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z9
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z9
+	VBROADCASTI64X4 4(DI), Z19
+	VPBROADCASTW    (DI), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z2
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z2
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z6
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z6
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z10
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z10
+	VBROADCASTI64X4 4(R8), Z19
+	VPBROADCASTW    (R8), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(R8), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z3
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z3
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z7
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z7
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z11
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z11
+	VBROADCASTI64X4 4(SI), Z19
+	VPBROADCASTW    (SI), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(SI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z13
+	VFMADD231PS     Z22, Z13, Z4
+	VMULPS          (SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMULPS          64(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z19, Z17, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z18, Z20, Z13
+	VFMADD231PS     Z0, Z13, Z12
+	VMULPS          128(SP), Z21, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_4x2_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), DI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z9
+	VINSERTI32X4    $0x02, 24(AX), Z9, Z9
+	VINSERTI32X4    $0x03, 24(AX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (AX), Y10
+	VPBROADCASTW    20(AX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VPBROADCASTW    22(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 4(DX), Z11
+	VINSERTI32X4    $0x02, 24(DX), Z11, Z11
+	VINSERTI32X4    $0x03, 24(DX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (DX), Y12
+	VPBROADCASTW    20(DX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VPBROADCASTW    22(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI32X4 4(BX), Z13
+	VINSERTI32X4    $0x02, 24(BX), Z13, Z13
+	VINSERTI32X4    $0x03, 24(BX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    20(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    22(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, 128(SP)
+	VBROADCASTI32X4 4(CX), Z15
+	VINSERTI32X4    $0x02, 24(CX), Z15, Z15
+	VINSERTI32X4    $0x03, 24(CX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (CX), Y16
+	VPBROADCASTW    20(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(CX), Y17
+	VPBROADCASTW    22(CX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 192(SP)
+	VBROADCASTI64X4 4(SI), Z17
+	VINSERTI64X4    $0x01, 40(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    36(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VPBROADCASTW    38(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z1
+	VMULPS          (SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z1
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z11, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z3
+	VMULPS          64(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z3
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z13, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z5
+	VMULPS          128(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z5
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z15, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z20, Z17, Z7
+	VMULPS          192(SP), Z19, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z7
+	VBROADCASTI64X4 4(DI), Z17
+	VINSERTI64X4    $0x01, 40(DI), Z17, Z17
+	VPBROADCASTW    (DI), Y18
+	VPBROADCASTW    36(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(DI), Y19
+	VPBROADCASTW    38(DI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z9
+	VFMADD231PS     Z20, Z9, Z2
+	VMULPS          (SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMULPS          64(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z13, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z14, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMULPS          128(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z6
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z15, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z16, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z8
+	VMULPS          192(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z8
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, BX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VPBROADCASTW    (AX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 4(DX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VPBROADCASTW    (DX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI32X4 4(BX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, 128(SP)
+	VBROADCASTI32X4 4(CX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(CX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 192(SP)
+	VBROADCASTI64X4 4(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z1
+	VMULPS          (SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z1
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z11, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z3
+	VMULPS          64(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z3
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z13, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z5
+	VMULPS          128(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z5
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z15, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z20, Z17, Z7
+	VMULPS          192(SP), Z19, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z7
+	VBROADCASTI64X4 4(DI), Z17
+	VPBROADCASTW    (DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(DI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z9
+	VFMADD231PS     Z20, Z9, Z2
+	VMULPS          (SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMULPS          64(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z13, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z14, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMULPS          128(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z15, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z16, Z18, Z9
+	VFMADD231PS     Z0, Z9, Z8
+	VMULPS          192(SP), Z19, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF64X4 $0x01, Z5, Y3
+	VADDPS        Y3, Y5, Y3
+	VEXTRACTF64X4 $0x01, Z7, Y5
+	VADDPS        Y5, Y7, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y7
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y7, Y0
+	VSHUFPS       $0x88, Y5, Y3, Y1
+	VSHUFPS       $0xdd, Y5, Y3, Y3
+	VADDPS        Y3, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y3
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z6, Y2
+	VADDPS        Y2, Y6, Y2
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_4x3_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), DI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z13
+	VINSERTI32X4    $0x02, 24(AX), Z13, Z13
+	VINSERTI32X4    $0x03, 24(AX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (AX), Y14
+	VPBROADCASTW    20(AX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VPBROADCASTW    22(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 4(DX), Z15
+	VINSERTI32X4    $0x02, 24(DX), Z15, Z15
+	VINSERTI32X4    $0x03, 24(DX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (DX), Y16
+	VPBROADCASTW    20(DX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VPBROADCASTW    22(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 4(BX), Z17
+	VINSERTI32X4    $0x02, 24(BX), Z17, Z17
+	VINSERTI32X4    $0x03, 24(BX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (BX), Y18
+	VPBROADCASTW    20(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(BX), Y19
+	VPBROADCASTW    22(BX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI32X4 4(CX), Z19
+	VINSERTI32X4    $0x02, 24(CX), Z19, Z19
+	VINSERTI32X4    $0x03, 24(CX), Z19, Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	VPBROADCASTW    (CX), Y20
+	VPBROADCASTW    20(CX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(CX), Y21
+	VPBROADCASTW    22(CX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 192(SP)
+	VBROADCASTI64X4 4(SI), Z21
+	VINSERTI64X4    $0x01, 40(SI), Z21, Z21
+	VPBROADCASTW    (SI), Y22
+	VPBROADCASTW    36(SI), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(SI), Y23
+	VPBROADCASTW    38(SI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z1
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z1
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z4
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z4
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z7
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z7
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z10
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z10
+	VBROADCASTI64X4 4(R8), Z21
+	VINSERTI64X4    $0x01, 40(R8), Z21, Z21
+	VPBROADCASTW    (R8), Y22
+	VPBROADCASTW    36(R8), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(R8), Y23
+	VPBROADCASTW    38(R8), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z2
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z2
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z5
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z5
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z8
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z8
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z11
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z11
+	VBROADCASTI64X4 4(DI), Z21
+	VINSERTI64X4    $0x01, 40(DI), Z21, Z21
+	VPBROADCASTW    (DI), Y22
+	VPBROADCASTW    36(DI), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(DI), Y23
+	VPBROADCASTW    38(DI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z13
+	VFMADD231PS     Z24, Z13, Z3
+	VMULPS          (SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMULPS          64(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMULPS          128(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z9
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z19, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z20, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z12
+	VMULPS          192(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z12
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, BX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VPBROADCASTW    (AX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 4(DX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VPBROADCASTW    (DX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 4(BX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(BX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI32X4 4(CX), Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	VPBROADCASTW    (CX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(CX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 192(SP)
+	VBROADCASTI64X4 4(SI), Z21
+	VPBROADCASTW    (SI), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(SI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z1
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z1
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z4
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z4
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z7
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z7
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z10
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z10
+	VBROADCASTI64X4 4(R8), Z21
+	VPBROADCASTW    (R8), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(R8), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z2
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z2
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z5
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z5
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z8
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z8
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z11
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z11
+	VBROADCASTI64X4 4(DI), Z21
+	VPBROADCASTW    (DI), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(DI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z13
+	VFMADD231PS     Z24, Z13, Z3
+	VMULPS          (SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMULPS          64(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMULPS          128(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z21, Z19, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z20, Z22, Z13
+	VFMADD231PS     Z0, Z13, Z12
+	VMULPS          192(SP), Z23, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z7, Y4
+	VADDPS        Y4, Y7, Y4
+	VEXTRACTF64X4 $0x01, Z10, Y7
+	VADDPS        Y7, Y10, Y7
+	VSHUFPS       $0x88, Y1, Y0, Y10
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y10, Y0
+	VSHUFPS       $0x88, Y7, Y4, Y1
+	VSHUFPS       $0xdd, Y7, Y4, Y4
+	VADDPS        Y4, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z8, Y2
+	VADDPS        Y2, Y8, Y2
+	VEXTRACTF64X4 $0x01, Z11, Y4
+	VADDPS        Y4, Y11, Y4
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y4, Y2, Y1
+	VSHUFPS       $0xdd, Y4, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y2
+	VADDPS        Y2, Y9, Y2
+	VEXTRACTF64X4 $0x01, Z12, Y3
+	VADDPS        Y3, Y12, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ4_1_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ4_1_4x4_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), R9
+	LEAQ      (R9)(DI*1), DI
+	MOVQ      nb+32(FP), R10
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQA32 Z0, Z13
+	VMOVDQA32 Z0, Z14
+	VMOVDQA32 Z0, Z15
+	VMOVDQA32 Z0, Z16
+	VMOVDQU32 vec_c01b<>+0(SB), Z17
+	MOVL      $0x000000cc, R11
+	KMOVW     R11, K1
+
+pair:
+	CMPQ            R10, $0x02
+	JL              last
+	VBROADCASTI32X4 4(AX), Z17
+	VINSERTI32X4    $0x02, 24(AX), Z17, Z17
+	VINSERTI32X4    $0x03, 24(AX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (AX), Y18
+	VPBROADCASTW    20(AX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(AX), Y19
+	VPBROADCASTW    22(AX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, (SP)
+	VBROADCASTI32X4 4(DX), Z19
+	VINSERTI32X4    $0x02, 24(DX), Z19, Z19
+	VINSERTI32X4    $0x03, 24(DX), Z19, Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	VPBROADCASTW    (DX), Y20
+	VPBROADCASTW    20(DX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DX), Y21
+	VPBROADCASTW    22(DX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 64(SP)
+	VBROADCASTI32X4 4(BX), Z21
+	VINSERTI32X4    $0x02, 24(BX), Z21, Z21
+	VINSERTI32X4    $0x03, 24(BX), Z21, Z21
+	VPSRLW          $0x04, Z21, Z22
+	VPBLENDMQ       Z22, Z21, K1, Z21
+	VPANDD          vec_c0F<>+0(SB), Z21, Z21
+	VPBROADCASTW    (BX), Y22
+	VPBROADCASTW    20(BX), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(BX), Y23
+	VPBROADCASTW    22(BX), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVUPS         Z23, 128(SP)
+	VBROADCASTI32X4 4(CX), Z23
+	VINSERTI32X4    $0x02, 24(CX), Z23, Z23
+	VINSERTI32X4    $0x03, 24(CX), Z23, Z23
+	VPSRLW          $0x04, Z23, Z24
+	VPBLENDMQ       Z24, Z23, K1, Z23
+	VPANDD          vec_c0F<>+0(SB), Z23, Z23
+	VPBROADCASTW    (CX), Y24
+	VPBROADCASTW    20(CX), X25
+	VINSERTI32X4    $0x01, X25, Y24, Y24
+	VCVTPH2PS       Y24, Z24
+	VPBROADCASTW    2(CX), Y25
+	VPBROADCASTW    22(CX), X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VMOVUPS         Z25, 192(SP)
+	VBROADCASTI64X4 4(SI), Z25
+	VINSERTI64X4    $0x01, 40(SI), Z25, Z25
+	VPBROADCASTW    (SI), Y26
+	VPBROADCASTW    36(SI), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(SI), Y27
+	VPBROADCASTW    38(SI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z1
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z1
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z5
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z5
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z9
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z9
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z13
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z13
+	VBROADCASTI64X4 4(R8), Z25
+	VINSERTI64X4    $0x01, 40(R8), Z25, Z25
+	VPBROADCASTW    (R8), Y26
+	VPBROADCASTW    36(R8), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R8), Y27
+	VPBROADCASTW    38(R8), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z2
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z2
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z6
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z6
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z10
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z10
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z14
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z14
+	VBROADCASTI64X4 4(R9), Z25
+	VINSERTI64X4    $0x01, 40(R9), Z25, Z25
+	VPBROADCASTW    (R9), Y26
+	VPBROADCASTW    36(R9), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R9), Y27
+	VPBROADCASTW    38(R9), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z3
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z3
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z7
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z7
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z11
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z11
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z15
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z15
+	VBROADCASTI64X4 4(DI), Z25
+	VINSERTI64X4    $0x01, 40(DI), Z25, Z25
+	VPBROADCASTW    (DI), Y26
+	VPBROADCASTW    36(DI), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(DI), Y27
+	VPBROADCASTW    38(DI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z17
+	VFMADD231PS     Z28, Z17, Z4
+	VMULPS          (SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z19, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z20, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMULPS          64(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z21, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z22, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMULPS          128(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z12
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z23, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z24, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z16
+	VMULPS          192(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z16
+	ADDQ            $0x00000028, AX
+	ADDQ            $0x00000028, DX
+	ADDQ            $0x00000028, BX
+	ADDQ            $0x00000028, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, R9
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R10
+	JMP             pair
+
+last:
+	TESTQ           R10, R10
+	JZ              done
+	VBROADCASTI32X4 4(AX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	VPBROADCASTW    (AX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(AX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, (SP)
+	VBROADCASTI32X4 4(DX), Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	VPBROADCASTW    (DX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 64(SP)
+	VBROADCASTI32X4 4(BX), Z21
+	VPSRLW          $0x04, Z21, Z22
+	VPBLENDMQ       Z22, Z21, K1, Z21
+	VPANDD          vec_c0F<>+0(SB), Z21, Z21
+	VPBROADCASTW    (BX), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(BX), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVUPS         Z23, 128(SP)
+	VBROADCASTI32X4 4(CX), Z23
+	VPSRLW          $0x04, Z23, Z24
+	VPBLENDMQ       Z24, Z23, K1, Z23
+	VPANDD          vec_c0F<>+0(SB), Z23, Z23
+	VPBROADCASTW    (CX), Y24
+	VMOVDQA32       X0, X25
+	VINSERTI32X4    $0x01, X25, Y24, Y24
+	VCVTPH2PS       Y24, Z24
+	VPBROADCASTW    2(CX), Y25
+	VMOVDQA32       X0, X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VMOVUPS         Z25, 192(SP)
+	VBROADCASTI64X4 4(SI), Z25
+	VPBROADCASTW    (SI), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(SI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z1
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z1
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z5
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z5
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z9
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z9
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z13
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z13
+	VBROADCASTI64X4 4(R8), Z25
+	VPBROADCASTW    (R8), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R8), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z2
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z2
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z6
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z6
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z10
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z10
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z14
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z14
+	VBROADCASTI64X4 4(R9), Z25
+	VPBROADCASTW    (R9), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R9), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z3
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z3
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z7
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z7
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z11
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z11
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z15
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z15
+	VBROADCASTI64X4 4(DI), Z25
+	VPBROADCASTW    (DI), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(DI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z17
+	VFMADD231PS     Z28, Z17, Z4
+	VMULPS          (SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z19, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z20, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMULPS          64(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z21, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z22, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMULPS          128(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z12
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z25, Z23, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z24, Z26, Z17
+	VFMADD231PS     Z0, Z17, Z16
+	VMULPS          192(SP), Z27, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y5
+	VADDPS        Y5, Y9, Y5
+	VEXTRACTF64X4 $0x01, Z13, Y9
+	VADDPS        Y9, Y13, Y9
+	VSHUFPS       $0x88, Y1, Y0, Y13
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y13, Y0
+	VSHUFPS       $0x88, Y9, Y5, Y1
+	VSHUFPS       $0xdd, Y9, Y5, Y5
+	VADDPS        Y5, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z10, Y2
+	VADDPS        Y2, Y10, Y2
+	VEXTRACTF64X4 $0x01, Z14, Y5
+	VADDPS        Y5, Y14, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y6
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y6, Y0
+	VSHUFPS       $0x88, Y5, Y2, Y1
+	VSHUFPS       $0xdd, Y5, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF64X4 $0x01, Z11, Y2
+	VADDPS        Y2, Y11, Y2
+	VEXTRACTF64X4 $0x01, Z15, Y3
+	VADDPS        Y3, Y15, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF64X4 $0x01, Z8, Y1
+	VADDPS        Y1, Y8, Y1
+	VEXTRACTF64X4 $0x01, Z12, Y2
+	VADDPS        Y2, Y12, Y2
+	VEXTRACTF64X4 $0x01, Z16, Y3
+	VADDPS        Y3, Y16, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0AVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+, SSE
+TEXT ·dotQ5_0AVX512(SB), NOSPLIT, $0-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 6(AX), Z3
+	VINSERTI32X4    $0x02, 28(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 28(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            2(AX), BX
+	MOVL            24(AX), SI
+	SHLQ            $0x20, SI
+	ORQ             SI, BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z3, K2, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    22(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x04, Z7, Z7
+	VMOVDQA32       Z0, Z8
+	VPSUBD          Z7, Z8, Z8
+	VMOVDQA32       Z8, Z7
+	VPDPBUSD        Z5, Z3, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z7, Z3, Z1
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x00000044, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 6(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            2(AX), DX
+	KMOVQ           DX, K1
+	VPADDB          vec_c10<>+0(SB), Z3, K1, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x04, Z7, Z7
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z7, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+
+done:
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+24(FP)
+	RET
+
+// func tileQ5_0_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_0_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 6(AX), Z3
+	VINSERTI32X4    $0x02, 28(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 28(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            2(AX), BX
+	MOVL            24(AX), SI
+	SHLQ            $0x20, SI
+	ORQ             SI, BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z3, K2, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    22(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x04, Z7, Z7
+	VMOVDQA32       Z0, Z8
+	VPSUBD          Z7, Z8, Z8
+	VMOVDQA32       Z8, Z7
+	VPDPBUSD        Z5, Z3, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z7, Z3, Z1
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x00000044, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 6(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            2(AX), DX
+	KMOVQ           DX, K1
+	VPADDB          vec_c10<>+0(SB), Z3, K1, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x04, Z7, Z7
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z7, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_0_2x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z4
+	VINSERTI32X4    $0x02, 28(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 28(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            2(AX), SI
+	MOVL            24(AX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    22(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 6(CX), Z6
+	VINSERTI32X4    $0x02, 28(CX), Z6, Z6
+	VINSERTI32X4    $0x03, 28(CX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(CX), SI
+	MOVL            24(CX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    22(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(DX), Z8
+	VINSERTI64X4    $0x01, 36(DX), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    34(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z3, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z4, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z5, Z9, Z4
+	VFMADD231PS     Z10, Z4, Z1
+	VMOVDQA32       Z11, Z4
+	VPDPBUSD        Z8, Z6, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z7, Z9, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            2(AX), BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 6(CX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z6, K1, Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(DX), Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z3, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z10, Z0, Z0
+	VMOVDQA32       Z0, Z3
+	VPDPBUSD        Z8, Z4, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          Z5, Z9, Z4
+	VFMADD231PS     Z3, Z4, Z1
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z8, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z9, Z3
+	VFMADD231PS     Z0, Z3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_0_3x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z5
+	VINSERTI32X4    $0x02, 28(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 28(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            2(AX), DI
+	MOVL            24(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    22(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 6(DX), Z7
+	VINSERTI32X4    $0x02, 28(DX), Z7, Z7
+	VINSERTI32X4    $0x03, 28(DX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            2(DX), DI
+	MOVL            24(DX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    22(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI32X4 6(CX), Z9
+	VINSERTI32X4    $0x02, 28(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 28(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            2(CX), DI
+	MOVL            24(CX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    22(CX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI64X4 2(BX), Z11
+	VINSERTI64X4    $0x01, 36(BX), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    34(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z11, Z4, Z13
+	VPSLLD          $0x04, Z13, Z13
+	VMOVDQA32       Z0, Z14
+	VPSUBD          Z13, Z14, Z14
+	VMOVDQA32       Z14, Z13
+	VPDPBUSD        Z11, Z5, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z6, Z12, Z5
+	VFMADD231PS     Z13, Z5, Z1
+	VMOVDQA32       Z14, Z5
+	VPDPBUSD        Z11, Z7, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z8, Z12, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z14, Z5
+	VPDPBUSD        Z11, Z9, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z10, Z12, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            2(AX), SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 6(DX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI32X4 6(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z9, K1, Z9
+	VPBROADCASTW    (CX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI64X4 2(BX), Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z11, Z4, Z13
+	VPSLLD          $0x04, Z13, Z13
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z13, Z0, Z0
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z11, Z5, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z6, Z12, Z5
+	VFMADD231PS     Z4, Z5, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z11, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z12, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z11, Z9, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z10, Z12, Z4
+	VFMADD231PS     Z0, Z4, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_0_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z6
+	VINSERTI32X4    $0x02, 28(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 28(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), R8
+	MOVL            24(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 6(DX), Z8
+	VINSERTI32X4    $0x02, 28(DX), Z8, Z8
+	VINSERTI32X4    $0x03, 28(DX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(DX), R8
+	MOVL            24(DX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    22(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(BX), Z10
+	VINSERTI32X4    $0x02, 28(BX), Z10, Z10
+	VINSERTI32X4    $0x03, 28(BX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(BX), R8
+	MOVL            24(BX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (BX), Y11
+	VPBROADCASTW    22(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VINSERTI32X4    $0x02, 28(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 28(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), R8
+	MOVL            24(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    22(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z5, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z6, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z7, Z15, Z6
+	VFMADD231PS     Z16, Z6, Z1
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z8, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z9, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z2
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z10, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z11, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z3
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z12, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z13, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z4
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, BX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 6(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 6(DX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(BX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z12, K1, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z5, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z6, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z7, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z10, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z11, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF64X4 $0x01, Z3, Y2
+	VADDPS        Y2, Y3, Y2
+	VEXTRACTF64X4 $0x01, Z4, Y3
+	VADDPS        Y3, Y4, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z4
+	VINSERTI32X4    $0x02, 28(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 28(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            2(AX), SI
+	MOVL            24(AX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    22(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI64X4 2(CX), Z6
+	VINSERTI64X4    $0x01, 36(CX), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    34(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x04, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z8, Z6, Z1
+	VBROADCASTI64X4 2(DX), Z6
+	VINSERTI64X4    $0x01, 36(DX), Z6, Z6
+	VPBROADCASTW    (DX), Y7
+	VPBROADCASTW    34(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x04, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z8, Z4, Z2
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            2(AX), BX
+	KMOVQ           BX, K1
+	VPADDB          vec_c10<>+0(SB), Z4, K1, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI64X4 2(CX), Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x04, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z8, Z6, Z1
+	VBROADCASTI64X4 2(DX), Z6
+	VPBROADCASTW    (DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x04, Z8, Z8
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z8, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z5, Z7, Z3
+	VFMADD231PS     Z0, Z3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z5
+	VINSERTI32X4    $0x02, 28(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 28(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            2(AX), DI
+	MOVL            24(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    22(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI64X4 2(CX), Z7
+	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    34(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z1
+	VBROADCASTI64X4 2(BX), Z7
+	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
+	VPBROADCASTW    (BX), Y8
+	VPBROADCASTW    34(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z2
+	VBROADCASTI64X4 2(DX), Z7
+	VINSERTI64X4    $0x01, 36(DX), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    34(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z9, Z5, Z3
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            2(AX), SI
+	KMOVQ           SI, K1
+	VPADDB          vec_c10<>+0(SB), Z5, K1, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI64X4 2(CX), Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z1
+	VBROADCASTI64X4 2(BX), Z7
+	VPBROADCASTW    (BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z2
+	VBROADCASTI64X4 2(DX), Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x04, Z9, Z9
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z9, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z7, Z5, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z6, Z8, Z4
+	VFMADD231PS     Z0, Z4, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z6
+	VINSERTI32X4    $0x02, 28(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 28(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), R8
+	MOVL            24(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(CX), Z8
+	VINSERTI64X4    $0x01, 36(CX), Z8, Z8
+	VPBROADCASTW    (CX), Y9
+	VPBROADCASTW    34(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z1
+	VBROADCASTI64X4 2(BX), Z8
+	VINSERTI64X4    $0x01, 36(BX), Z8, Z8
+	VPBROADCASTW    (BX), Y9
+	VPBROADCASTW    34(BX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z2
+	VBROADCASTI64X4 2(SI), Z8
+	VINSERTI64X4    $0x01, 36(SI), Z8, Z8
+	VPBROADCASTW    (SI), Y9
+	VPBROADCASTW    34(SI), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z3
+	VBROADCASTI64X4 2(DX), Z8
+	VINSERTI64X4    $0x01, 36(DX), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    34(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z6
+	VFMADD231PS     Z10, Z6, Z4
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), DI
+	KMOVQ           DI, K1
+	VPADDB          vec_c10<>+0(SB), Z6, K1, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(CX), Z8
+	VPBROADCASTW    (CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z1
+	VBROADCASTI64X4 2(BX), Z8
+	VPBROADCASTW    (BX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z2
+	VBROADCASTI64X4 2(SI), Z8
+	VPBROADCASTW    (SI), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z3
+	VBROADCASTI64X4 2(DX), Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x04, Z10, Z10
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z10, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z8, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z9, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_2x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z6
+	VINSERTI32X4    $0x02, 28(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 28(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), DI
+	MOVL            24(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    22(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 6(CX), Z8
+	VINSERTI32X4    $0x02, 28(CX), Z8, Z8
+	VINSERTI32X4    $0x03, 28(CX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(CX), DI
+	MOVL            24(CX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (CX), Y9
+	VPBROADCASTW    22(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI64X4 2(DX), Z10
+	VINSERTI64X4    $0x01, 36(DX), Z10, Z10
+	VPBROADCASTW    (DX), Y11
+	VPBROADCASTW    34(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x04, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z14
+	VFMADD231PS     Z12, Z14, Z1
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z8, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z9, Z11, Z10
+	VFMADD231PS     Z12, Z10, Z3
+	VBROADCASTI64X4 2(BX), Z10
+	VINSERTI64X4    $0x01, 36(BX), Z10, Z10
+	VPBROADCASTW    (BX), Y11
+	VPBROADCASTW    34(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x04, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z6
+	VFMADD231PS     Z12, Z6, Z2
+	VMOVDQA32       Z13, Z6
+	VPDPBUSD        Z10, Z8, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z9, Z11, Z7
+	VFMADD231PS     Z6, Z7, Z4
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            2(AX), SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 6(CX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z8, K1, Z8
+	VPBROADCASTW    (CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI64X4 2(DX), Z10
+	VPBROADCASTW    (DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x04, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z14
+	VFMADD231PS     Z12, Z14, Z1
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z8, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z9, Z11, Z10
+	VFMADD231PS     Z12, Z10, Z3
+	VBROADCASTI64X4 2(BX), Z10
+	VPBROADCASTW    (BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x04, Z12, Z12
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z12, Z0, Z0
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z10, Z6, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z7, Z11, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z10, Z8, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z9, Z11, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_2x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), BX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z8
+	VINSERTI32X4    $0x02, 28(AX), Z8, Z8
+	VINSERTI32X4    $0x03, 28(AX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(AX), R8
+	MOVL            24(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (AX), Y9
+	VPBROADCASTW    22(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(CX), Z10
+	VINSERTI32X4    $0x02, 28(CX), Z10, Z10
+	VINSERTI32X4    $0x03, 28(CX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(CX), R8
+	MOVL            24(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    22(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI64X4 2(DX), Z12
+	VINSERTI64X4    $0x01, 36(DX), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    34(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z1
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z4
+	VBROADCASTI64X4 2(SI), Z12
+	VINSERTI64X4    $0x01, 36(SI), Z12, Z12
+	VPBROADCASTW    (SI), Y13
+	VPBROADCASTW    34(SI), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z2
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z5
+	VBROADCASTI64X4 2(BX), Z12
+	VINSERTI64X4    $0x01, 36(BX), Z12, Z12
+	VPBROADCASTW    (BX), Y13
+	VPBROADCASTW    34(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z8
+	VFMADD231PS     Z14, Z8, Z3
+	VMOVDQA32       Z15, Z8
+	VPDPBUSD        Z12, Z10, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z11, Z13, Z9
+	VFMADD231PS     Z8, Z9, Z6
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(CX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z10, K1, Z10
+	VPBROADCASTW    (CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI64X4 2(DX), Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z1
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z4
+	VBROADCASTI64X4 2(SI), Z12
+	VPBROADCASTW    (SI), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z2
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z5
+	VBROADCASTI64X4 2(BX), Z12
+	VPBROADCASTW    (BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x04, Z14, Z14
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z14, Z0, Z0
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z12, Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z9, Z13, Z8
+	VFMADD231PS     Z7, Z8, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z12, Z10, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z11, Z13, Z7
+	VFMADD231PS     Z0, Z7, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_2x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), DI
+	LEAQ      (DI)(BX*1), BX
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z10
+	VINSERTI32X4    $0x02, 28(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 28(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(AX), R9
+	MOVL            24(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    22(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VINSERTI32X4    $0x02, 28(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 28(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), R9
+	MOVL            24(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    22(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(DX), Z14
+	VINSERTI64X4    $0x01, 36(DX), Z14, Z14
+	VPBROADCASTW    (DX), Y15
+	VPBROADCASTW    34(DX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z2
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z6
+	VBROADCASTI64X4 2(DI), Z14
+	VINSERTI64X4    $0x01, 36(DI), Z14, Z14
+	VPBROADCASTW    (DI), Y15
+	VPBROADCASTW    34(DI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z7
+	VBROADCASTI64X4 2(BX), Z14
+	VINSERTI64X4    $0x01, 36(BX), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    34(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z10
+	VFMADD231PS     Z16, Z10, Z4
+	VMOVDQA32       Z17, Z10
+	VPDPBUSD        Z14, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z15, Z11
+	VFMADD231PS     Z10, Z11, Z8
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z12, K1, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(DX), Z14
+	VPBROADCASTW    (DX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z2
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z6
+	VBROADCASTI64X4 2(DI), Z14
+	VPBROADCASTW    (DI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z7
+	VBROADCASTI64X4 2(BX), Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z14, Z10, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z11, Z15, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z9
+	VFMADD231PS     Z0, Z9, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_3x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z8
+	VINSERTI32X4    $0x02, 28(AX), Z8, Z8
+	VINSERTI32X4    $0x03, 28(AX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(AX), R8
+	MOVL            24(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (AX), Y9
+	VPBROADCASTW    22(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(DX), Z10
+	VINSERTI32X4    $0x02, 28(DX), Z10, Z10
+	VINSERTI32X4    $0x03, 28(DX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(DX), R8
+	MOVL            24(DX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (DX), Y11
+	VPBROADCASTW    22(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VINSERTI32X4    $0x02, 28(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 28(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), R8
+	MOVL            24(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    22(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(BX), Z14
+	VINSERTI64X4    $0x01, 36(BX), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    34(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z8
+	VFMADD231PS     Z16, Z8, Z2
+	VMOVDQA32       Z17, Z8
+	VPDPBUSD        Z14, Z10, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z11, Z15, Z9
+	VFMADD231PS     Z8, Z9, Z4
+	VMOVDQA32       Z17, Z8
+	VPDPBUSD        Z14, Z12, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z13, Z15, Z9
+	VFMADD231PS     Z8, Z9, Z6
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            2(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 6(DX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z12, K1, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(BX), Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x04, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z14, Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z9, Z15, Z8
+	VFMADD231PS     Z7, Z8, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z14, Z10, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z11, Z15, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z7
+	VFMADD231PS     Z0, Z7, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_3x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), SI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQU32 vec_c01b<>+0(SB), Z10
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z11
+	VINSERTI32X4    $0x02, 28(AX), Z11, Z11
+	VINSERTI32X4    $0x03, 28(AX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            2(AX), R9
+	MOVL            24(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (AX), Y12
+	VPBROADCASTW    22(AX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI32X4 6(DX), Z13
+	VINSERTI32X4    $0x02, 28(DX), Z13, Z13
+	VINSERTI32X4    $0x03, 28(DX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            2(DX), R9
+	MOVL            24(DX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (DX), Y14
+	VPBROADCASTW    22(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VBROADCASTI32X4 6(CX), Z15
+	VINSERTI32X4    $0x02, 28(CX), Z15, Z15
+	VINSERTI32X4    $0x03, 28(CX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            2(CX), R9
+	MOVL            24(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (CX), Y16
+	VPBROADCASTW    22(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 2(BX), Z17
+	VINSERTI64X4    $0x01, 36(BX), Z17, Z17
+	VPBROADCASTW    (BX), Y18
+	VPBROADCASTW    34(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z1
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z4
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z7
+	VBROADCASTI64X4 2(DI), Z17
+	VINSERTI64X4    $0x01, 36(DI), Z17, Z17
+	VPBROADCASTW    (DI), Y18
+	VPBROADCASTW    34(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z2
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z5
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z8
+	VBROADCASTI64X4 2(SI), Z17
+	VINSERTI64X4    $0x01, 36(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    34(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z11
+	VFMADD231PS     Z19, Z11, Z3
+	VMOVDQA32       Z20, Z11
+	VPDPBUSD        Z17, Z13, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z14, Z18, Z12
+	VFMADD231PS     Z11, Z12, Z6
+	VMOVDQA32       Z20, Z11
+	VPDPBUSD        Z17, Z15, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z16, Z18, Z12
+	VFMADD231PS     Z11, Z12, Z9
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            2(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (AX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI32X4 6(DX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VBROADCASTI32X4 6(CX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z15, K1, Z15
+	VPBROADCASTW    (CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 2(BX), Z17
+	VPBROADCASTW    (BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z1
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z4
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z7
+	VBROADCASTI64X4 2(DI), Z17
+	VPBROADCASTW    (DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z2
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z5
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z8
+	VBROADCASTI64X4 2(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x04, Z19, Z19
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z19, Z0, Z0
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z17, Z11, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z12, Z18, Z11
+	VFMADD231PS     Z10, Z11, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z17, Z13, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z14, Z18, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z15, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z16, Z18, Z10
+	VFMADD231PS     Z0, Z10, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_3x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), R8
+	LEAQ      (R8)(SI*1), SI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z14
+	VINSERTI32X4    $0x02, 28(AX), Z14, Z14
+	VINSERTI32X4    $0x03, 28(AX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(AX), R10
+	MOVL            24(AX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (AX), Y15
+	VPBROADCASTW    22(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(DX), Z16
+	VINSERTI32X4    $0x02, 28(DX), Z16, Z16
+	VINSERTI32X4    $0x03, 28(DX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(DX), R10
+	MOVL            24(DX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z16, K2, Z16
+	VPBROADCASTW    (DX), Y17
+	VPBROADCASTW    22(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 6(CX), Z18
+	VINSERTI32X4    $0x02, 28(CX), Z18, Z18
+	VINSERTI32X4    $0x03, 28(CX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(CX), R10
+	MOVL            24(CX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z18, K2, Z18
+	VPBROADCASTW    (CX), Y19
+	VPBROADCASTW    22(CX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI64X4 2(BX), Z20
+	VINSERTI64X4    $0x01, 36(BX), Z20, Z20
+	VPBROADCASTW    (BX), Y21
+	VPBROADCASTW    34(BX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z1
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z5
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z9
+	VBROADCASTI64X4 2(DI), Z20
+	VINSERTI64X4    $0x01, 36(DI), Z20, Z20
+	VPBROADCASTW    (DI), Y21
+	VPBROADCASTW    34(DI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z2
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z6
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z10
+	VBROADCASTI64X4 2(R8), Z20
+	VINSERTI64X4    $0x01, 36(R8), Z20, Z20
+	VPBROADCASTW    (R8), Y21
+	VPBROADCASTW    34(R8), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z3
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z7
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z11
+	VBROADCASTI64X4 2(SI), Z20
+	VINSERTI64X4    $0x01, 36(SI), Z20, Z20
+	VPBROADCASTW    (SI), Y21
+	VPBROADCASTW    34(SI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z14
+	VFMADD231PS     Z22, Z14, Z4
+	VMOVDQA32       Z23, Z14
+	VPDPBUSD        Z20, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z17, Z21, Z15
+	VFMADD231PS     Z14, Z15, Z8
+	VMOVDQA32       Z23, Z14
+	VPDPBUSD        Z20, Z18, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z19, Z21, Z15
+	VFMADD231PS     Z14, Z15, Z12
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(AX), R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(DX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z16, K2, Z16
+	VPBROADCASTW    (DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 6(CX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z18, K1, Z18
+	VPBROADCASTW    (CX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI64X4 2(BX), Z20
+	VPBROADCASTW    (BX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z1
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z5
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z9
+	VBROADCASTI64X4 2(DI), Z20
+	VPBROADCASTW    (DI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z2
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z6
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z10
+	VBROADCASTI64X4 2(R8), Z20
+	VPBROADCASTW    (R8), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z3
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z7
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z11
+	VBROADCASTI64X4 2(SI), Z20
+	VPBROADCASTW    (SI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x04, Z22, Z22
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z22, Z0, Z0
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z20, Z14, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z15, Z21, Z14
+	VFMADD231PS     Z13, Z14, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z20, Z16, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z17, Z21, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z20, Z18, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z19, Z21, Z13
+	VFMADD231PS     Z0, Z13, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), DI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z10
+	VINSERTI32X4    $0x02, 28(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 28(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(AX), R9
+	MOVL            24(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    22(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(DX), Z12
+	VINSERTI32X4    $0x02, 28(DX), Z12, Z12
+	VINSERTI32X4    $0x03, 28(DX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(DX), R9
+	MOVL            24(DX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    22(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 6(BX), Z14
+	VINSERTI32X4    $0x02, 28(BX), Z14, Z14
+	VINSERTI32X4    $0x03, 28(BX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(BX), R9
+	MOVL            24(BX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    22(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(CX), Z16
+	VINSERTI32X4    $0x02, 28(CX), Z16, Z16
+	VINSERTI32X4    $0x03, 28(CX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(CX), R9
+	MOVL            24(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z16, K2, Z16
+	VPBROADCASTW    (CX), Y17
+	VPBROADCASTW    22(CX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI64X4 2(SI), Z18
+	VINSERTI64X4    $0x01, 36(SI), Z18, Z18
+	VPBROADCASTW    (SI), Y19
+	VPBROADCASTW    34(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x04, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z1
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z12, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z13, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z3
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z14, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z15, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z5
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z16, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z17, Z19, Z18
+	VFMADD231PS     Z20, Z18, Z7
+	VBROADCASTI64X4 2(DI), Z18
+	VINSERTI64X4    $0x01, 36(DI), Z18, Z18
+	VPBROADCASTW    (DI), Y19
+	VPBROADCASTW    34(DI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x04, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z10
+	VFMADD231PS     Z20, Z10, Z2
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z4
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z14, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z15, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z16, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z17, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z8
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, BX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            2(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 6(DX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 6(BX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(CX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z16, K1, Z16
+	VPBROADCASTW    (CX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI64X4 2(SI), Z18
+	VPBROADCASTW    (SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x04, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z1
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z12, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z13, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z3
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z14, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z15, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z5
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z16, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z17, Z19, Z18
+	VFMADD231PS     Z20, Z18, Z7
+	VBROADCASTI64X4 2(DI), Z18
+	VPBROADCASTW    (DI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x04, Z20, Z20
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z20, Z0, Z0
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z10, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z11, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z12, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z13, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z14, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z15, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z18, Z16, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z17, Z19, Z9
+	VFMADD231PS     Z0, Z9, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF64X4 $0x01, Z5, Y3
+	VADDPS        Y3, Y5, Y3
+	VEXTRACTF64X4 $0x01, Z7, Y5
+	VADDPS        Y5, Y7, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y7
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y7, Y0
+	VSHUFPS       $0x88, Y5, Y3, Y1
+	VSHUFPS       $0xdd, Y5, Y3, Y3
+	VADDPS        Y3, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y3
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z6, Y2
+	VADDPS        Y2, Y6, Y2
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), DI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z14
+	VINSERTI32X4    $0x02, 28(AX), Z14, Z14
+	VINSERTI32X4    $0x03, 28(AX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(AX), R10
+	MOVL            24(AX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (AX), Y15
+	VPBROADCASTW    22(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(DX), Z16
+	VINSERTI32X4    $0x02, 28(DX), Z16, Z16
+	VINSERTI32X4    $0x03, 28(DX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(DX), R10
+	MOVL            24(DX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z16, K2, Z16
+	VPBROADCASTW    (DX), Y17
+	VPBROADCASTW    22(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 6(BX), Z18
+	VINSERTI32X4    $0x02, 28(BX), Z18, Z18
+	VINSERTI32X4    $0x03, 28(BX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(BX), R10
+	MOVL            24(BX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z18, K2, Z18
+	VPBROADCASTW    (BX), Y19
+	VPBROADCASTW    22(BX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 6(CX), Z20
+	VINSERTI32X4    $0x02, 28(CX), Z20, Z20
+	VINSERTI32X4    $0x03, 28(CX), Z20, Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	MOVL            2(CX), R10
+	MOVL            24(CX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z20, K2, Z20
+	VPBROADCASTW    (CX), Y21
+	VPBROADCASTW    22(CX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI64X4 2(SI), Z22
+	VINSERTI64X4    $0x01, 36(SI), Z22, Z22
+	VPBROADCASTW    (SI), Y23
+	VPBROADCASTW    34(SI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z1
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z4
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z7
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z10
+	VBROADCASTI64X4 2(R8), Z22
+	VINSERTI64X4    $0x01, 36(R8), Z22, Z22
+	VPBROADCASTW    (R8), Y23
+	VPBROADCASTW    34(R8), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z2
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z5
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z8
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z11
+	VBROADCASTI64X4 2(DI), Z22
+	VINSERTI64X4    $0x01, 36(DI), Z22, Z22
+	VPBROADCASTW    (DI), Y23
+	VPBROADCASTW    34(DI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z14
+	VFMADD231PS     Z24, Z14, Z3
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z17, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z6
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z18, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z19, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z9
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z20, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z21, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z12
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, BX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            2(AX), R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 6(DX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z16, K2, Z16
+	VPBROADCASTW    (DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 6(BX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z18, K2, Z18
+	VPBROADCASTW    (BX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 6(CX), Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z20, K1, Z20
+	VPBROADCASTW    (CX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI64X4 2(SI), Z22
+	VPBROADCASTW    (SI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z1
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z4
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z7
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z10
+	VBROADCASTI64X4 2(R8), Z22
+	VPBROADCASTW    (R8), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z2
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z5
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z8
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z11
+	VBROADCASTI64X4 2(DI), Z22
+	VPBROADCASTW    (DI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x04, Z24, Z24
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z24, Z0, Z0
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z14, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z15, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z16, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z17, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z18, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z19, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z22, Z20, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z21, Z23, Z13
+	VFMADD231PS     Z0, Z13, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z7, Y4
+	VADDPS        Y4, Y7, Y4
+	VEXTRACTF64X4 $0x01, Z10, Y7
+	VADDPS        Y7, Y10, Y7
+	VSHUFPS       $0x88, Y1, Y0, Y10
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y10, Y0
+	VSHUFPS       $0x88, Y7, Y4, Y1
+	VSHUFPS       $0xdd, Y7, Y4, Y4
+	VADDPS        Y4, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z8, Y2
+	VADDPS        Y2, Y8, Y2
+	VEXTRACTF64X4 $0x01, Z11, Y4
+	VADDPS        Y4, Y11, Y4
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y4, Y2, Y1
+	VSHUFPS       $0xdd, Y4, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y2
+	VADDPS        Y2, Y9, Y2
+	VEXTRACTF64X4 $0x01, Z12, Y3
+	VADDPS        Y3, Y12, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_0_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_0_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), R9
+	LEAQ      (R9)(DI*1), DI
+	MOVQ      nb+32(FP), R10
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQA32 Z0, Z13
+	VMOVDQA32 Z0, Z14
+	VMOVDQA32 Z0, Z15
+	VMOVDQA32 Z0, Z16
+	VMOVDQU32 vec_c01b<>+0(SB), Z17
+	MOVL      $0x000000cc, R11
+	KMOVW     R11, K1
+
+pair:
+	CMPQ            R10, $0x02
+	JL              last
+	VBROADCASTI32X4 6(AX), Z18
+	VINSERTI32X4    $0x02, 28(AX), Z18, Z18
+	VINSERTI32X4    $0x03, 28(AX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(AX), R11
+	MOVL            24(AX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z18, K2, Z18
+	VPBROADCASTW    (AX), Y19
+	VPBROADCASTW    22(AX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 6(DX), Z20
+	VINSERTI32X4    $0x02, 28(DX), Z20, Z20
+	VINSERTI32X4    $0x03, 28(DX), Z20, Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	MOVL            2(DX), R11
+	MOVL            24(DX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z20, K2, Z20
+	VPBROADCASTW    (DX), Y21
+	VPBROADCASTW    22(DX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI32X4 6(BX), Z22
+	VINSERTI32X4    $0x02, 28(BX), Z22, Z22
+	VINSERTI32X4    $0x03, 28(BX), Z22, Z22
+	VPSRLW          $0x04, Z22, Z23
+	VPBLENDMQ       Z23, Z22, K1, Z22
+	VPANDD          vec_c0F<>+0(SB), Z22, Z22
+	MOVL            2(BX), R11
+	MOVL            24(BX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z22, K2, Z22
+	VPBROADCASTW    (BX), Y23
+	VPBROADCASTW    22(BX), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VBROADCASTI32X4 6(CX), Z24
+	VINSERTI32X4    $0x02, 28(CX), Z24, Z24
+	VINSERTI32X4    $0x03, 28(CX), Z24, Z24
+	VPSRLW          $0x04, Z24, Z25
+	VPBLENDMQ       Z25, Z24, K1, Z24
+	VPANDD          vec_c0F<>+0(SB), Z24, Z24
+	MOVL            2(CX), R11
+	MOVL            24(CX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z24, K2, Z24
+	VPBROADCASTW    (CX), Y25
+	VPBROADCASTW    22(CX), X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VBROADCASTI64X4 2(SI), Z26
+	VINSERTI64X4    $0x01, 36(SI), Z26, Z26
+	VPBROADCASTW    (SI), Y27
+	VPBROADCASTW    34(SI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z1
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z5
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z9
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z13
+	VBROADCASTI64X4 2(R8), Z26
+	VINSERTI64X4    $0x01, 36(R8), Z26, Z26
+	VPBROADCASTW    (R8), Y27
+	VPBROADCASTW    34(R8), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z2
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z6
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z10
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z14
+	VBROADCASTI64X4 2(R9), Z26
+	VINSERTI64X4    $0x01, 36(R9), Z26, Z26
+	VPBROADCASTW    (R9), Y27
+	VPBROADCASTW    34(R9), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z3
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z7
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z11
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z15
+	VBROADCASTI64X4 2(DI), Z26
+	VINSERTI64X4    $0x01, 36(DI), Z26, Z26
+	VPBROADCASTW    (DI), Y27
+	VPBROADCASTW    34(DI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z18
+	VFMADD231PS     Z28, Z18, Z4
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z21, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z8
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z22, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z23, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z12
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z24, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z25, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z16
+	ADDQ            $0x0000002c, AX
+	ADDQ            $0x0000002c, DX
+	ADDQ            $0x0000002c, BX
+	ADDQ            $0x0000002c, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, R9
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R10
+	JMP             pair
+
+last:
+	TESTQ           R10, R10
+	JZ              done
+	VBROADCASTI32X4 6(AX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	MOVL            2(AX), R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z18, K2, Z18
+	VPBROADCASTW    (AX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 6(DX), Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	MOVL            2(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z20, K2, Z20
+	VPBROADCASTW    (DX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI32X4 6(BX), Z22
+	VPSRLW          $0x04, Z22, Z23
+	VPBLENDMQ       Z23, Z22, K1, Z22
+	VPANDD          vec_c0F<>+0(SB), Z22, Z22
+	MOVL            2(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z22, K2, Z22
+	VPBROADCASTW    (BX), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VBROADCASTI32X4 6(CX), Z24
+	VPSRLW          $0x04, Z24, Z25
+	VPBLENDMQ       Z25, Z24, K1, Z24
+	VPANDD          vec_c0F<>+0(SB), Z24, Z24
+	MOVL            2(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z24, K1, Z24
+	VPBROADCASTW    (CX), Y25
+	VMOVDQA32       X0, X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VBROADCASTI64X4 2(SI), Z26
+	VPBROADCASTW    (SI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z1
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z5
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z9
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z13
+	VBROADCASTI64X4 2(R8), Z26
+	VPBROADCASTW    (R8), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z2
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z6
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z10
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z14
+	VBROADCASTI64X4 2(R9), Z26
+	VPBROADCASTW    (R9), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z3
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z7
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z11
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z15
+	VBROADCASTI64X4 2(DI), Z26
+	VPBROADCASTW    (DI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x04, Z28, Z28
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z28, Z0, Z0
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z18, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z19, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z20, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z21, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z26, Z22, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z23, Z27, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z26, Z24, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z25, Z27, Z17
+	VFMADD231PS     Z0, Z17, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y5
+	VADDPS        Y5, Y9, Y5
+	VEXTRACTF64X4 $0x01, Z13, Y9
+	VADDPS        Y9, Y13, Y9
+	VSHUFPS       $0x88, Y1, Y0, Y13
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y13, Y0
+	VSHUFPS       $0x88, Y9, Y5, Y1
+	VSHUFPS       $0xdd, Y9, Y5, Y5
+	VADDPS        Y5, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z10, Y2
+	VADDPS        Y2, Y10, Y2
+	VEXTRACTF64X4 $0x01, Z14, Y5
+	VADDPS        Y5, Y14, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y6
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y6, Y0
+	VSHUFPS       $0x88, Y5, Y2, Y1
+	VSHUFPS       $0xdd, Y5, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF64X4 $0x01, Z11, Y2
+	VADDPS        Y2, Y11, Y2
+	VEXTRACTF64X4 $0x01, Z15, Y3
+	VADDPS        Y3, Y15, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF64X4 $0x01, Z8, Y1
+	VADDPS        Y1, Y8, Y1
+	VEXTRACTF64X4 $0x01, Z12, Y2
+	VADDPS        Y2, Y12, Y2
+	VEXTRACTF64X4 $0x01, Z16, Y3
+	VADDPS        Y3, Y16, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_1AVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+, SSE
+TEXT ·dotQ5_1AVX512(SB), NOSPLIT, $0-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 8(AX), Z2
+	VINSERTI32X4    $0x02, 32(AX), Z2, Z2
+	VINSERTI32X4    $0x03, 32(AX), Z2, Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	MOVL            4(AX), BX
+	MOVL            28(AX), SI
+	SHLQ            $0x20, SI
+	ORQ             SI, BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z2, K2, Z2
+	VPBROADCASTW    (AX), Y3
+	VPBROADCASTW    24(AX), X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VPBROADCASTW    26(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z2, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z8, Z2, Z1
+	VMULPS          Z4, Z7, Z2
+	VFMADD231PS     vec_cE0<>+0(SB), Z2, Z1
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000048, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 8(AX), Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	MOVL            4(AX), DX
+	KMOVQ           DX, K1
+	VPADDB          vec_c10<>+0(SB), Z2, K1, Z2
+	VPBROADCASTW    (AX), Y3
+	VMOVDQA32       X0, X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z2, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+	VMULPS          Z4, Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z1
+
+done:
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+24(FP)
+	RET
+
+// func tileQ5_1_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_1_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 8(AX), Z2
+	VINSERTI32X4    $0x02, 32(AX), Z2, Z2
+	VINSERTI32X4    $0x03, 32(AX), Z2, Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	MOVL            4(AX), BX
+	MOVL            28(AX), SI
+	SHLQ            $0x20, SI
+	ORQ             SI, BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z2, K2, Z2
+	VPBROADCASTW    (AX), Y3
+	VPBROADCASTW    24(AX), X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VPBROADCASTW    26(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z2, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z8, Z2, Z1
+	VMULPS          Z4, Z7, Z2
+	VFMADD231PS     vec_cE0<>+0(SB), Z2, Z1
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000048, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 8(AX), Z2
+	VPSRLW          $0x04, Z2, Z3
+	VPBLENDMQ       Z3, Z2, K1, Z2
+	VPANDD          vec_c0F<>+0(SB), Z2, Z2
+	MOVL            4(AX), DX
+	KMOVQ           DX, K1
+	VPADDB          vec_c10<>+0(SB), Z2, K1, Z2
+	VPBROADCASTW    (AX), Y3
+	VMOVDQA32       X0, X4
+	VINSERTI32X4    $0x01, X4, Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VPBROADCASTW    2(AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z2, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z3, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+	VMULPS          Z4, Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_1_2x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z3
+	VINSERTI32X4    $0x02, 32(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 32(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            4(AX), SI
+	MOVL            28(AX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z3, K2, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    24(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VPBROADCASTW    26(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 8(CX), Z6
+	VINSERTI32X4    $0x02, 32(CX), Z6, Z6
+	VINSERTI32X4    $0x03, 32(CX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            4(CX), SI
+	MOVL            28(CX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z6, K2, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    24(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VPBROADCASTW    26(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI64X4 4(DX), Z9
+	VINSERTI64X4    $0x01, 40(DX), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    36(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    38(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z3, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z4, Z10, Z3
+	VFMADD231PS     Z12, Z3, Z1
+	VMULPS          Z5, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z1
+	VMOVDQA32       Z0, Z3
+	VPDPBUSD        Z9, Z6, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          Z7, Z10, Z4
+	VFMADD231PS     Z3, Z4, Z2
+	VMULPS          Z8, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z2
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            4(AX), BX
+	KMOVQ           BX, K2
+	VPADDB          vec_c10<>+0(SB), Z3, K2, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 8(CX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z6, K1, Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI64X4 4(DX), Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z3, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z4, Z10, Z3
+	VFMADD231PS     Z12, Z3, Z1
+	VMULPS          Z5, Z11, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z1
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z9, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z10, Z3
+	VFMADD231PS     Z0, Z3, Z2
+	VMULPS          Z8, Z11, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_1_3x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z4
+	VINSERTI32X4    $0x02, 32(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 32(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            4(AX), DI
+	MOVL            28(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    24(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VPBROADCASTW    26(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 8(DX), Z7
+	VINSERTI32X4    $0x02, 32(DX), Z7, Z7
+	VINSERTI32X4    $0x03, 32(DX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(DX), DI
+	MOVL            28(DX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    24(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VPBROADCASTW    26(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 8(CX), Z10
+	VINSERTI32X4    $0x02, 32(CX), Z10, Z10
+	VINSERTI32X4    $0x03, 32(CX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            4(CX), DI
+	MOVL            28(CX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    24(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(CX), Y12
+	VPBROADCASTW    26(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z4, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z5, Z14, Z4
+	VFMADD231PS     Z16, Z4, Z1
+	VMULPS          Z6, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMULPS          Z9, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z2
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z10, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z11, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z3
+	VMULPS          Z12, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z3
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            4(AX), SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 8(DX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 8(CX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z10, K1, Z10
+	VPBROADCASTW    (CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z4, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z5, Z14, Z4
+	VFMADD231PS     Z16, Z4, Z1
+	VMULPS          Z6, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z13, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z14, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMULPS          Z9, Z15, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z10, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z11, Z14, Z4
+	VFMADD231PS     Z0, Z4, Z3
+	VMULPS          Z12, Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileQ5_1_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z5
+	VINSERTI32X4    $0x02, 32(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 32(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), R8
+	MOVL            28(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    24(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    26(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 8(DX), Z8
+	VINSERTI32X4    $0x02, 32(DX), Z8, Z8
+	VINSERTI32X4    $0x03, 32(DX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            4(DX), R8
+	MOVL            28(DX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    24(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VPBROADCASTW    2(DX), Y10
+	VPBROADCASTW    26(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI32X4 8(BX), Z11
+	VINSERTI32X4    $0x02, 32(BX), Z11, Z11
+	VINSERTI32X4    $0x03, 32(BX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(BX), R8
+	MOVL            28(BX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    24(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VPBROADCASTW    26(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 8(CX), Z14
+	VINSERTI32X4    $0x02, 32(CX), Z14, Z14
+	VINSERTI32X4    $0x03, 32(CX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            4(CX), R8
+	MOVL            28(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (CX), Y15
+	VPBROADCASTW    24(CX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VPBROADCASTW    26(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 4(SI), Z17
+	VINSERTI64X4    $0x01, 40(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    36(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VPBROADCASTW    38(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z5, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z6, Z18, Z5
+	VFMADD231PS     Z20, Z5, Z1
+	VMULPS          Z7, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMULPS          Z10, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z11, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z12, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMULPS          Z13, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z3
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z14, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z15, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z4
+	VMULPS          Z16, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, BX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 8(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 8(DX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z8, K2, Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VPBROADCASTW    2(DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI32X4 8(BX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 8(CX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z14, K1, Z14
+	VPBROADCASTW    (CX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 4(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z5, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z6, Z18, Z5
+	VFMADD231PS     Z20, Z5, Z1
+	VMULPS          Z7, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMULPS          Z10, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z17, Z11, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z12, Z18, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMULPS          Z13, Z19, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z14, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z15, Z18, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          Z16, Z19, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF64X4 $0x01, Z3, Y2
+	VADDPS        Y2, Y3, Y2
+	VEXTRACTF64X4 $0x01, Z4, Y3
+	VADDPS        Y3, Y4, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z3
+	VINSERTI32X4    $0x02, 32(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 32(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            4(AX), SI
+	MOVL            28(AX), DI
+	SHLQ            $0x20, DI
+	ORQ             DI, SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z3, K2, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    24(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VPBROADCASTW    26(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVUPS         Z5, (SP)
+	VBROADCASTI64X4 4(CX), Z5
+	VINSERTI64X4    $0x01, 40(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    36(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VPBROADCASTW    38(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z5
+	VFMADD231PS     Z8, Z5, Z1
+	VMULPS          (SP), Z7, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VBROADCASTI64X4 4(DX), Z5
+	VINSERTI64X4    $0x01, 40(DX), Z5, Z5
+	VPBROADCASTW    (DX), Y6
+	VPBROADCASTW    36(DX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(DX), Y7
+	VPBROADCASTW    38(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z8, Z3, Z2
+	VMULPS          (SP), Z7, Z3
+	VFMADD231PS     vec_cE0<>+0(SB), Z3, Z2
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	MOVL            4(AX), BX
+	KMOVQ           BX, K1
+	VPADDB          vec_c10<>+0(SB), Z3, K1, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VPBROADCASTW    2(AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVUPS         Z5, (SP)
+	VBROADCASTI64X4 4(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z5, Z3, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z4, Z6, Z5
+	VFMADD231PS     Z8, Z5, Z1
+	VMULPS          (SP), Z7, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z1
+	VBROADCASTI64X4 4(DX), Z5
+	VPBROADCASTW    (DX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z0, Z3, Z2
+	VMULPS          (SP), Z7, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z4
+	VINSERTI32X4    $0x02, 32(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 32(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            4(AX), DI
+	MOVL            28(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z4, K2, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    24(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VPBROADCASTW    26(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVUPS         Z6, (SP)
+	VBROADCASTI64X4 4(CX), Z6
+	VINSERTI64X4    $0x01, 40(CX), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    36(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VPBROADCASTW    38(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z1
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z1
+	VBROADCASTI64X4 4(BX), Z6
+	VINSERTI64X4    $0x01, 40(BX), Z6, Z6
+	VPBROADCASTW    (BX), Y7
+	VPBROADCASTW    36(BX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(BX), Y8
+	VPBROADCASTW    38(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z2
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z2
+	VBROADCASTI64X4 4(DX), Z6
+	VINSERTI64X4    $0x01, 40(DX), Z6, Z6
+	VPBROADCASTW    (DX), Y7
+	VPBROADCASTW    36(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(DX), Y8
+	VPBROADCASTW    38(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z9, Z4, Z3
+	VMULPS          (SP), Z8, Z4
+	VFMADD231PS     vec_cE0<>+0(SB), Z4, Z3
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	MOVL            4(AX), SI
+	KMOVQ           SI, K1
+	VPADDB          vec_c10<>+0(SB), Z4, K1, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VPBROADCASTW    2(AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVUPS         Z6, (SP)
+	VBROADCASTI64X4 4(CX), Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z1
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z1
+	VBROADCASTI64X4 4(BX), Z6
+	VPBROADCASTW    (BX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z6, Z4, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z9, Z6, Z2
+	VMULPS          (SP), Z8, Z6
+	VFMADD231PS     vec_cE0<>+0(SB), Z6, Z2
+	VBROADCASTI64X4 4(DX), Z6
+	VPBROADCASTW    (DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VPBROADCASTW    2(DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z0, Z4, Z3
+	VMULPS          (SP), Z8, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z5
+	VINSERTI32X4    $0x02, 32(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 32(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), R8
+	MOVL            28(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    24(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    26(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI64X4 4(CX), Z7
+	VINSERTI64X4    $0x01, 40(CX), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    36(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VPBROADCASTW    38(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z1
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z1
+	VBROADCASTI64X4 4(BX), Z7
+	VINSERTI64X4    $0x01, 40(BX), Z7, Z7
+	VPBROADCASTW    (BX), Y8
+	VPBROADCASTW    36(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(BX), Y9
+	VPBROADCASTW    38(BX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z2
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VBROADCASTI64X4 4(SI), Z7
+	VINSERTI64X4    $0x01, 40(SI), Z7, Z7
+	VPBROADCASTW    (SI), Y8
+	VPBROADCASTW    36(SI), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(SI), Y9
+	VPBROADCASTW    38(SI), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z3
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VBROADCASTI64X4 4(DX), Z7
+	VINSERTI64X4    $0x01, 40(DX), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    36(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VPBROADCASTW    38(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z10, Z5, Z4
+	VMULPS          (SP), Z9, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000048, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), DI
+	KMOVQ           DI, K1
+	VPADDB          vec_c10<>+0(SB), Z5, K1, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI64X4 4(CX), Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z1
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z1
+	VBROADCASTI64X4 4(BX), Z7
+	VPBROADCASTW    (BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(BX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z2
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VBROADCASTI64X4 4(SI), Z7
+	VPBROADCASTW    (SI), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(SI), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z7, Z5, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z10, Z7, Z3
+	VMULPS          (SP), Z9, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VBROADCASTI64X4 4(DX), Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z7, Z5, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          (SP), Z9, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_2x2_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z5
+	VINSERTI32X4    $0x02, 32(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 32(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), DI
+	MOVL            28(AX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    24(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VPBROADCASTW    26(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI32X4 8(CX), Z7
+	VINSERTI32X4    $0x02, 32(CX), Z7, Z7
+	VINSERTI32X4    $0x03, 32(CX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(CX), DI
+	MOVL            28(CX), R8
+	SHLQ            $0x20, R8
+	ORQ             R8, DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    24(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VPBROADCASTW    26(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, 64(SP)
+	VBROADCASTI64X4 4(DX), Z9
+	VINSERTI64X4    $0x01, 40(DX), Z9, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    36(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    38(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z13
+	VFMADD231PS     Z12, Z13, Z1
+	VMULPS          (SP), Z11, Z12
+	VFMADD231PS     vec_cE0<>+0(SB), Z12, Z1
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z7, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z8, Z10, Z9
+	VFMADD231PS     Z12, Z9, Z3
+	VMULPS          64(SP), Z11, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z3
+	VBROADCASTI64X4 4(BX), Z9
+	VINSERTI64X4    $0x01, 40(BX), Z9, Z9
+	VPBROADCASTW    (BX), Y10
+	VPBROADCASTW    36(BX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(BX), Y11
+	VPBROADCASTW    38(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z5
+	VFMADD231PS     Z12, Z5, Z2
+	VMULPS          (SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z9, Z7, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z8, Z10, Z6
+	VFMADD231PS     Z5, Z6, Z4
+	VMULPS          64(SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z4
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	MOVL            4(AX), SI
+	KMOVQ           SI, K2
+	VPADDB          vec_c10<>+0(SB), Z5, K2, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VPBROADCASTW    2(AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVUPS         Z7, (SP)
+	VBROADCASTI32X4 8(CX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z7, K1, Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, 64(SP)
+	VBROADCASTI64X4 4(DX), Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z13
+	VFMADD231PS     Z12, Z13, Z1
+	VMULPS          (SP), Z11, Z12
+	VFMADD231PS     vec_cE0<>+0(SB), Z12, Z1
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z7, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z8, Z10, Z9
+	VFMADD231PS     Z12, Z9, Z3
+	VMULPS          64(SP), Z11, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z3
+	VBROADCASTI64X4 4(BX), Z9
+	VPBROADCASTW    (BX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z9, Z5, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z6, Z10, Z5
+	VFMADD231PS     Z12, Z5, Z2
+	VMULPS          (SP), Z11, Z5
+	VFMADD231PS     vec_cE0<>+0(SB), Z5, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z9, Z7, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z8, Z10, Z5
+	VFMADD231PS     Z0, Z5, Z4
+	VMULPS          64(SP), Z11, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_2x3_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), BX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z7
+	VINSERTI32X4    $0x02, 32(AX), Z7, Z7
+	VINSERTI32X4    $0x03, 32(AX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(AX), R8
+	MOVL            28(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (AX), Y8
+	VPBROADCASTW    24(AX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VPBROADCASTW    26(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 8(CX), Z9
+	VINSERTI32X4    $0x02, 32(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 32(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(CX), R8
+	MOVL            28(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    24(CX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(CX), Y11
+	VPBROADCASTW    26(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI64X4 4(DX), Z11
+	VINSERTI64X4    $0x01, 40(DX), Z11, Z11
+	VPBROADCASTW    (DX), Y12
+	VPBROADCASTW    36(DX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VPBROADCASTW    38(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z1
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z1
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z4
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z4
+	VBROADCASTI64X4 4(SI), Z11
+	VINSERTI64X4    $0x01, 40(SI), Z11, Z11
+	VPBROADCASTW    (SI), Y12
+	VPBROADCASTW    36(SI), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(SI), Y13
+	VPBROADCASTW    38(SI), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z2
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z2
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z5
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z5
+	VBROADCASTI64X4 4(BX), Z11
+	VINSERTI64X4    $0x01, 40(BX), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    36(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VPBROADCASTW    38(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z7
+	VFMADD231PS     Z14, Z7, Z3
+	VMULPS          (SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z11, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z12, Z8
+	VFMADD231PS     Z7, Z8, Z6
+	VMULPS          64(SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z6
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (AX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 8(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z9, K1, Z9
+	VPBROADCASTW    (CX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI64X4 4(DX), Z11
+	VPBROADCASTW    (DX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z1
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z1
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z4
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z4
+	VBROADCASTI64X4 4(SI), Z11
+	VPBROADCASTW    (SI), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(SI), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z15
+	VFMADD231PS     Z14, Z15, Z2
+	VMULPS          (SP), Z13, Z14
+	VFMADD231PS     vec_cE0<>+0(SB), Z14, Z2
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z9, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z10, Z12, Z11
+	VFMADD231PS     Z14, Z11, Z5
+	VMULPS          64(SP), Z13, Z11
+	VFMADD231PS     vec_cE0<>+0(SB), Z11, Z5
+	VBROADCASTI64X4 4(BX), Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z11, Z7, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z8, Z12, Z7
+	VFMADD231PS     Z14, Z7, Z3
+	VMULPS          (SP), Z13, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z11, Z9, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z10, Z12, Z7
+	VFMADD231PS     Z0, Z7, Z6
+	VMULPS          64(SP), Z13, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_2x4_AVX512(SB), NOSPLIT, $128-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), DI
+	LEAQ      (DI)(BX*1), BX
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z9
+	VINSERTI32X4    $0x02, 32(AX), Z9, Z9
+	VINSERTI32X4    $0x03, 32(AX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(AX), R9
+	MOVL            28(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (AX), Y10
+	VPBROADCASTW    24(AX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VPBROADCASTW    26(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 8(CX), Z11
+	VINSERTI32X4    $0x02, 32(CX), Z11, Z11
+	VINSERTI32X4    $0x03, 32(CX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(CX), R9
+	MOVL            28(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (CX), Y12
+	VPBROADCASTW    24(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VPBROADCASTW    26(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI64X4 4(DX), Z13
+	VINSERTI64X4    $0x01, 40(DX), Z13, Z13
+	VPBROADCASTW    (DX), Y14
+	VPBROADCASTW    36(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DX), Y15
+	VPBROADCASTW    38(DX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VINSERTI64X4    $0x01, 40(SI), Z13, Z13
+	VPBROADCASTW    (SI), Y14
+	VPBROADCASTW    36(SI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VPBROADCASTW    38(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z2
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z2
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z6
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VBROADCASTI64X4 4(DI), Z13
+	VINSERTI64X4    $0x01, 40(DI), Z13, Z13
+	VPBROADCASTW    (DI), Y14
+	VPBROADCASTW    36(DI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DI), Y15
+	VPBROADCASTW    38(DI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z7
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z7
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z9
+	VFMADD231PS     Z16, Z9, Z4
+	VMULPS          (SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z13, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z14, Z10
+	VFMADD231PS     Z9, Z10, Z8
+	VMULPS          64(SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z8
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, DX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, BX
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (AX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 8(CX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z11, K1, Z11
+	VPBROADCASTW    (CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI64X4 4(DX), Z13
+	VPBROADCASTW    (DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VPBROADCASTW    (SI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z2
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z2
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z6
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VBROADCASTI64X4 4(DI), Z13
+	VPBROADCASTW    (DI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(DI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z7
+	VMULPS          64(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z7
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z9
+	VFMADD231PS     Z16, Z9, Z4
+	VMULPS          (SP), Z15, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z11, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z12, Z14, Z9
+	VFMADD231PS     Z0, Z9, Z8
+	VMULPS          64(SP), Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_3x2_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z7
+	VINSERTI32X4    $0x02, 32(AX), Z7, Z7
+	VINSERTI32X4    $0x03, 32(AX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(AX), R8
+	MOVL            28(AX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (AX), Y8
+	VPBROADCASTW    24(AX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VPBROADCASTW    26(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 8(DX), Z9
+	VINSERTI32X4    $0x02, 32(DX), Z9, Z9
+	VINSERTI32X4    $0x03, 32(DX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(DX), R8
+	MOVL            28(DX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (DX), Y10
+	VPBROADCASTW    24(DX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VPBROADCASTW    26(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI32X4 8(CX), Z11
+	VINSERTI32X4    $0x02, 32(CX), Z11, Z11
+	VINSERTI32X4    $0x03, 32(CX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(CX), R8
+	MOVL            28(CX), R9
+	SHLQ            $0x20, R9
+	ORQ             R9, R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (CX), Y12
+	VPBROADCASTW    24(CX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VPBROADCASTW    26(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 128(SP)
+	VBROADCASTI64X4 4(BX), Z13
+	VINSERTI64X4    $0x01, 40(BX), Z13, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    36(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    38(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          64(SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          128(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VINSERTI64X4    $0x01, 40(SI), Z13, Z13
+	VPBROADCASTW    (SI), Y14
+	VPBROADCASTW    36(SI), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VPBROADCASTW    38(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z7
+	VFMADD231PS     Z16, Z7, Z2
+	VMULPS          (SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMULPS          64(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z4
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z11, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z12, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z6
+	VMULPS          128(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z6
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	MOVL            4(AX), DI
+	KMOVQ           DI, K2
+	VPADDB          vec_c10<>+0(SB), Z7, K2, Z7
+	VPBROADCASTW    (AX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VPBROADCASTW    2(AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVUPS         Z9, (SP)
+	VBROADCASTI32X4 8(DX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (DX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, 64(SP)
+	VBROADCASTI32X4 8(CX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z11, K1, Z11
+	VPBROADCASTW    (CX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 128(SP)
+	VBROADCASTI64X4 4(BX), Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z1
+	VMULPS          (SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z1
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z9, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z10, Z14, Z17
+	VFMADD231PS     Z16, Z17, Z3
+	VMULPS          64(SP), Z15, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z3
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z11, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z12, Z14, Z13
+	VFMADD231PS     Z16, Z13, Z5
+	VMULPS          128(SP), Z15, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z5
+	VBROADCASTI64X4 4(SI), Z13
+	VPBROADCASTW    (SI), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z13, Z7, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z8, Z14, Z7
+	VFMADD231PS     Z16, Z7, Z2
+	VMULPS          (SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z13, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z10, Z14, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMULPS          64(SP), Z15, Z7
+	VFMADD231PS     vec_cE0<>+0(SB), Z7, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z13, Z11, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z12, Z14, Z7
+	VFMADD231PS     Z0, Z7, Z6
+	VMULPS          128(SP), Z15, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_3x3_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), SI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQU32 vec_c01b<>+0(SB), Z10
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z10
+	VINSERTI32X4    $0x02, 32(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 32(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            4(AX), R9
+	MOVL            28(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    24(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(AX), Y12
+	VPBROADCASTW    26(AX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVUPS         Z12, (SP)
+	VBROADCASTI32X4 8(DX), Z12
+	VINSERTI32X4    $0x02, 32(DX), Z12, Z12
+	VINSERTI32X4    $0x03, 32(DX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            4(DX), R9
+	MOVL            28(DX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    24(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VPBROADCASTW    2(DX), Y14
+	VPBROADCASTW    26(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVUPS         Z14, 64(SP)
+	VBROADCASTI32X4 8(CX), Z14
+	VINSERTI32X4    $0x02, 32(CX), Z14, Z14
+	VINSERTI32X4    $0x03, 32(CX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            4(CX), R9
+	MOVL            28(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z14, K2, Z14
+	VPBROADCASTW    (CX), Y15
+	VPBROADCASTW    24(CX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VPBROADCASTW    26(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VMOVUPS         Z16, 128(SP)
+	VBROADCASTI64X4 4(BX), Z16
+	VINSERTI64X4    $0x01, 40(BX), Z16, Z16
+	VPBROADCASTW    (BX), Y17
+	VPBROADCASTW    36(BX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(BX), Y18
+	VPBROADCASTW    38(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z1
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z1
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z4
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z4
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z7
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z7
+	VBROADCASTI64X4 4(DI), Z16
+	VINSERTI64X4    $0x01, 40(DI), Z16, Z16
+	VPBROADCASTW    (DI), Y17
+	VPBROADCASTW    36(DI), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(DI), Y18
+	VPBROADCASTW    38(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z2
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z2
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z5
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z5
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z8
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z8
+	VBROADCASTI64X4 4(SI), Z16
+	VINSERTI64X4    $0x01, 40(SI), Z16, Z16
+	VPBROADCASTW    (SI), Y17
+	VPBROADCASTW    36(SI), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(SI), Y18
+	VPBROADCASTW    38(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z10
+	VFMADD231PS     Z19, Z10, Z3
+	VMULPS          (SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMULPS          64(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z6
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z14, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z15, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z9
+	VMULPS          128(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z9
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	MOVL            4(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z10, K2, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VPBROADCASTW    2(AX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVUPS         Z12, (SP)
+	VBROADCASTI32X4 8(DX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z12, K2, Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VPBROADCASTW    2(DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVUPS         Z14, 64(SP)
+	VBROADCASTI32X4 8(CX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z14, K1, Z14
+	VPBROADCASTW    (CX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VPBROADCASTW    2(CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VMOVUPS         Z16, 128(SP)
+	VBROADCASTI64X4 4(BX), Z16
+	VPBROADCASTW    (BX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z1
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z1
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z4
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z4
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z7
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z7
+	VBROADCASTI64X4 4(DI), Z16
+	VPBROADCASTW    (DI), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z2
+	VMULPS          (SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z2
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z12, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z13, Z17, Z20
+	VFMADD231PS     Z19, Z20, Z5
+	VMULPS          64(SP), Z18, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z5
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z14, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z15, Z17, Z16
+	VFMADD231PS     Z19, Z16, Z8
+	VMULPS          128(SP), Z18, Z16
+	VFMADD231PS     vec_cE0<>+0(SB), Z16, Z8
+	VBROADCASTI64X4 4(SI), Z16
+	VPBROADCASTW    (SI), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VPBROADCASTW    2(SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z16, Z10, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z11, Z17, Z10
+	VFMADD231PS     Z19, Z10, Z3
+	VMULPS          (SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z16, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z17, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMULPS          64(SP), Z18, Z10
+	VFMADD231PS     vec_cE0<>+0(SB), Z10, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z16, Z14, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z15, Z17, Z10
+	VFMADD231PS     Z0, Z10, Z9
+	VMULPS          128(SP), Z18, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_3x4_AVX512(SB), $192-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), R8
+	LEAQ      (R8)(SI*1), SI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z13
+	VINSERTI32X4    $0x02, 32(AX), Z13, Z13
+	VINSERTI32X4    $0x03, 32(AX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(AX), R10
+	MOVL            28(AX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (AX), Y14
+	VPBROADCASTW    24(AX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VPBROADCASTW    26(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 8(DX), Z15
+	VINSERTI32X4    $0x02, 32(DX), Z15, Z15
+	VINSERTI32X4    $0x03, 32(DX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(DX), R10
+	MOVL            28(DX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (DX), Y16
+	VPBROADCASTW    24(DX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VPBROADCASTW    26(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 8(CX), Z17
+	VINSERTI32X4    $0x02, 32(CX), Z17, Z17
+	VINSERTI32X4    $0x03, 32(CX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(CX), R10
+	MOVL            28(CX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z17, K2, Z17
+	VPBROADCASTW    (CX), Y18
+	VPBROADCASTW    24(CX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(CX), Y19
+	VPBROADCASTW    26(CX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI64X4 4(BX), Z19
+	VINSERTI64X4    $0x01, 40(BX), Z19, Z19
+	VPBROADCASTW    (BX), Y20
+	VPBROADCASTW    36(BX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(BX), Y21
+	VPBROADCASTW    38(BX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z1
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z1
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z5
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z5
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z9
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z9
+	VBROADCASTI64X4 4(DI), Z19
+	VINSERTI64X4    $0x01, 40(DI), Z19, Z19
+	VPBROADCASTW    (DI), Y20
+	VPBROADCASTW    36(DI), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DI), Y21
+	VPBROADCASTW    38(DI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z2
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z2
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z6
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z6
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z10
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z10
+	VBROADCASTI64X4 4(R8), Z19
+	VINSERTI64X4    $0x01, 40(R8), Z19, Z19
+	VPBROADCASTW    (R8), Y20
+	VPBROADCASTW    36(R8), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(R8), Y21
+	VPBROADCASTW    38(R8), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z3
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z3
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z7
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z7
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z11
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z11
+	VBROADCASTI64X4 4(SI), Z19
+	VINSERTI64X4    $0x01, 40(SI), Z19, Z19
+	VPBROADCASTW    (SI), Y20
+	VPBROADCASTW    36(SI), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(SI), Y21
+	VPBROADCASTW    38(SI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z13
+	VFMADD231PS     Z22, Z13, Z4
+	VMULPS          (SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMULPS          64(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z8
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z12
+	VMULPS          128(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z12
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, BX
+	ADDQ            $0x00000048, DI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, SI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(AX), R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (AX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 8(DX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (DX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 8(CX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z17, K1, Z17
+	VPBROADCASTW    (CX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(CX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI64X4 4(BX), Z19
+	VPBROADCASTW    (BX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(BX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z1
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z1
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z5
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z5
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z9
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z9
+	VBROADCASTI64X4 4(DI), Z19
+	VPBROADCASTW    (DI), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z2
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z2
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z6
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z6
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z10
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z10
+	VBROADCASTI64X4 4(R8), Z19
+	VPBROADCASTW    (R8), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(R8), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z3
+	VMULPS          (SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z3
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z15, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z16, Z20, Z23
+	VFMADD231PS     Z22, Z23, Z7
+	VMULPS          64(SP), Z21, Z22
+	VFMADD231PS     vec_cE0<>+0(SB), Z22, Z7
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z17, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z18, Z20, Z19
+	VFMADD231PS     Z22, Z19, Z11
+	VMULPS          128(SP), Z21, Z19
+	VFMADD231PS     vec_cE0<>+0(SB), Z19, Z11
+	VBROADCASTI64X4 4(SI), Z19
+	VPBROADCASTW    (SI), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(SI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z19, Z13, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z14, Z20, Z13
+	VFMADD231PS     Z22, Z13, Z4
+	VMULPS          (SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z19, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z20, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMULPS          64(SP), Z21, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z19, Z17, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z18, Z20, Z13
+	VFMADD231PS     Z0, Z13, Z12
+	VMULPS          128(SP), Z21, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_4x2_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), DI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z9
+	VINSERTI32X4    $0x02, 32(AX), Z9, Z9
+	VINSERTI32X4    $0x03, 32(AX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(AX), R9
+	MOVL            28(AX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (AX), Y10
+	VPBROADCASTW    24(AX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VPBROADCASTW    26(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 8(DX), Z11
+	VINSERTI32X4    $0x02, 32(DX), Z11, Z11
+	VINSERTI32X4    $0x03, 32(DX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(DX), R9
+	MOVL            28(DX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (DX), Y12
+	VPBROADCASTW    24(DX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VPBROADCASTW    26(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI32X4 8(BX), Z13
+	VINSERTI32X4    $0x02, 32(BX), Z13, Z13
+	VINSERTI32X4    $0x03, 32(BX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(BX), R9
+	MOVL            28(BX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (BX), Y14
+	VPBROADCASTW    24(BX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VPBROADCASTW    26(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, 128(SP)
+	VBROADCASTI32X4 8(CX), Z15
+	VINSERTI32X4    $0x02, 32(CX), Z15, Z15
+	VINSERTI32X4    $0x03, 32(CX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(CX), R9
+	MOVL            28(CX), R10
+	SHLQ            $0x20, R10
+	ORQ             R10, R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (CX), Y16
+	VPBROADCASTW    24(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(CX), Y17
+	VPBROADCASTW    26(CX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 192(SP)
+	VBROADCASTI64X4 4(SI), Z17
+	VINSERTI64X4    $0x01, 40(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    36(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VPBROADCASTW    38(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z1
+	VMULPS          (SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z1
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z11, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z3
+	VMULPS          64(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z3
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z13, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z5
+	VMULPS          128(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z5
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z15, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z20, Z17, Z7
+	VMULPS          192(SP), Z19, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z7
+	VBROADCASTI64X4 4(DI), Z17
+	VINSERTI64X4    $0x01, 40(DI), Z17, Z17
+	VPBROADCASTW    (DI), Y18
+	VPBROADCASTW    36(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(DI), Y19
+	VPBROADCASTW    38(DI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z9
+	VFMADD231PS     Z20, Z9, Z2
+	VMULPS          (SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMULPS          64(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z13, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z14, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMULPS          128(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z6
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z15, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z16, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z8
+	VMULPS          192(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z8
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, BX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	MOVL            4(AX), R8
+	KMOVQ           R8, K2
+	VPADDB          vec_c10<>+0(SB), Z9, K2, Z9
+	VPBROADCASTW    (AX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VPBROADCASTW    2(AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVUPS         Z11, (SP)
+	VBROADCASTI32X4 8(DX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z11, K2, Z11
+	VPBROADCASTW    (DX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VPBROADCASTW    2(DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVUPS         Z13, 64(SP)
+	VBROADCASTI32X4 8(BX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (BX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, 128(SP)
+	VBROADCASTI32X4 8(CX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z15, K1, Z15
+	VPBROADCASTW    (CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(CX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 192(SP)
+	VBROADCASTI64X4 4(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z1
+	VMULPS          (SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z1
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z11, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z3
+	VMULPS          64(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z3
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z13, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z20, Z21, Z5
+	VMULPS          128(SP), Z19, Z20
+	VFMADD231PS     vec_cE0<>+0(SB), Z20, Z5
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z15, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z20, Z17, Z7
+	VMULPS          192(SP), Z19, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z7
+	VBROADCASTI64X4 4(DI), Z17
+	VPBROADCASTW    (DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(DI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z17, Z9, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z10, Z18, Z9
+	VFMADD231PS     Z20, Z9, Z2
+	VMULPS          (SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z12, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMULPS          64(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z17, Z13, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z14, Z18, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMULPS          128(SP), Z19, Z9
+	VFMADD231PS     vec_cE0<>+0(SB), Z9, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z15, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z16, Z18, Z9
+	VFMADD231PS     Z0, Z9, Z8
+	VMULPS          192(SP), Z19, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF64X4 $0x01, Z5, Y3
+	VADDPS        Y3, Y5, Y3
+	VEXTRACTF64X4 $0x01, Z7, Y5
+	VADDPS        Y5, Y7, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y7
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y7, Y0
+	VSHUFPS       $0x88, Y5, Y3, Y1
+	VSHUFPS       $0xdd, Y5, Y3, Y3
+	VADDPS        Y3, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y3
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z6, Y2
+	VADDPS        Y2, Y6, Y2
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_4x3_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), DI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z13
+	VINSERTI32X4    $0x02, 32(AX), Z13, Z13
+	VINSERTI32X4    $0x03, 32(AX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(AX), R10
+	MOVL            28(AX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (AX), Y14
+	VPBROADCASTW    24(AX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VPBROADCASTW    26(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 8(DX), Z15
+	VINSERTI32X4    $0x02, 32(DX), Z15, Z15
+	VINSERTI32X4    $0x03, 32(DX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(DX), R10
+	MOVL            28(DX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (DX), Y16
+	VPBROADCASTW    24(DX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VPBROADCASTW    26(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 8(BX), Z17
+	VINSERTI32X4    $0x02, 32(BX), Z17, Z17
+	VINSERTI32X4    $0x03, 32(BX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(BX), R10
+	MOVL            28(BX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z17, K2, Z17
+	VPBROADCASTW    (BX), Y18
+	VPBROADCASTW    24(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(BX), Y19
+	VPBROADCASTW    26(BX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI32X4 8(CX), Z19
+	VINSERTI32X4    $0x02, 32(CX), Z19, Z19
+	VINSERTI32X4    $0x03, 32(CX), Z19, Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	MOVL            4(CX), R10
+	MOVL            28(CX), R11
+	SHLQ            $0x20, R11
+	ORQ             R11, R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z19, K2, Z19
+	VPBROADCASTW    (CX), Y20
+	VPBROADCASTW    24(CX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(CX), Y21
+	VPBROADCASTW    26(CX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 192(SP)
+	VBROADCASTI64X4 4(SI), Z21
+	VINSERTI64X4    $0x01, 40(SI), Z21, Z21
+	VPBROADCASTW    (SI), Y22
+	VPBROADCASTW    36(SI), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(SI), Y23
+	VPBROADCASTW    38(SI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z1
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z1
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z4
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z4
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z7
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z7
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z10
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z10
+	VBROADCASTI64X4 4(R8), Z21
+	VINSERTI64X4    $0x01, 40(R8), Z21, Z21
+	VPBROADCASTW    (R8), Y22
+	VPBROADCASTW    36(R8), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(R8), Y23
+	VPBROADCASTW    38(R8), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z2
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z2
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z5
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z5
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z8
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z8
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z11
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z11
+	VBROADCASTI64X4 4(DI), Z21
+	VINSERTI64X4    $0x01, 40(DI), Z21, Z21
+	VPBROADCASTW    (DI), Y22
+	VPBROADCASTW    36(DI), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(DI), Y23
+	VPBROADCASTW    38(DI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z13
+	VFMADD231PS     Z24, Z13, Z3
+	VMULPS          (SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMULPS          64(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMULPS          128(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z9
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z19, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z20, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z12
+	VMULPS          192(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z12
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, BX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	MOVL            4(AX), R9
+	KMOVQ           R9, K2
+	VPADDB          vec_c10<>+0(SB), Z13, K2, Z13
+	VPBROADCASTW    (AX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VPBROADCASTW    2(AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVUPS         Z15, (SP)
+	VBROADCASTI32X4 8(DX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z15, K2, Z15
+	VPBROADCASTW    (DX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VPBROADCASTW    2(DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VMOVUPS         Z17, 64(SP)
+	VBROADCASTI32X4 8(BX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z17, K2, Z17
+	VPBROADCASTW    (BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(BX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, 128(SP)
+	VBROADCASTI32X4 8(CX), Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z19, K1, Z19
+	VPBROADCASTW    (CX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(CX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 192(SP)
+	VBROADCASTI64X4 4(SI), Z21
+	VPBROADCASTW    (SI), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(SI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z1
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z1
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z4
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z4
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z7
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z7
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z10
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z10
+	VBROADCASTI64X4 4(R8), Z21
+	VPBROADCASTW    (R8), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(R8), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z2
+	VMULPS          (SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z2
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z15, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z16, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z5
+	VMULPS          64(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z5
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z17, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z18, Z22, Z25
+	VFMADD231PS     Z24, Z25, Z8
+	VMULPS          128(SP), Z23, Z24
+	VFMADD231PS     vec_cE0<>+0(SB), Z24, Z8
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z19, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z20, Z22, Z21
+	VFMADD231PS     Z24, Z21, Z11
+	VMULPS          192(SP), Z23, Z21
+	VFMADD231PS     vec_cE0<>+0(SB), Z21, Z11
+	VBROADCASTI64X4 4(DI), Z21
+	VPBROADCASTW    (DI), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(DI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z21, Z13, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z14, Z22, Z13
+	VFMADD231PS     Z24, Z13, Z3
+	VMULPS          (SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z15, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z16, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMULPS          64(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z21, Z17, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z18, Z22, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMULPS          128(SP), Z23, Z13
+	VFMADD231PS     vec_cE0<>+0(SB), Z13, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z21, Z19, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z20, Z22, Z13
+	VFMADD231PS     Z0, Z13, Z12
+	VMULPS          192(SP), Z23, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z7, Y4
+	VADDPS        Y4, Y7, Y4
+	VEXTRACTF64X4 $0x01, Z10, Y7
+	VADDPS        Y7, Y10, Y7
+	VSHUFPS       $0x88, Y1, Y0, Y10
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y10, Y0
+	VSHUFPS       $0x88, Y7, Y4, Y1
+	VSHUFPS       $0xdd, Y7, Y4, Y4
+	VADDPS        Y4, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z8, Y2
+	VADDPS        Y2, Y8, Y2
+	VEXTRACTF64X4 $0x01, Z11, Y4
+	VADDPS        Y4, Y11, Y4
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y4, Y2, Y1
+	VSHUFPS       $0xdd, Y4, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y2
+	VADDPS        Y2, Y9, Y2
+	VEXTRACTF64X4 $0x01, Z12, Y3
+	VADDPS        Y3, Y12, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_1_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileQ5_1_4x4_AVX512(SB), $256-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), R9
+	LEAQ      (R9)(DI*1), DI
+	MOVQ      nb+32(FP), R10
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQA32 Z0, Z13
+	VMOVDQA32 Z0, Z14
+	VMOVDQA32 Z0, Z15
+	VMOVDQA32 Z0, Z16
+	VMOVDQU32 vec_c01b<>+0(SB), Z17
+	MOVL      $0x000000cc, R11
+	KMOVW     R11, K1
+
+pair:
+	CMPQ            R10, $0x02
+	JL              last
+	VBROADCASTI32X4 8(AX), Z17
+	VINSERTI32X4    $0x02, 32(AX), Z17, Z17
+	VINSERTI32X4    $0x03, 32(AX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(AX), R11
+	MOVL            28(AX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z17, K2, Z17
+	VPBROADCASTW    (AX), Y18
+	VPBROADCASTW    24(AX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(AX), Y19
+	VPBROADCASTW    26(AX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, (SP)
+	VBROADCASTI32X4 8(DX), Z19
+	VINSERTI32X4    $0x02, 32(DX), Z19, Z19
+	VINSERTI32X4    $0x03, 32(DX), Z19, Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	MOVL            4(DX), R11
+	MOVL            28(DX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z19, K2, Z19
+	VPBROADCASTW    (DX), Y20
+	VPBROADCASTW    24(DX), X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DX), Y21
+	VPBROADCASTW    26(DX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 64(SP)
+	VBROADCASTI32X4 8(BX), Z21
+	VINSERTI32X4    $0x02, 32(BX), Z21, Z21
+	VINSERTI32X4    $0x03, 32(BX), Z21, Z21
+	VPSRLW          $0x04, Z21, Z22
+	VPBLENDMQ       Z22, Z21, K1, Z21
+	VPANDD          vec_c0F<>+0(SB), Z21, Z21
+	MOVL            4(BX), R11
+	MOVL            28(BX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z21, K2, Z21
+	VPBROADCASTW    (BX), Y22
+	VPBROADCASTW    24(BX), X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(BX), Y23
+	VPBROADCASTW    26(BX), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVUPS         Z23, 128(SP)
+	VBROADCASTI32X4 8(CX), Z23
+	VINSERTI32X4    $0x02, 32(CX), Z23, Z23
+	VINSERTI32X4    $0x03, 32(CX), Z23, Z23
+	VPSRLW          $0x04, Z23, Z24
+	VPBLENDMQ       Z24, Z23, K1, Z23
+	VPANDD          vec_c0F<>+0(SB), Z23, Z23
+	MOVL            4(CX), R11
+	MOVL            28(CX), R12
+	SHLQ            $0x20, R12
+	ORQ             R12, R11
+	KMOVQ           R11, K2
+	VPADDB          vec_c10<>+0(SB), Z23, K2, Z23
+	VPBROADCASTW    (CX), Y24
+	VPBROADCASTW    24(CX), X25
+	VINSERTI32X4    $0x01, X25, Y24, Y24
+	VCVTPH2PS       Y24, Z24
+	VPBROADCASTW    2(CX), Y25
+	VPBROADCASTW    26(CX), X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VMOVUPS         Z25, 192(SP)
+	VBROADCASTI64X4 4(SI), Z25
+	VINSERTI64X4    $0x01, 40(SI), Z25, Z25
+	VPBROADCASTW    (SI), Y26
+	VPBROADCASTW    36(SI), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(SI), Y27
+	VPBROADCASTW    38(SI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z1
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z1
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z5
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z5
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z9
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z9
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z13
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z13
+	VBROADCASTI64X4 4(R8), Z25
+	VINSERTI64X4    $0x01, 40(R8), Z25, Z25
+	VPBROADCASTW    (R8), Y26
+	VPBROADCASTW    36(R8), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R8), Y27
+	VPBROADCASTW    38(R8), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z2
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z2
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z6
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z6
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z10
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z10
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z14
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z14
+	VBROADCASTI64X4 4(R9), Z25
+	VINSERTI64X4    $0x01, 40(R9), Z25, Z25
+	VPBROADCASTW    (R9), Y26
+	VPBROADCASTW    36(R9), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R9), Y27
+	VPBROADCASTW    38(R9), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z3
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z3
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z7
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z7
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z11
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z11
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z15
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z15
+	VBROADCASTI64X4 4(DI), Z25
+	VINSERTI64X4    $0x01, 40(DI), Z25, Z25
+	VPBROADCASTW    (DI), Y26
+	VPBROADCASTW    36(DI), X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(DI), Y27
+	VPBROADCASTW    38(DI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z17
+	VFMADD231PS     Z28, Z17, Z4
+	VMULPS          (SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z19, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z20, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMULPS          64(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z21, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z22, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMULPS          128(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z12
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z23, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z24, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z16
+	VMULPS          192(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z16
+	ADDQ            $0x00000030, AX
+	ADDQ            $0x00000030, DX
+	ADDQ            $0x00000030, BX
+	ADDQ            $0x00000030, CX
+	ADDQ            $0x00000048, SI
+	ADDQ            $0x00000048, R8
+	ADDQ            $0x00000048, R9
+	ADDQ            $0x00000048, DI
+	SUBQ            $0x02, R10
+	JMP             pair
+
+last:
+	TESTQ           R10, R10
+	JZ              done
+	VBROADCASTI32X4 8(AX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VPBLENDMQ       Z18, Z17, K1, Z17
+	VPANDD          vec_c0F<>+0(SB), Z17, Z17
+	MOVL            4(AX), R10
+	KMOVQ           R10, K2
+	VPADDB          vec_c10<>+0(SB), Z17, K2, Z17
+	VPBROADCASTW    (AX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VPBROADCASTW    2(AX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVUPS         Z19, (SP)
+	VBROADCASTI32X4 8(DX), Z19
+	VPSRLW          $0x04, Z19, Z20
+	VPBLENDMQ       Z20, Z19, K1, Z19
+	VPANDD          vec_c0F<>+0(SB), Z19, Z19
+	MOVL            4(DX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z19, K2, Z19
+	VPBROADCASTW    (DX), Y20
+	VMOVDQA32       X0, X21
+	VINSERTI32X4    $0x01, X21, Y20, Y20
+	VCVTPH2PS       Y20, Z20
+	VPBROADCASTW    2(DX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVUPS         Z21, 64(SP)
+	VBROADCASTI32X4 8(BX), Z21
+	VPSRLW          $0x04, Z21, Z22
+	VPBLENDMQ       Z22, Z21, K1, Z21
+	VPANDD          vec_c0F<>+0(SB), Z21, Z21
+	MOVL            4(BX), AX
+	KMOVQ           AX, K2
+	VPADDB          vec_c10<>+0(SB), Z21, K2, Z21
+	VPBROADCASTW    (BX), Y22
+	VMOVDQA32       X0, X23
+	VINSERTI32X4    $0x01, X23, Y22, Y22
+	VCVTPH2PS       Y22, Z22
+	VPBROADCASTW    2(BX), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVUPS         Z23, 128(SP)
+	VBROADCASTI32X4 8(CX), Z23
+	VPSRLW          $0x04, Z23, Z24
+	VPBLENDMQ       Z24, Z23, K1, Z23
+	VPANDD          vec_c0F<>+0(SB), Z23, Z23
+	MOVL            4(CX), AX
+	KMOVQ           AX, K1
+	VPADDB          vec_c10<>+0(SB), Z23, K1, Z23
+	VPBROADCASTW    (CX), Y24
+	VMOVDQA32       X0, X25
+	VINSERTI32X4    $0x01, X25, Y24, Y24
+	VCVTPH2PS       Y24, Z24
+	VPBROADCASTW    2(CX), Y25
+	VMOVDQA32       X0, X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VMOVUPS         Z25, 192(SP)
+	VBROADCASTI64X4 4(SI), Z25
+	VPBROADCASTW    (SI), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(SI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z1
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z1
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z5
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z5
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z9
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z9
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z13
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z13
+	VBROADCASTI64X4 4(R8), Z25
+	VPBROADCASTW    (R8), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R8), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z2
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z2
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z6
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z6
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z10
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z10
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z14
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z14
+	VBROADCASTI64X4 4(R9), Z25
+	VPBROADCASTW    (R9), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(R9), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z3
+	VMULPS          (SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z3
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z19, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z20, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z7
+	VMULPS          64(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z7
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z21, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z22, Z26, Z29
+	VFMADD231PS     Z28, Z29, Z11
+	VMULPS          128(SP), Z27, Z28
+	VFMADD231PS     vec_cE0<>+0(SB), Z28, Z11
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z23, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z24, Z26, Z25
+	VFMADD231PS     Z28, Z25, Z15
+	VMULPS          192(SP), Z27, Z25
+	VFMADD231PS     vec_cE0<>+0(SB), Z25, Z15
+	VBROADCASTI64X4 4(DI), Z25
+	VPBROADCASTW    (DI), Y26
+	VMOVDQA32       X0, X27
+	VINSERTI32X4    $0x01, X27, Y26, Y26
+	VCVTPH2PS       Y26, Z26
+	VPBROADCASTW    2(DI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z25, Z17, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z18, Z26, Z17
+	VFMADD231PS     Z28, Z17, Z4
+	VMULPS          (SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z4
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z19, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z20, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMULPS          64(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z8
+	VMOVDQA32       Z0, Z17
+	VPDPBUSD        Z25, Z21, Z17
+	VCVTDQ2PS       Z17, Z17
+	VMULPS          Z22, Z26, Z18
+	VFMADD231PS     Z17, Z18, Z12
+	VMULPS          128(SP), Z27, Z17
+	VFMADD231PS     vec_cE0<>+0(SB), Z17, Z12
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z25, Z23, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z24, Z26, Z17
+	VFMADD231PS     Z0, Z17, Z16
+	VMULPS          192(SP), Z27, Z0
+	VFMADD231PS     vec_cE0<>+0(SB), Z0, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y5
+	VADDPS        Y5, Y9, Y5
+	VEXTRACTF64X4 $0x01, Z13, Y9
+	VADDPS        Y9, Y13, Y9
+	VSHUFPS       $0x88, Y1, Y0, Y13
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y13, Y0
+	VSHUFPS       $0x88, Y9, Y5, Y1
+	VSHUFPS       $0xdd, Y9, Y5, Y5
+	VADDPS        Y5, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z10, Y2
+	VADDPS        Y2, Y10, Y2
+	VEXTRACTF64X4 $0x01, Z14, Y5
+	VADDPS        Y5, Y14, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y6
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y6, Y0
+	VSHUFPS       $0x88, Y5, Y2, Y1
+	VSHUFPS       $0xdd, Y5, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF64X4 $0x01, Z11, Y2
+	VADDPS        Y2, Y11, Y2
+	VEXTRACTF64X4 $0x01, Z15, Y3
+	VADDPS        Y3, Y15, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF64X4 $0x01, Z8, Y1
+	VADDPS        Y1, Y8, Y1
+	VEXTRACTF64X4 $0x01, Z12, Y2
+	VADDPS        Y2, Y12, Y2
+	VEXTRACTF64X4 $0x01, Z16, Y3
+	VADDPS        Y3, Y16, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+, SSE
+TEXT ·dotIQ4_NLAVX512(SB), NOSPLIT, $0-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 2(AX), Z3
+	VINSERTI32X4    $0x02, 20(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 20(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z4
+	VPSHUFB         Z3, Z4, Z3
+	VPXORD          vec_c80<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    18(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x07, Z7, Z7
+	VMOVDQA32       Z0, Z8
+	VPSUBD          Z7, Z8, Z8
+	VMOVDQA32       Z8, Z7
+	VPDPBUSD        Z5, Z3, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z7, Z3, Z1
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000044, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 2(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z4
+	VPSHUFB         Z3, Z4, Z3
+	VPXORD          vec_c80<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x07, Z7, Z7
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z7, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+
+done:
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VZEROUPPER
+	MOVSS         X0, ret+24(FP)
+	RET
+
+// func tileIQ4_NL_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileIQ4_NL_1x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQU32 vec_c01b<>+0(SB), Z2
+	MOVL      $0x000000cc, BX
+	KMOVW     BX, K1
+
+pair:
+	CMPQ            DX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 2(AX), Z3
+	VINSERTI32X4    $0x02, 20(AX), Z3, Z3
+	VINSERTI32X4    $0x03, 20(AX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z4
+	VPSHUFB         Z3, Z4, Z3
+	VPXORD          vec_c80<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VPBROADCASTW    18(AX), X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x07, Z7, Z7
+	VMOVDQA32       Z0, Z8
+	VPSUBD          Z7, Z8, Z8
+	VMOVDQA32       Z8, Z7
+	VPDPBUSD        Z5, Z3, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z4, Z6, Z3
+	VFMADD231PS     Z7, Z3, Z1
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000044, CX
+	SUBQ            $0x02, DX
+	JMP             pair
+
+last:
+	TESTQ           DX, DX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	VBROADCASTI32X4 2(AX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPBLENDMQ       Z4, Z3, K1, Z3
+	VPANDD          vec_c0F<>+0(SB), Z3, Z3
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z4
+	VPSHUFB         Z3, Z4, Z3
+	VPXORD          vec_c80<>+0(SB), Z3, Z3
+	VPBROADCASTW    (AX), Y4
+	VMOVDQA32       X0, X5
+	VINSERTI32X4    $0x01, X5, Y4, Y4
+	VCVTPH2PS       Y4, Z4
+	VBROADCASTI64X4 2(CX), Z5
+	VPBROADCASTW    (CX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPSLLD          $0x07, Z7, Z7
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z7, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z5, Z3, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z4, Z6, Z2
+	VFMADD231PS     Z0, Z2, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileIQ4_NL_2x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z4
+	VINSERTI32X4    $0x02, 20(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 20(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z5
+	VPSHUFB         Z4, Z5, Z4
+	VPXORD          vec_c80<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    18(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 2(CX), Z6
+	VINSERTI32X4    $0x02, 20(CX), Z6, Z6
+	VINSERTI32X4    $0x03, 20(CX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    18(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(DX), Z8
+	VINSERTI64X4    $0x01, 36(DX), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    34(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z3, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z4, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z5, Z9, Z4
+	VFMADD231PS     Z10, Z4, Z1
+	VMOVDQA32       Z11, Z4
+	VPDPBUSD        Z8, Z6, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z7, Z9, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z5
+	VPSHUFB         Z4, Z5, Z4
+	VPXORD          vec_c80<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI32X4 2(CX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(DX), Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z3, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z10, Z0, Z0
+	VMOVDQA32       Z0, Z3
+	VPDPBUSD        Z8, Z4, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          Z5, Z9, Z4
+	VFMADD231PS     Z3, Z4, Z1
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z8, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z9, Z3
+	VFMADD231PS     Z0, Z3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileIQ4_NL_3x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z5
+	VINSERTI32X4    $0x02, 20(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 20(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z6
+	VPSHUFB         Z5, Z6, Z5
+	VPXORD          vec_c80<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    18(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 2(DX), Z7
+	VINSERTI32X4    $0x02, 20(DX), Z7, Z7
+	VINSERTI32X4    $0x03, 20(DX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z8
+	VPSHUFB         Z7, Z8, Z7
+	VPXORD          vec_c80<>+0(SB), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    18(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI32X4 2(CX), Z9
+	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z10
+	VPSHUFB         Z9, Z10, Z9
+	VPXORD          vec_c80<>+0(SB), Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    18(CX), X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI64X4 2(BX), Z11
+	VINSERTI64X4    $0x01, 36(BX), Z11, Z11
+	VPBROADCASTW    (BX), Y12
+	VPBROADCASTW    34(BX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z11, Z4, Z13
+	VPSLLD          $0x07, Z13, Z13
+	VMOVDQA32       Z0, Z14
+	VPSUBD          Z13, Z14, Z14
+	VMOVDQA32       Z14, Z13
+	VPDPBUSD        Z11, Z5, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z6, Z12, Z5
+	VFMADD231PS     Z13, Z5, Z1
+	VMOVDQA32       Z14, Z5
+	VPDPBUSD        Z11, Z7, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z8, Z12, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z14, Z5
+	VPDPBUSD        Z11, Z9, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z10, Z12, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z6
+	VPSHUFB         Z5, Z6, Z5
+	VPXORD          vec_c80<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI32X4 2(DX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VPBLENDMQ       Z8, Z7, K1, Z7
+	VPANDD          vec_c0F<>+0(SB), Z7, Z7
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z8
+	VPSHUFB         Z7, Z8, Z7
+	VPXORD          vec_c80<>+0(SB), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VBROADCASTI32X4 2(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VPBLENDMQ       Z10, Z9, K1, Z9
+	VPANDD          vec_c0F<>+0(SB), Z9, Z9
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z10
+	VPSHUFB         Z9, Z10, Z9
+	VPXORD          vec_c80<>+0(SB), Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VMOVDQA32       X0, X11
+	VINSERTI32X4    $0x01, X11, Y10, Y10
+	VCVTPH2PS       Y10, Z10
+	VBROADCASTI64X4 2(BX), Z11
+	VPBROADCASTW    (BX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z11, Z4, Z13
+	VPSLLD          $0x07, Z13, Z13
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z13, Z0, Z0
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z11, Z5, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z6, Z12, Z5
+	VFMADD231PS     Z4, Z5, Z1
+	VMOVDQA32       Z0, Z4
+	VPDPBUSD        Z11, Z7, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          Z8, Z12, Z5
+	VFMADD231PS     Z4, Z5, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z11, Z9, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z10, Z12, Z4
+	VFMADD231PS     Z0, Z4, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, MMX+
+TEXT ·tileIQ4_NL_4x1_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z6
+	VINSERTI32X4    $0x02, 20(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 20(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    18(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 2(DX), Z8
+	VINSERTI32X4    $0x02, 20(DX), Z8, Z8
+	VINSERTI32X4    $0x03, 20(DX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    18(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(BX), Z10
+	VINSERTI32X4    $0x02, 20(BX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(BX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (BX), Y11
+	VPBROADCASTW    18(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VINSERTI32X4    $0x02, 20(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 20(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    18(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z5, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z6, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z7, Z15, Z6
+	VFMADD231PS     Z16, Z6, Z1
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z8, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z9, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z2
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z10, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z11, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z3
+	VMOVDQA32       Z17, Z6
+	VPDPBUSD        Z14, Z12, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z13, Z15, Z7
+	VFMADD231PS     Z6, Z7, Z4
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	PREFETCHT0      16384(AX)
+	PREFETCHT0      16384(DX)
+	PREFETCHT0      16384(BX)
+	PREFETCHT0      16384(CX)
+	VBROADCASTI32X4 2(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 2(DX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(BX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z5, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z6, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z7, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z1
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z8, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z9, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z14, Z10, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z11, Z15, Z6
+	VFMADD231PS     Z5, Z6, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF64X4 $0x01, Z3, Y2
+	VADDPS        Y2, Y3, Y2
+	VEXTRACTF64X4 $0x01, Z4, Y3
+	VADDPS        Y3, Y4, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_1x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQU32 vec_c01b<>+0(SB), Z3
+	MOVL      $0x000000cc, SI
+	KMOVW     SI, K1
+
+pair:
+	CMPQ            BX, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z4
+	VINSERTI32X4    $0x02, 20(AX), Z4, Z4
+	VINSERTI32X4    $0x03, 20(AX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z5
+	VPSHUFB         Z4, Z5, Z4
+	VPXORD          vec_c80<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VPBROADCASTW    18(AX), X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI64X4 2(CX), Z6
+	VINSERTI64X4    $0x01, 36(CX), Z6, Z6
+	VPBROADCASTW    (CX), Y7
+	VPBROADCASTW    34(CX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x07, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z8, Z6, Z1
+	VBROADCASTI64X4 2(DX), Z6
+	VINSERTI64X4    $0x01, 36(DX), Z6, Z6
+	VPBROADCASTW    (DX), Y7
+	VPBROADCASTW    34(DX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x07, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z4
+	VFMADD231PS     Z8, Z4, Z2
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, BX
+	JMP             pair
+
+last:
+	TESTQ           BX, BX
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VPBLENDMQ       Z5, Z4, K1, Z4
+	VPANDD          vec_c0F<>+0(SB), Z4, Z4
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z5
+	VPSHUFB         Z4, Z5, Z4
+	VPXORD          vec_c80<>+0(SB), Z4, Z4
+	VPBROADCASTW    (AX), Y5
+	VMOVDQA32       X0, X6
+	VINSERTI32X4    $0x01, X6, Y5, Y5
+	VCVTPH2PS       Y5, Z5
+	VBROADCASTI64X4 2(CX), Z6
+	VPBROADCASTW    (CX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x07, Z8, Z8
+	VMOVDQA32       Z0, Z9
+	VPSUBD          Z8, Z9, Z9
+	VMOVDQA32       Z9, Z8
+	VPDPBUSD        Z6, Z4, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z5, Z7, Z6
+	VFMADD231PS     Z8, Z6, Z1
+	VBROADCASTI64X4 2(DX), Z6
+	VPBROADCASTW    (DX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VMOVDQA32       Z0, Z8
+	VPDPBUSD        Z6, Z3, Z8
+	VPSLLD          $0x07, Z8, Z8
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z8, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z5, Z7, Z3
+	VFMADD231PS     Z0, Z3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_1x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQU32 vec_c01b<>+0(SB), Z4
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z5
+	VINSERTI32X4    $0x02, 20(AX), Z5, Z5
+	VINSERTI32X4    $0x03, 20(AX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z6
+	VPSHUFB         Z5, Z6, Z5
+	VPXORD          vec_c80<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VPBROADCASTW    18(AX), X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI64X4 2(CX), Z7
+	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    34(CX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z1
+	VBROADCASTI64X4 2(BX), Z7
+	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
+	VPBROADCASTW    (BX), Y8
+	VPBROADCASTW    34(BX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z2
+	VBROADCASTI64X4 2(DX), Z7
+	VINSERTI64X4    $0x01, 36(DX), Z7, Z7
+	VPBROADCASTW    (DX), Y8
+	VPBROADCASTW    34(DX), X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z5
+	VFMADD231PS     Z9, Z5, Z3
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPBLENDMQ       Z6, Z5, K1, Z5
+	VPANDD          vec_c0F<>+0(SB), Z5, Z5
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z6
+	VPSHUFB         Z5, Z6, Z5
+	VPXORD          vec_c80<>+0(SB), Z5, Z5
+	VPBROADCASTW    (AX), Y6
+	VMOVDQA32       X0, X7
+	VINSERTI32X4    $0x01, X7, Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VBROADCASTI64X4 2(CX), Z7
+	VPBROADCASTW    (CX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z1
+	VBROADCASTI64X4 2(BX), Z7
+	VPBROADCASTW    (BX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z10
+	VPSUBD          Z9, Z10, Z10
+	VMOVDQA32       Z10, Z9
+	VPDPBUSD        Z7, Z5, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z6, Z8, Z7
+	VFMADD231PS     Z9, Z7, Z2
+	VBROADCASTI64X4 2(DX), Z7
+	VPBROADCASTW    (DX), Y8
+	VMOVDQA32       X0, X9
+	VINSERTI32X4    $0x01, X9, Y8, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z7, Z4, Z9
+	VPSLLD          $0x07, Z9, Z9
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z9, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z7, Z5, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z6, Z8, Z4
+	VFMADD231PS     Z0, Z4, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_1x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z6
+	VINSERTI32X4    $0x02, 20(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 20(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    18(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(CX), Z8
+	VINSERTI64X4    $0x01, 36(CX), Z8, Z8
+	VPBROADCASTW    (CX), Y9
+	VPBROADCASTW    34(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z1
+	VBROADCASTI64X4 2(BX), Z8
+	VINSERTI64X4    $0x01, 36(BX), Z8, Z8
+	VPBROADCASTW    (BX), Y9
+	VPBROADCASTW    34(BX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z2
+	VBROADCASTI64X4 2(SI), Z8
+	VINSERTI64X4    $0x01, 36(SI), Z8, Z8
+	VPBROADCASTW    (SI), Y9
+	VPBROADCASTW    34(SI), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z3
+	VBROADCASTI64X4 2(DX), Z8
+	VINSERTI64X4    $0x01, 36(DX), Z8, Z8
+	VPBROADCASTW    (DX), Y9
+	VPBROADCASTW    34(DX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z6
+	VFMADD231PS     Z10, Z6, Z4
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI64X4 2(CX), Z8
+	VPBROADCASTW    (CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z1
+	VBROADCASTI64X4 2(BX), Z8
+	VPBROADCASTW    (BX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z2
+	VBROADCASTI64X4 2(SI), Z8
+	VPBROADCASTW    (SI), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z11
+	VPSUBD          Z10, Z11, Z11
+	VMOVDQA32       Z11, Z10
+	VPDPBUSD        Z8, Z6, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z7, Z9, Z8
+	VFMADD231PS     Z10, Z8, Z3
+	VBROADCASTI64X4 2(DX), Z8
+	VPBROADCASTW    (DX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z8, Z5, Z10
+	VPSLLD          $0x07, Z10, Z10
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z10, Z0, Z0
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z8, Z6, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z7, Z9, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_2x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), BX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQU32 vec_c01b<>+0(SB), Z5
+	MOVL      $0x000000cc, DI
+	KMOVW     DI, K1
+
+pair:
+	CMPQ            SI, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z6
+	VINSERTI32X4    $0x02, 20(AX), Z6, Z6
+	VINSERTI32X4    $0x03, 20(AX), Z6, Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VPBROADCASTW    18(AX), X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 2(CX), Z8
+	VINSERTI32X4    $0x02, 20(CX), Z8, Z8
+	VINSERTI32X4    $0x03, 20(CX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (CX), Y9
+	VPBROADCASTW    18(CX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI64X4 2(DX), Z10
+	VINSERTI64X4    $0x01, 36(DX), Z10, Z10
+	VPBROADCASTW    (DX), Y11
+	VPBROADCASTW    34(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x07, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z14
+	VFMADD231PS     Z12, Z14, Z1
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z8, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z9, Z11, Z10
+	VFMADD231PS     Z12, Z10, Z3
+	VBROADCASTI64X4 2(BX), Z10
+	VINSERTI64X4    $0x01, 36(BX), Z10, Z10
+	VPBROADCASTW    (BX), Y11
+	VPBROADCASTW    34(BX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x07, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z6
+	VFMADD231PS     Z12, Z6, Z2
+	VMOVDQA32       Z13, Z6
+	VPDPBUSD        Z10, Z8, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          Z9, Z11, Z7
+	VFMADD231PS     Z6, Z7, Z4
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, SI
+	JMP             pair
+
+last:
+	TESTQ           SI, SI
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z6
+	VPSRLW          $0x04, Z6, Z7
+	VPBLENDMQ       Z7, Z6, K1, Z6
+	VPANDD          vec_c0F<>+0(SB), Z6, Z6
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z7
+	VPSHUFB         Z6, Z7, Z6
+	VPXORD          vec_c80<>+0(SB), Z6, Z6
+	VPBROADCASTW    (AX), Y7
+	VMOVDQA32       X0, X8
+	VINSERTI32X4    $0x01, X8, Y7, Y7
+	VCVTPH2PS       Y7, Z7
+	VBROADCASTI32X4 2(CX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (CX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI64X4 2(DX), Z10
+	VPBROADCASTW    (DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x07, Z12, Z12
+	VMOVDQA32       Z0, Z13
+	VPSUBD          Z12, Z13, Z13
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z6, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z7, Z11, Z14
+	VFMADD231PS     Z12, Z14, Z1
+	VMOVDQA32       Z13, Z12
+	VPDPBUSD        Z10, Z8, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          Z9, Z11, Z10
+	VFMADD231PS     Z12, Z10, Z3
+	VBROADCASTI64X4 2(BX), Z10
+	VPBROADCASTW    (BX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z0, Z12
+	VPDPBUSD        Z10, Z5, Z12
+	VPSLLD          $0x07, Z12, Z12
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z12, Z0, Z0
+	VMOVDQA32       Z0, Z5
+	VPDPBUSD        Z10, Z6, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          Z7, Z11, Z6
+	VFMADD231PS     Z5, Z6, Z2
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z10, Z8, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z9, Z11, Z5
+	VFMADD231PS     Z0, Z5, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_2x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), BX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z8
+	VINSERTI32X4    $0x02, 20(AX), Z8, Z8
+	VINSERTI32X4    $0x03, 20(AX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (AX), Y9
+	VPBROADCASTW    18(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(CX), Z10
+	VINSERTI32X4    $0x02, 20(CX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(CX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    18(CX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI64X4 2(DX), Z12
+	VINSERTI64X4    $0x01, 36(DX), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    34(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z1
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z4
+	VBROADCASTI64X4 2(SI), Z12
+	VINSERTI64X4    $0x01, 36(SI), Z12, Z12
+	VPBROADCASTW    (SI), Y13
+	VPBROADCASTW    34(SI), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z2
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z5
+	VBROADCASTI64X4 2(BX), Z12
+	VINSERTI64X4    $0x01, 36(BX), Z12, Z12
+	VPBROADCASTW    (BX), Y13
+	VPBROADCASTW    34(BX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z8
+	VFMADD231PS     Z14, Z8, Z3
+	VMOVDQA32       Z15, Z8
+	VPDPBUSD        Z12, Z10, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z11, Z13, Z9
+	VFMADD231PS     Z8, Z9, Z6
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(CX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI64X4 2(DX), Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z1
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z4
+	VBROADCASTI64X4 2(SI), Z12
+	VPBROADCASTW    (SI), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z15
+	VPSUBD          Z14, Z15, Z15
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z8, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z9, Z13, Z16
+	VFMADD231PS     Z14, Z16, Z2
+	VMOVDQA32       Z15, Z14
+	VPDPBUSD        Z12, Z10, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z11, Z13, Z12
+	VFMADD231PS     Z14, Z12, Z5
+	VBROADCASTI64X4 2(BX), Z12
+	VPBROADCASTW    (BX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z0, Z14
+	VPDPBUSD        Z12, Z7, Z14
+	VPSLLD          $0x07, Z14, Z14
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z14, Z0, Z0
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z12, Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z9, Z13, Z8
+	VFMADD231PS     Z7, Z8, Z3
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z12, Z10, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z11, Z13, Z7
+	VFMADD231PS     Z0, Z7, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_2x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), CX
+	MOVQ      x+16(FP), DX
+	MOVQ      xs+24(FP), BX
+	LEAQ      (DX)(BX*1), SI
+	LEAQ      (SI)(BX*1), DI
+	LEAQ      (DI)(BX*1), BX
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z10
+	VINSERTI32X4    $0x02, 20(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    18(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VINSERTI32X4    $0x02, 20(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 20(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    18(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(DX), Z14
+	VINSERTI64X4    $0x01, 36(DX), Z14, Z14
+	VPBROADCASTW    (DX), Y15
+	VPBROADCASTW    34(DX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z2
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z6
+	VBROADCASTI64X4 2(DI), Z14
+	VINSERTI64X4    $0x01, 36(DI), Z14, Z14
+	VPBROADCASTW    (DI), Y15
+	VPBROADCASTW    34(DI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z7
+	VBROADCASTI64X4 2(BX), Z14
+	VINSERTI64X4    $0x01, 36(BX), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    34(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z10
+	VFMADD231PS     Z16, Z10, Z4
+	VMOVDQA32       Z17, Z10
+	VPDPBUSD        Z14, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z15, Z11
+	VFMADD231PS     Z10, Z11, Z8
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, DX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, BX
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(DX), Z14
+	VPBROADCASTW    (DX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z2
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z6
+	VBROADCASTI64X4 2(DI), Z14
+	VPBROADCASTW    (DI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z7
+	VBROADCASTI64X4 2(BX), Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z9, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z14, Z10, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z11, Z15, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z9
+	VFMADD231PS     Z0, Z9, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_3x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), SI
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQU32 vec_c01b<>+0(SB), Z7
+	MOVL      $0x000000cc, R8
+	KMOVW     R8, K1
+
+pair:
+	CMPQ            DI, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z8
+	VINSERTI32X4    $0x02, 20(AX), Z8, Z8
+	VINSERTI32X4    $0x03, 20(AX), Z8, Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (AX), Y9
+	VPBROADCASTW    18(AX), X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(DX), Z10
+	VINSERTI32X4    $0x02, 20(DX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(DX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (DX), Y11
+	VPBROADCASTW    18(DX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VINSERTI32X4    $0x02, 20(CX), Z12, Z12
+	VINSERTI32X4    $0x03, 20(CX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VPBROADCASTW    18(CX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(BX), Z14
+	VINSERTI64X4    $0x01, 36(BX), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    34(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VINSERTI64X4    $0x01, 36(SI), Z14, Z14
+	VPBROADCASTW    (SI), Y15
+	VPBROADCASTW    34(SI), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z8
+	VFMADD231PS     Z16, Z8, Z2
+	VMOVDQA32       Z17, Z8
+	VPDPBUSD        Z14, Z10, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z11, Z15, Z9
+	VFMADD231PS     Z8, Z9, Z4
+	VMOVDQA32       Z17, Z8
+	VPDPBUSD        Z14, Z12, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          Z13, Z15, Z9
+	VFMADD231PS     Z8, Z9, Z6
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, DI
+	JMP             pair
+
+last:
+	TESTQ           DI, DI
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPBLENDMQ       Z9, Z8, K1, Z8
+	VPANDD          vec_c0F<>+0(SB), Z8, Z8
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z9
+	VPSHUFB         Z8, Z9, Z8
+	VPXORD          vec_c80<>+0(SB), Z8, Z8
+	VPBROADCASTW    (AX), Y9
+	VMOVDQA32       X0, X10
+	VINSERTI32X4    $0x01, X10, Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VBROADCASTI32X4 2(DX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (DX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(CX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (CX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI64X4 2(BX), Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z17
+	VPSUBD          Z16, Z17, Z17
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z8, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z9, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z1
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z10, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z11, Z15, Z18
+	VFMADD231PS     Z16, Z18, Z3
+	VMOVDQA32       Z17, Z16
+	VPDPBUSD        Z14, Z12, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS          Z13, Z15, Z14
+	VFMADD231PS     Z16, Z14, Z5
+	VBROADCASTI64X4 2(SI), Z14
+	VPBROADCASTW    (SI), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z0, Z16
+	VPDPBUSD        Z14, Z7, Z16
+	VPSLLD          $0x07, Z16, Z16
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z16, Z0, Z0
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z14, Z8, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z9, Z15, Z8
+	VFMADD231PS     Z7, Z8, Z2
+	VMOVDQA32       Z0, Z7
+	VPDPBUSD        Z14, Z10, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          Z11, Z15, Z8
+	VFMADD231PS     Z7, Z8, Z4
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z14, Z12, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z13, Z15, Z7
+	VFMADD231PS     Z0, Z7, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_3x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), SI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQU32 vec_c01b<>+0(SB), Z10
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z11
+	VINSERTI32X4    $0x02, 20(AX), Z11, Z11
+	VINSERTI32X4    $0x03, 20(AX), Z11, Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z12
+	VPSHUFB         Z11, Z12, Z11
+	VPXORD          vec_c80<>+0(SB), Z11, Z11
+	VPBROADCASTW    (AX), Y12
+	VPBROADCASTW    18(AX), X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI32X4 2(DX), Z13
+	VINSERTI32X4    $0x02, 20(DX), Z13, Z13
+	VINSERTI32X4    $0x03, 20(DX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z14
+	VPSHUFB         Z13, Z14, Z13
+	VPXORD          vec_c80<>+0(SB), Z13, Z13
+	VPBROADCASTW    (DX), Y14
+	VPBROADCASTW    18(DX), X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VBROADCASTI32X4 2(CX), Z15
+	VINSERTI32X4    $0x02, 20(CX), Z15, Z15
+	VINSERTI32X4    $0x03, 20(CX), Z15, Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z16
+	VPSHUFB         Z15, Z16, Z15
+	VPXORD          vec_c80<>+0(SB), Z15, Z15
+	VPBROADCASTW    (CX), Y16
+	VPBROADCASTW    18(CX), X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 2(BX), Z17
+	VINSERTI64X4    $0x01, 36(BX), Z17, Z17
+	VPBROADCASTW    (BX), Y18
+	VPBROADCASTW    34(BX), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z1
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z4
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z7
+	VBROADCASTI64X4 2(DI), Z17
+	VINSERTI64X4    $0x01, 36(DI), Z17, Z17
+	VPBROADCASTW    (DI), Y18
+	VPBROADCASTW    34(DI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z2
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z5
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z8
+	VBROADCASTI64X4 2(SI), Z17
+	VINSERTI64X4    $0x01, 36(SI), Z17, Z17
+	VPBROADCASTW    (SI), Y18
+	VPBROADCASTW    34(SI), X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z11
+	VFMADD231PS     Z19, Z11, Z3
+	VMOVDQA32       Z20, Z11
+	VPDPBUSD        Z17, Z13, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z14, Z18, Z12
+	VFMADD231PS     Z11, Z12, Z6
+	VMOVDQA32       Z20, Z11
+	VPDPBUSD        Z17, Z15, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          Z16, Z18, Z12
+	VFMADD231PS     Z11, Z12, Z9
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z11
+	VPSRLW          $0x04, Z11, Z12
+	VPBLENDMQ       Z12, Z11, K1, Z11
+	VPANDD          vec_c0F<>+0(SB), Z11, Z11
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z12
+	VPSHUFB         Z11, Z12, Z11
+	VPXORD          vec_c80<>+0(SB), Z11, Z11
+	VPBROADCASTW    (AX), Y12
+	VMOVDQA32       X0, X13
+	VINSERTI32X4    $0x01, X13, Y12, Y12
+	VCVTPH2PS       Y12, Z12
+	VBROADCASTI32X4 2(DX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VPBLENDMQ       Z14, Z13, K1, Z13
+	VPANDD          vec_c0F<>+0(SB), Z13, Z13
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z14
+	VPSHUFB         Z13, Z14, Z13
+	VPXORD          vec_c80<>+0(SB), Z13, Z13
+	VPBROADCASTW    (DX), Y14
+	VMOVDQA32       X0, X15
+	VINSERTI32X4    $0x01, X15, Y14, Y14
+	VCVTPH2PS       Y14, Z14
+	VBROADCASTI32X4 2(CX), Z15
+	VPSRLW          $0x04, Z15, Z16
+	VPBLENDMQ       Z16, Z15, K1, Z15
+	VPANDD          vec_c0F<>+0(SB), Z15, Z15
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z16
+	VPSHUFB         Z15, Z16, Z15
+	VPXORD          vec_c80<>+0(SB), Z15, Z15
+	VPBROADCASTW    (CX), Y16
+	VMOVDQA32       X0, X17
+	VINSERTI32X4    $0x01, X17, Y16, Y16
+	VCVTPH2PS       Y16, Z16
+	VBROADCASTI64X4 2(BX), Z17
+	VPBROADCASTW    (BX), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z1
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z4
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z7
+	VBROADCASTI64X4 2(DI), Z17
+	VPBROADCASTW    (DI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z20
+	VPSUBD          Z19, Z20, Z20
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z11, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z12, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z2
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z13, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z14, Z18, Z21
+	VFMADD231PS     Z19, Z21, Z5
+	VMOVDQA32       Z20, Z19
+	VPDPBUSD        Z17, Z15, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          Z16, Z18, Z17
+	VFMADD231PS     Z19, Z17, Z8
+	VBROADCASTI64X4 2(SI), Z17
+	VPBROADCASTW    (SI), Y18
+	VMOVDQA32       X0, X19
+	VINSERTI32X4    $0x01, X19, Y18, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQA32       Z0, Z19
+	VPDPBUSD        Z17, Z10, Z19
+	VPSLLD          $0x07, Z19, Z19
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z19, Z0, Z0
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z17, Z11, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z12, Z18, Z11
+	VFMADD231PS     Z10, Z11, Z3
+	VMOVDQA32       Z0, Z10
+	VPDPBUSD        Z17, Z13, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z14, Z18, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z17, Z15, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z16, Z18, Z10
+	VFMADD231PS     Z0, Z10, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_3x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), CX
+	MOVQ      x+16(FP), BX
+	MOVQ      xs+24(FP), SI
+	LEAQ      (BX)(SI*1), DI
+	LEAQ      (DI)(SI*1), R8
+	LEAQ      (R8)(SI*1), SI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z14
+	VINSERTI32X4    $0x02, 20(AX), Z14, Z14
+	VINSERTI32X4    $0x03, 20(AX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (AX), Y15
+	VPBROADCASTW    18(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(DX), Z16
+	VINSERTI32X4    $0x02, 20(DX), Z16, Z16
+	VINSERTI32X4    $0x03, 20(DX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (DX), Y17
+	VPBROADCASTW    18(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 2(CX), Z18
+	VINSERTI32X4    $0x02, 20(CX), Z18, Z18
+	VINSERTI32X4    $0x03, 20(CX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (CX), Y19
+	VPBROADCASTW    18(CX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI64X4 2(BX), Z20
+	VINSERTI64X4    $0x01, 36(BX), Z20, Z20
+	VPBROADCASTW    (BX), Y21
+	VPBROADCASTW    34(BX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z1
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z5
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z9
+	VBROADCASTI64X4 2(DI), Z20
+	VINSERTI64X4    $0x01, 36(DI), Z20, Z20
+	VPBROADCASTW    (DI), Y21
+	VPBROADCASTW    34(DI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z2
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z6
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z10
+	VBROADCASTI64X4 2(R8), Z20
+	VINSERTI64X4    $0x01, 36(R8), Z20, Z20
+	VPBROADCASTW    (R8), Y21
+	VPBROADCASTW    34(R8), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z3
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z7
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z11
+	VBROADCASTI64X4 2(SI), Z20
+	VINSERTI64X4    $0x01, 36(SI), Z20, Z20
+	VPBROADCASTW    (SI), Y21
+	VPBROADCASTW    34(SI), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z14
+	VFMADD231PS     Z22, Z14, Z4
+	VMOVDQA32       Z23, Z14
+	VPDPBUSD        Z20, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z17, Z21, Z15
+	VFMADD231PS     Z14, Z15, Z8
+	VMOVDQA32       Z23, Z14
+	VPDPBUSD        Z20, Z18, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z19, Z21, Z15
+	VFMADD231PS     Z14, Z15, Z12
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, BX
+	ADDQ            $0x00000044, DI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, SI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(DX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 2(CX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (CX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI64X4 2(BX), Z20
+	VPBROADCASTW    (BX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z1
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z5
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z9
+	VBROADCASTI64X4 2(DI), Z20
+	VPBROADCASTW    (DI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z2
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z6
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z10
+	VBROADCASTI64X4 2(R8), Z20
+	VPBROADCASTW    (R8), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z23
+	VPSUBD          Z22, Z23, Z23
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z14, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z15, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z3
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z16, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z17, Z21, Z24
+	VFMADD231PS     Z22, Z24, Z7
+	VMOVDQA32       Z23, Z22
+	VPDPBUSD        Z20, Z18, Z22
+	VCVTDQ2PS       Z22, Z22
+	VMULPS          Z19, Z21, Z20
+	VFMADD231PS     Z22, Z20, Z11
+	VBROADCASTI64X4 2(SI), Z20
+	VPBROADCASTW    (SI), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VMOVDQA32       Z0, Z22
+	VPDPBUSD        Z20, Z13, Z22
+	VPSLLD          $0x07, Z22, Z22
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z22, Z0, Z0
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z20, Z14, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z15, Z21, Z14
+	VFMADD231PS     Z13, Z14, Z4
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z20, Z16, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z17, Z21, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z20, Z18, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z19, Z21, Z13
+	VFMADD231PS     Z0, Z13, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        (AX), X0, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        4(AX), X0, X0
+	VMOVSS        X0, 4(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VADDSS        8(AX), X0, X0
+	VMOVSS        X0, 8(AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_4x2_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), DI
+	MOVQ      nb+32(FP), R8
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQU32 vec_c01b<>+0(SB), Z9
+	MOVL      $0x000000cc, R9
+	KMOVW     R9, K1
+
+pair:
+	CMPQ            R8, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z10
+	VINSERTI32X4    $0x02, 20(AX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(AX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VPBROADCASTW    18(AX), X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(DX), Z12
+	VINSERTI32X4    $0x02, 20(DX), Z12, Z12
+	VINSERTI32X4    $0x03, 20(DX), Z12, Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VPBROADCASTW    18(DX), X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 2(BX), Z14
+	VINSERTI32X4    $0x02, 20(BX), Z14, Z14
+	VINSERTI32X4    $0x03, 20(BX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VPBROADCASTW    18(BX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(CX), Z16
+	VINSERTI32X4    $0x02, 20(CX), Z16, Z16
+	VINSERTI32X4    $0x03, 20(CX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (CX), Y17
+	VPBROADCASTW    18(CX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI64X4 2(SI), Z18
+	VINSERTI64X4    $0x01, 36(SI), Z18, Z18
+	VPBROADCASTW    (SI), Y19
+	VPBROADCASTW    34(SI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x07, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z1
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z12, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z13, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z3
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z14, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z15, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z5
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z16, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z17, Z19, Z18
+	VFMADD231PS     Z20, Z18, Z7
+	VBROADCASTI64X4 2(DI), Z18
+	VINSERTI64X4    $0x01, 36(DI), Z18, Z18
+	VPBROADCASTW    (DI), Y19
+	VPBROADCASTW    34(DI), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x07, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z10
+	VFMADD231PS     Z20, Z10, Z2
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z13, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z4
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z14, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z15, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z6
+	VMOVDQA32       Z21, Z10
+	VPDPBUSD        Z18, Z16, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          Z17, Z19, Z11
+	VFMADD231PS     Z10, Z11, Z8
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R8
+	JMP             pair
+
+last:
+	TESTQ           R8, R8
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VPBLENDMQ       Z11, Z10, K1, Z10
+	VPANDD          vec_c0F<>+0(SB), Z10, Z10
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z11
+	VPSHUFB         Z10, Z11, Z10
+	VPXORD          vec_c80<>+0(SB), Z10, Z10
+	VPBROADCASTW    (AX), Y11
+	VMOVDQA32       X0, X12
+	VINSERTI32X4    $0x01, X12, Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VBROADCASTI32X4 2(DX), Z12
+	VPSRLW          $0x04, Z12, Z13
+	VPBLENDMQ       Z13, Z12, K1, Z12
+	VPANDD          vec_c0F<>+0(SB), Z12, Z12
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z13
+	VPSHUFB         Z12, Z13, Z12
+	VPXORD          vec_c80<>+0(SB), Z12, Z12
+	VPBROADCASTW    (DX), Y13
+	VMOVDQA32       X0, X14
+	VINSERTI32X4    $0x01, X14, Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VBROADCASTI32X4 2(BX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (BX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(CX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (CX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI64X4 2(SI), Z18
+	VPBROADCASTW    (SI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x07, Z20, Z20
+	VMOVDQA32       Z0, Z21
+	VPSUBD          Z20, Z21, Z21
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z10, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z11, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z1
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z12, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z13, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z3
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z14, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z15, Z19, Z22
+	VFMADD231PS     Z20, Z22, Z5
+	VMOVDQA32       Z21, Z20
+	VPDPBUSD        Z18, Z16, Z20
+	VCVTDQ2PS       Z20, Z20
+	VMULPS          Z17, Z19, Z18
+	VFMADD231PS     Z20, Z18, Z7
+	VBROADCASTI64X4 2(DI), Z18
+	VPBROADCASTW    (DI), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VMOVDQA32       Z0, Z20
+	VPDPBUSD        Z18, Z9, Z20
+	VPSLLD          $0x07, Z20, Z20
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z20, Z0, Z0
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z10, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z11, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z2
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z12, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z13, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	VMOVDQA32       Z0, Z9
+	VPDPBUSD        Z18, Z14, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          Z15, Z19, Z10
+	VFMADD231PS     Z9, Z10, Z6
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z18, Z16, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z17, Z19, Z9
+	VFMADD231PS     Z0, Z9, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF64X4 $0x01, Z5, Y3
+	VADDPS        Y3, Y5, Y3
+	VEXTRACTF64X4 $0x01, Z7, Y5
+	VADDPS        Y5, Y7, Y5
+	VSHUFPS       $0x88, Y1, Y0, Y7
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y7, Y0
+	VSHUFPS       $0x88, Y5, Y3, Y1
+	VSHUFPS       $0xdd, Y5, Y3, Y3
+	VADDPS        Y3, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y3
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z6, Y2
+	VADDPS        Y2, Y6, Y2
+	VEXTRACTF64X4 $0x01, Z8, Y3
+	VADDPS        Y3, Y8, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_4x3_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), DI
+	MOVQ      nb+32(FP), R9
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQU32 vec_c01b<>+0(SB), Z13
+	MOVL      $0x000000cc, R10
+	KMOVW     R10, K1
+
+pair:
+	CMPQ            R9, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z14
+	VINSERTI32X4    $0x02, 20(AX), Z14, Z14
+	VINSERTI32X4    $0x03, 20(AX), Z14, Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (AX), Y15
+	VPBROADCASTW    18(AX), X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(DX), Z16
+	VINSERTI32X4    $0x02, 20(DX), Z16, Z16
+	VINSERTI32X4    $0x03, 20(DX), Z16, Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (DX), Y17
+	VPBROADCASTW    18(DX), X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 2(BX), Z18
+	VINSERTI32X4    $0x02, 20(BX), Z18, Z18
+	VINSERTI32X4    $0x03, 20(BX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (BX), Y19
+	VPBROADCASTW    18(BX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 2(CX), Z20
+	VINSERTI32X4    $0x02, 20(CX), Z20, Z20
+	VINSERTI32X4    $0x03, 20(CX), Z20, Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z21
+	VPSHUFB         Z20, Z21, Z20
+	VPXORD          vec_c80<>+0(SB), Z20, Z20
+	VPBROADCASTW    (CX), Y21
+	VPBROADCASTW    18(CX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI64X4 2(SI), Z22
+	VINSERTI64X4    $0x01, 36(SI), Z22, Z22
+	VPBROADCASTW    (SI), Y23
+	VPBROADCASTW    34(SI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z1
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z4
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z7
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z10
+	VBROADCASTI64X4 2(R8), Z22
+	VINSERTI64X4    $0x01, 36(R8), Z22, Z22
+	VPBROADCASTW    (R8), Y23
+	VPBROADCASTW    34(R8), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z2
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z5
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z8
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z11
+	VBROADCASTI64X4 2(DI), Z22
+	VINSERTI64X4    $0x01, 36(DI), Z22, Z22
+	VPBROADCASTW    (DI), Y23
+	VPBROADCASTW    34(DI), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z14
+	VFMADD231PS     Z24, Z14, Z3
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z17, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z6
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z18, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z19, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z9
+	VMOVDQA32       Z25, Z14
+	VPDPBUSD        Z22, Z20, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          Z21, Z23, Z15
+	VFMADD231PS     Z14, Z15, Z12
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R9
+	JMP             pair
+
+last:
+	TESTQ           R9, R9
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z14
+	VPSRLW          $0x04, Z14, Z15
+	VPBLENDMQ       Z15, Z14, K1, Z14
+	VPANDD          vec_c0F<>+0(SB), Z14, Z14
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z15
+	VPSHUFB         Z14, Z15, Z14
+	VPXORD          vec_c80<>+0(SB), Z14, Z14
+	VPBROADCASTW    (AX), Y15
+	VMOVDQA32       X0, X16
+	VINSERTI32X4    $0x01, X16, Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VBROADCASTI32X4 2(DX), Z16
+	VPSRLW          $0x04, Z16, Z17
+	VPBLENDMQ       Z17, Z16, K1, Z16
+	VPANDD          vec_c0F<>+0(SB), Z16, Z16
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z17
+	VPSHUFB         Z16, Z17, Z16
+	VPXORD          vec_c80<>+0(SB), Z16, Z16
+	VPBROADCASTW    (DX), Y17
+	VMOVDQA32       X0, X18
+	VINSERTI32X4    $0x01, X18, Y17, Y17
+	VCVTPH2PS       Y17, Z17
+	VBROADCASTI32X4 2(BX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (BX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 2(CX), Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z21
+	VPSHUFB         Z20, Z21, Z20
+	VPXORD          vec_c80<>+0(SB), Z20, Z20
+	VPBROADCASTW    (CX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI64X4 2(SI), Z22
+	VPBROADCASTW    (SI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z1
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z4
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z7
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z10
+	VBROADCASTI64X4 2(R8), Z22
+	VPBROADCASTW    (R8), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z25
+	VPSUBD          Z24, Z25, Z25
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z14, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z15, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z2
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z16, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z17, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z5
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z18, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z19, Z23, Z26
+	VFMADD231PS     Z24, Z26, Z8
+	VMOVDQA32       Z25, Z24
+	VPDPBUSD        Z22, Z20, Z24
+	VCVTDQ2PS       Z24, Z24
+	VMULPS          Z21, Z23, Z22
+	VFMADD231PS     Z24, Z22, Z11
+	VBROADCASTI64X4 2(DI), Z22
+	VPBROADCASTW    (DI), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VMOVDQA32       Z0, Z24
+	VPDPBUSD        Z22, Z13, Z24
+	VPSLLD          $0x07, Z24, Z24
+	VMOVDQA32       Z0, Z0
+	VPSUBD          Z24, Z0, Z0
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z14, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z15, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z3
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z16, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z17, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMOVDQA32       Z0, Z13
+	VPDPBUSD        Z22, Z18, Z13
+	VCVTDQ2PS       Z13, Z13
+	VMULPS          Z19, Z23, Z14
+	VFMADD231PS     Z13, Z14, Z9
+	VMOVDQA32       Z0, Z0
+	VPDPBUSD        Z22, Z20, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS          Z21, Z23, Z13
+	VFMADD231PS     Z0, Z13, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF64X4 $0x01, Z7, Y4
+	VADDPS        Y4, Y7, Y4
+	VEXTRACTF64X4 $0x01, Z10, Y7
+	VADDPS        Y7, Y10, Y7
+	VSHUFPS       $0x88, Y1, Y0, Y10
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y10, Y0
+	VSHUFPS       $0x88, Y7, Y4, Y1
+	VSHUFPS       $0xdd, Y7, Y4, Y4
+	VADDPS        Y4, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF64X4 $0x01, Z8, Y2
+	VADDPS        Y2, Y8, Y2
+	VEXTRACTF64X4 $0x01, Z11, Y4
+	VADDPS        Y4, Y11, Y4
+	VSHUFPS       $0x88, Y1, Y0, Y5
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y5, Y0
+	VSHUFPS       $0x88, Y4, Y2, Y1
+	VSHUFPS       $0xdd, Y4, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF64X4 $0x01, Z9, Y2
+	VADDPS        Y2, Y9, Y2
+	VEXTRACTF64X4 $0x01, Z12, Y3
+	VADDPS        Y3, Y12, Y3
+	VSHUFPS       $0x88, Y1, Y0, Y4
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y4, Y0
+	VSHUFPS       $0x88, Y3, Y2, Y1
+	VSHUFPS       $0xdd, Y3, Y2, Y2
+	VADDPS        Y2, Y1, Y1
+	VSHUFPS       $0x88, Y1, Y0, Y2
+	VSHUFPS       $0xdd, Y1, Y0, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X0
+	VADDPS        (AX), X0, X0
+	VMOVUPS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_NL_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI
+TEXT ·tileIQ4_NL_4x4_AVX512(SB), NOSPLIT, $0-56
+	MOVQ      w+0(FP), AX
+	MOVQ      ws+8(FP), CX
+	LEAQ      (AX)(CX*1), DX
+	LEAQ      (DX)(CX*1), BX
+	LEAQ      (BX)(CX*1), CX
+	MOVQ      x+16(FP), SI
+	MOVQ      xs+24(FP), DI
+	LEAQ      (SI)(DI*1), R8
+	LEAQ      (R8)(DI*1), R9
+	LEAQ      (R9)(DI*1), DI
+	MOVQ      nb+32(FP), R10
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Z0, Z1
+	VMOVDQA32 Z0, Z2
+	VMOVDQA32 Z0, Z3
+	VMOVDQA32 Z0, Z4
+	VMOVDQA32 Z0, Z5
+	VMOVDQA32 Z0, Z6
+	VMOVDQA32 Z0, Z7
+	VMOVDQA32 Z0, Z8
+	VMOVDQA32 Z0, Z9
+	VMOVDQA32 Z0, Z10
+	VMOVDQA32 Z0, Z11
+	VMOVDQA32 Z0, Z12
+	VMOVDQA32 Z0, Z13
+	VMOVDQA32 Z0, Z14
+	VMOVDQA32 Z0, Z15
+	VMOVDQA32 Z0, Z16
+	VMOVDQU32 vec_c01b<>+0(SB), Z17
+	MOVL      $0x000000cc, R11
+	KMOVW     R11, K1
+
+pair:
+	CMPQ            R10, $0x02
+	JL              last
+	VBROADCASTI32X4 2(AX), Z18
+	VINSERTI32X4    $0x02, 20(AX), Z18, Z18
+	VINSERTI32X4    $0x03, 20(AX), Z18, Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (AX), Y19
+	VPBROADCASTW    18(AX), X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 2(DX), Z20
+	VINSERTI32X4    $0x02, 20(DX), Z20, Z20
+	VINSERTI32X4    $0x03, 20(DX), Z20, Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z21
+	VPSHUFB         Z20, Z21, Z20
+	VPXORD          vec_c80<>+0(SB), Z20, Z20
+	VPBROADCASTW    (DX), Y21
+	VPBROADCASTW    18(DX), X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI32X4 2(BX), Z22
+	VINSERTI32X4    $0x02, 20(BX), Z22, Z22
+	VINSERTI32X4    $0x03, 20(BX), Z22, Z22
+	VPSRLW          $0x04, Z22, Z23
+	VPBLENDMQ       Z23, Z22, K1, Z22
+	VPANDD          vec_c0F<>+0(SB), Z22, Z22
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z23
+	VPSHUFB         Z22, Z23, Z22
+	VPXORD          vec_c80<>+0(SB), Z22, Z22
+	VPBROADCASTW    (BX), Y23
+	VPBROADCASTW    18(BX), X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VBROADCASTI32X4 2(CX), Z24
+	VINSERTI32X4    $0x02, 20(CX), Z24, Z24
+	VINSERTI32X4    $0x03, 20(CX), Z24, Z24
+	VPSRLW          $0x04, Z24, Z25
+	VPBLENDMQ       Z25, Z24, K1, Z24
+	VPANDD          vec_c0F<>+0(SB), Z24, Z24
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z25
+	VPSHUFB         Z24, Z25, Z24
+	VPXORD          vec_c80<>+0(SB), Z24, Z24
+	VPBROADCASTW    (CX), Y25
+	VPBROADCASTW    18(CX), X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VBROADCASTI64X4 2(SI), Z26
+	VINSERTI64X4    $0x01, 36(SI), Z26, Z26
+	VPBROADCASTW    (SI), Y27
+	VPBROADCASTW    34(SI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z1
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z5
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z9
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z13
+	VBROADCASTI64X4 2(R8), Z26
+	VINSERTI64X4    $0x01, 36(R8), Z26, Z26
+	VPBROADCASTW    (R8), Y27
+	VPBROADCASTW    34(R8), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z2
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z6
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z10
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z14
+	VBROADCASTI64X4 2(R9), Z26
+	VINSERTI64X4    $0x01, 36(R9), Z26, Z26
+	VPBROADCASTW    (R9), Y27
+	VPBROADCASTW    34(R9), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z3
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z7
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z11
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z15
+	VBROADCASTI64X4 2(DI), Z26
+	VINSERTI64X4    $0x01, 36(DI), Z26, Z26
+	VPBROADCASTW    (DI), Y27
+	VPBROADCASTW    34(DI), X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z18
+	VFMADD231PS     Z28, Z18, Z4
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z21, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z8
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z22, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z23, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z12
+	VMOVDQA32       Z29, Z18
+	VPDPBUSD        Z26, Z24, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          Z25, Z27, Z19
+	VFMADD231PS     Z18, Z19, Z16
+	ADDQ            $0x00000024, AX
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, CX
+	ADDQ            $0x00000044, SI
+	ADDQ            $0x00000044, R8
+	ADDQ            $0x00000044, R9
+	ADDQ            $0x00000044, DI
+	SUBQ            $0x02, R10
+	JMP             pair
+
+last:
+	TESTQ           R10, R10
+	JZ              done
+	VBROADCASTI32X4 2(AX), Z18
+	VPSRLW          $0x04, Z18, Z19
+	VPBLENDMQ       Z19, Z18, K1, Z18
+	VPANDD          vec_c0F<>+0(SB), Z18, Z18
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z19
+	VPSHUFB         Z18, Z19, Z18
+	VPXORD          vec_c80<>+0(SB), Z18, Z18
+	VPBROADCASTW    (AX), Y19
+	VMOVDQA32       X0, X20
+	VINSERTI32X4    $0x01, X20, Y19, Y19
+	VCVTPH2PS       Y19, Z19
+	VBROADCASTI32X4 2(DX), Z20
+	VPSRLW          $0x04, Z20, Z21
+	VPBLENDMQ       Z21, Z20, K1, Z20
+	VPANDD          vec_c0F<>+0(SB), Z20, Z20
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z21
+	VPSHUFB         Z20, Z21, Z20
+	VPXORD          vec_c80<>+0(SB), Z20, Z20
+	VPBROADCASTW    (DX), Y21
+	VMOVDQA32       X0, X22
+	VINSERTI32X4    $0x01, X22, Y21, Y21
+	VCVTPH2PS       Y21, Z21
+	VBROADCASTI32X4 2(BX), Z22
+	VPSRLW          $0x04, Z22, Z23
+	VPBLENDMQ       Z23, Z22, K1, Z22
+	VPANDD          vec_c0F<>+0(SB), Z22, Z22
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z23
+	VPSHUFB         Z22, Z23, Z22
+	VPXORD          vec_c80<>+0(SB), Z22, Z22
+	VPBROADCASTW    (BX), Y23
+	VMOVDQA32       X0, X24
+	VINSERTI32X4    $0x01, X24, Y23, Y23
+	VCVTPH2PS       Y23, Z23
+	VBROADCASTI32X4 2(CX), Z24
+	VPSRLW          $0x04, Z24, Z25
+	VPBLENDMQ       Z25, Z24, K1, Z24
+	VPANDD          vec_c0F<>+0(SB), Z24, Z24
+	VMOVDQU32       vec_cIQ4<>+0(SB), Z25
+	VPSHUFB         Z24, Z25, Z24
+	VPXORD          vec_c80<>+0(SB), Z24, Z24
+	VPBROADCASTW    (CX), Y25
+	VMOVDQA32       X0, X26
+	VINSERTI32X4    $0x01, X26, Y25, Y25
+	VCVTPH2PS       Y25, Z25
+	VBROADCASTI64X4 2(SI), Z26
+	VPBROADCASTW    (SI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z1
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z5
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z9
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z13
+	VBROADCASTI64X4 2(R8), Z26
+	VPBROADCASTW    (R8), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z2
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z6
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z10
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z14
+	VBROADCASTI64X4 2(R9), Z26
+	VPBROADCASTW    (R9), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
+	VMOVDQA32       Z0, Z29
+	VPSUBD          Z28, Z29, Z29
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z18, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z19, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z3
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z20, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z21, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z7
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z22, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z23, Z27, Z30
+	VFMADD231PS     Z28, Z30, Z11
+	VMOVDQA32       Z29, Z28
+	VPDPBUSD        Z26, Z24, Z28
+	VCVTDQ2PS       Z28, Z28
+	VMULPS          Z25, Z27, Z26
+	VFMADD231PS     Z28, Z26, Z15
+	VBROADCASTI64X4 2(DI), Z26
+	VPBROADCASTW    (DI), Y27
+	VMOVDQA32       X0, X28
+	VINSERTI32X4    $0x01, X28, Y27, Y27
+	VCVTPH2PS       Y27, Z27
+	VMOVDQA32       Z0, Z28
+	VPDPBUSD        Z26, Z17, Z28
+	VPSLLD          $0x07, Z28, Z28
 	VMOVDQA32       Z0, Z0
 	VPSUBD          Z28, Z0, Z0
 	VMOVDQA32       Z0, Z17

@@ -31,6 +31,10 @@ const (
 	q4_0
 	q4_K
 	q6_K
+	q4_1
+	q5_0
+	q5_1
+	iq4_nl
 	numQ
 )
 
@@ -42,10 +46,14 @@ var qinfo = [numQ]struct {
 	wBytes int // bytes per weight block
 	xBytes int // bytes per activation block
 }{
-	q8_0: {"Q8_0", 32, 34, Q8_0Bytes},
-	q4_0: {"Q4_0", 32, 18, Q8_0Bytes},
-	q4_K: {"Q4_K", 256, 144, Q8_KBytes},
-	q6_K: {"Q6_K", 256, 210, Q8_KBytes},
+	q8_0:   {"Q8_0", 32, 34, Q8_0Bytes},
+	q4_0:   {"Q4_0", 32, 18, Q8_0Bytes},
+	q4_K:   {"Q4_K", 256, 144, Q8_KBytes},
+	q6_K:   {"Q6_K", 256, 210, Q8_KBytes},
+	q4_1:   {"Q4_1", 32, 20, Q8_1Bytes},
+	q5_0:   {"Q5_0", 32, 22, Q8_0Bytes},
+	q5_1:   {"Q5_1", 32, 24, Q8_1Bytes},
+	iq4_nl: {"IQ4_NL", 32, 18, Q8_0Bytes},
 }
 
 // impl is one implementation of every kernel. The exported functions check
@@ -82,6 +90,7 @@ type impl struct {
 
 	quantQ8_0 func(x []float32, dst []byte)
 	quantQ8_K func(x []float32, dst []byte)
+	quantQ8_1 func(x []float32, dst []byte)
 
 	expSum func(dst, x []float32, shift float32) float32
 

@@ -36,8 +36,8 @@ const (
 	Output                 // output head, Vocab×Dim; unbound: TokEmbd (tied)
 	OutputNorm             // final RMSNorm, Dim
 	RopeFreqs              // per-pair RoPE frequency divisors (Llama 3.1), RopeDim/2
-	RopeLong               // phi3 longrope factors (hook: refused until implemented)
-	RopeShort              // phi3 longrope factors (hook: refused until implemented)
+	RopeLong               // phi3 longrope frequency divisors for a context above the original, HeadDim/2
+	RopeShort              // phi3 longrope frequency divisors otherwise, HeadDim/2
 
 	// Per layer.
 	AttnNorm     // RMSNorm before attention, Dim
@@ -101,6 +101,10 @@ const (
 	Noise Init = iota
 	// Ones: every value 1 (norm weights, rope frequency factors).
 	Ones
+	// Factors: positive values exp(|N(0, 1)|), in [1, ~20] (phi3's
+	// longrope frequency factors, which must be > 0 and which a file of
+	// ones would not tell apart).
+	Factors
 )
 
 // Part is the share of a tensor's rows that one role takes. A tensor of one
@@ -224,6 +228,7 @@ func registry() map[string]func() *Arch {
 		"gemma2": gemma2,
 		"gemma3": gemma3,
 		"llama":  llama,
+		"phi3":   phi3,
 		"qwen2":  qwen2,
 		"qwen3":  qwen3,
 	}

@@ -50,6 +50,11 @@ type Config struct {
 	// and under YaRN its magnitude correction 1 + 0.1·ln(1/RopeScale)
 	// besides); 0 means 1.
 	RopeAttnFactor float32
+	// RopeOrigContext is phi3's rope.scaling.original_context_length (its
+	// Configure reads it; TrainContextLength when absent): its longrope
+	// uses rope_factors_long when the context window in use exceeds it
+	// (LongRope). 0 for the other architectures.
+	RopeOrigContext int
 
 	// The fields below are the operations that need the kernels'
 	// ExtendedOps (contract C1) and per-layer attention settings. An
@@ -69,11 +74,13 @@ type Config struct {
 	AttnSoftCap float32
 	// FinalSoftCap soft-caps the output logits.
 	FinalSoftCap float32
-	// SlidingWindow is the attention window of local layers; which layers
-	// are local, SWAPattern says.
+	// SlidingWindow is the attention window of local layers
+	// (attention.sliding_window): a query at position p sees the keys at
+	// p-SlidingWindow+1 … p. Which layers are local, SWAPattern says; the
+	// window a layer applies, LayerWindow.
 	SlidingWindow int
 	// SWAPattern: layer il is global when (il+1) % SWAPattern == 0, local
-	// otherwise (Gemma 2: 2, Gemma 3: 6); 0 makes every layer local.
+	// otherwise (Gemma 2: 2, Gemma 3: 6); 0 makes every layer local (phi3).
 	SWAPattern int
 	// RopeBaseLocal, when not 0, is the RoPE base of local layers, which
 	// then rotate without RopeScale (Gemma 3: base 10000, scale 1; its
@@ -81,11 +88,36 @@ type Config struct {
 	RopeBaseLocal float32
 }
 
-// Local reports whether layer il attends through the sliding window
-// (SlidingWindow > 0 and, with a SWAPattern, il is not one of its global
-// layers).
+// Local reports whether layer il is a sliding-window layer: SlidingWindow
+// > 0 and, with a SWAPattern, il is not one of its global layers. Local
+// layers rotate with RopeBaseLocal when it is set (Gemma 3), whatever the
+// window's width.
 func (c Config) Local(il int) bool {
 	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || (il+1)%c.SWAPattern != 0)
+}
+
+// LayerWindow is the sliding window layer il's attention applies, 0 for
+// none: SlidingWindow in a local layer, unless it is at least
+// ContextLength, the context window in use. Such a window masks nothing
+// (no query is that far from a key), so it is dropped, and a model whose
+// only extended operation it would be (phi3's 128k files, window 262144)
+// runs on backends without kernels.ExtendedOps.
+func (c Config) LayerWindow(il int) int {
+	if !c.Local(il) || c.SlidingWindow >= c.ContextLength {
+		return 0
+	}
+	return c.SlidingWindow
+}
+
+// window is the sliding window some layer applies (LayerWindow), 0 when
+// none does.
+func (c Config) window() int {
+	for il := range c.Layers {
+		if w := c.LayerWindow(il); w > 0 {
+			return w
+		}
+	}
+	return 0
 }
 
 // QDim is the width of all query heads together.
@@ -119,14 +151,21 @@ func (c Config) Extended() []string {
 	if c.FinalSoftCap != 0 {
 		need = append(need, "final logit soft-cap")
 	}
-	if c.SlidingWindow != 0 {
-		need = append(need, "sliding-window attention")
+	if w := c.window(); w > 0 {
+		need = append(need, fmt.Sprintf("sliding-window attention (a window of %d positions)", w))
 	}
 	if c.RopeBaseLocal != 0 {
 		need = append(need, "per-layer rope base")
 	}
 	return need
 }
+
+// LongRope reports whether the context window in use exceeds the
+// original one, which makes phi3's longrope use rope_factors_long instead
+// of rope_factors_short: llama.cpp c392e50 (build_rope_factors) decides by
+// its context size per sequence, n_ctx/n_seq_max, which Baton's per-
+// sequence ContextLength is.
+func (c Config) LongRope() bool { return c.RopeOrigContext > 0 && c.ContextLength > c.RopeOrigContext }
 
 // Meta reads {arch}.* hyper-parameters, remembering the first error.
 type Meta struct {
@@ -277,15 +316,18 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 // among them): linear scaling divides positions by the factor; YaRN (type
 // "yarn") does so in the slow dimensions only and corrects the magnitude
 // (see Config.RopeYarnOrigCtx); rope.scaling.attn_factor multiplies the
-// rotation. Other types (longrope, which phi3 files carry) are refused.
+// rotation. "longrope" is linear here (phi3's factors are tensors);
+// other types are refused.
 func readRopeScaling(f *gguf.File, arch string, c *Config) error {
 	typ, hasType := f.String(arch + ".rope.scaling.type")
 	factor, hasFactor := f.Float(arch + ".rope.scaling.factor")
 	if !hasFactor {
 		factor, hasFactor = f.Float(arch + ".rope.scale_linear")
 	}
-	if hasType && typ != "none" && typ != "linear" && typ != "yarn" {
-		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear, yarn): %w", arch, typ, engine.ErrUnsupported)
+	// "longrope" scales like "linear" in llama.cpp c392e50 (ext_factor 0);
+	// phi3's factor tensors and attn_factor do the rest.
+	if hasType && typ != "none" && typ != "linear" && typ != "yarn" && typ != "longrope" {
+		return fmt.Errorf("model: %s.rope.scaling.type %q is not supported (supported: none, linear, yarn, longrope): %w", arch, typ, engine.ErrUnsupported)
 	}
 	if v, ok := f.Get(arch + ".rope.scaling.attn_factor"); ok {
 		af, ok := f.Float(arch + ".rope.scaling.attn_factor")
@@ -345,8 +387,30 @@ func Keys(a *Arch, c Config) []KV {
 		KV{p + "rope.dimension_count", uint32(c.RopeDim)},
 		KV{p + "vocab_size", uint32(c.Vocab)},
 	)
+	kvs = append(kvs, ropeScalingKeys(p, c)...)
 	if a.Keys != nil {
 		kvs = append(kvs, a.Keys(c)...)
+	}
+	return kvs
+}
+
+// ropeScalingKeys are the rope.scaling.* entries that describe c's RoPE
+// scaling to ReadConfig; none for an unscaled model.
+func ropeScalingKeys(p string, c Config) []KV {
+	var kvs []KV
+	orig := c.RopeOrigContext
+	if c.RopeYarnOrigCtx > 0 {
+		kvs = append(kvs, KV{p + "rope.scaling.type", "yarn"})
+		orig = c.RopeYarnOrigCtx
+	}
+	if c.RopeScale != 0 && c.RopeScale != 1 {
+		kvs = append(kvs, KV{p + "rope.scaling.factor", 1 / c.RopeScale})
+	}
+	if orig != 0 && orig != c.TrainContextLength {
+		kvs = append(kvs, KV{p + "rope.scaling.original_context_length", uint32(orig)})
+	}
+	if c.RopeAttnFactor != 0 && c.RopeAttnFactor != 1 {
+		kvs = append(kvs, KV{p + "rope.scaling.attn_factor", c.RopeAttnFactor})
 	}
 	return kvs
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ardanlabs/jinja"
 	"github.com/baton-serving/baton/engine/tokenizer"
@@ -58,20 +59,30 @@ type ChatTemplate struct {
 	family toolFamily
 	// tools: the template renders a tools list itself.
 	tools bool
+	// now is the clock strftime_now reads (time.Now; tests fix it so that
+	// a template's date is the oracle's).
+	now func() time.Time
 }
 
 // NewChatTemplate compiles src ("" for the plain default). bos and eos are
 // the texts of the model's BOS and EOS tokens ("" when it has none).
 func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
-	c := &ChatTemplate{bos: bos, eos: eos, family: detectFamily(src), tools: strings.Contains(src, "tools")}
+	c := &ChatTemplate{bos: bos, eos: eos, family: detectFamily(src), tools: strings.Contains(src, "tools"), now: time.Now}
 	if strings.TrimSpace(src) == "" {
 		return c, nil
 	}
-	t, err := jinja.Compile(src)
+	renamed, formatAt := renameFilters(src)
+	if len(formatAt) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", lineOf(src, formatAt[0]))
+	}
+	t, err := jinja.Compile(renamed)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
 	c.tmpl = t
+	if err := c.selfCheck(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -118,7 +129,15 @@ func (c *ChatTemplate) Render(msgs []Message, addGenerationPrompt bool) (string,
 // "tool_calls": [{id, type, function: {name, arguments}}] with arguments a
 // mapping (what the Llama 3.x, Qwen and Mistral templates expect; text that
 // is not a JSON object stays a string), and tool turns "tool_call_id".
-func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGenerationPrompt bool) (out string, err error) {
+func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGenerationPrompt bool) (string, error) {
+	return c.RenderVars(msgs, tools, addGenerationPrompt, nil)
+}
+
+// RenderVars is RenderTools with extra template variables, as Hugging
+// Face's chat_template_kwargs pass them (e.g. "enable_thinking": false for
+// Qwen3); the values are JSON-like Go values (bool, string, float64,
+// []any, map[string]any). They cannot replace the variables Render sets.
+func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGenerationPrompt bool, vars map[string]any) (out string, err error) {
 	if len(tools) > 0 && !c.tools {
 		msgs = withPreamble(msgs, toolsPreamble(tools))
 	}
@@ -160,12 +179,18 @@ func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGeneratio
 		}
 		list[i] = mm
 	}
-	data := map[string]jinja.Value{
-		"messages":              jinja.NewList(list),
-		"add_generation_prompt": jinja.NewBool(addGenerationPrompt),
-		"bos_token":             jinja.NewString(c.bos),
-		"eos_token":             jinja.NewString(c.eos),
+	data := make(map[string]jinja.Value, len(vars)+8)
+	for k, v := range vars {
+		data[k] = jinja.FromGoValue(v)
 	}
+	data["messages"] = jinja.NewList(list)
+	data["add_generation_prompt"] = jinja.NewBool(addGenerationPrompt)
+	data["bos_token"] = jinja.NewString(c.bos)
+	data["eos_token"] = jinja.NewString(c.eos)
+	data["strftime_now"] = strftimeNow(c.now)
+	data["raise_exception"] = raiseException()
+	// Baton's filters under the names renameFilters gave them.
+	data[replacedFilters["tojson"]] = tojsonFilter()
 	if len(tools) > 0 && c.tools {
 		data["tools"] = templateTools(tools)
 	}
