@@ -11,7 +11,7 @@ import (
 // F16, BF16) multiply the float activations directly; quantized weights
 // multiply activations quantized once per call (Q8_0 blocks for Q8_0,
 // Q4_0, Q5_0 and IQ4_NL weights, Q8_1 for Q4_1 and Q5_1, Q8_K blocks for
-// Q4_K and Q6_K), with integer block dot
+// the K-quants and IQ4_XS), with integer block dot
 // products, as llama.cpp does.
 //
 // A token's results must not depend on the batch it is computed in, nor
@@ -128,6 +128,14 @@ func (c *mmCall) run(_, lo, hi int) {
 		vec.MatMulQ5_1(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	case quant.IQ4_NL:
 		vec.MatMulIQ4_NL(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q2_K:
+		vec.MatMulQ2_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q3_K:
+		vec.MatMulQ3_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q5_K:
+		vec.MatMulQ5_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.IQ4_XS:
+		vec.MatMulIQ4_XS(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	default:
 		// Types without a vec kernel: the reference dot products, a token
 		// at a time (the same arithmetic for any n).
@@ -170,7 +178,7 @@ func quantized(w *cpuMatrix) (kquant bool, xRow int, ok bool) {
 		return false, w.cols / vec.Q8_0Values * vec.Q8_0Bytes, true
 	case quant.Q4_1, quant.Q5_1:
 		return false, w.cols / vec.Q8_1Values * vec.Q8_1Bytes, true
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q6_K, quant.Q2_K, quant.Q3_K, quant.Q5_K, quant.IQ4_XS:
 		return true, w.cols / vec.Q8_KValues * vec.Q8_KBytes, true
 	}
 	return false, 0, false

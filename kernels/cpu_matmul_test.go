@@ -65,7 +65,7 @@ func actSteps(typ quant.Type, x []float32) []float64 {
 	switch typ {
 	case quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.IQ4_NL:
 		size = vec.Q8_0Values
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q6_K, quant.Q2_K, quant.Q3_K, quant.Q5_K, quant.IQ4_XS:
 		size = vec.Q8_KValues
 	default:
 		return steps

@@ -157,6 +157,10 @@ func TestQuantizedTypes(t *testing.T) {
 		quant.Q5_0:   {1.2e-3, 7e-1, 1e-1},
 		quant.Q5_1:   {1e-3, 7.5e-1, 1e-1},
 		quant.IQ4_NL: {3e-3, 1.5, 1e-1},
+		// Measured (KL / relative / kernel): Q2_K 2.0e-2 / 2.2 / 5.6e-2, Q3_K 8.7e-3 / 1.6 / 6.9e-2,
+		// Q5_K 4.4e-4 / 3.3e-1 / 5.3e-2, IQ4_XS 1.6e-3 / 6.2e-1 / 5.1e-2.
+		quant.Q2_K: {4e-2, 4.4, 1.2e-1}, quant.Q3_K: {1.8e-2, 3.1, 1.2e-1},
+		quant.Q5_K: {9e-4, 6.6e-1, 1.2e-1}, quant.IQ4_XS: {3.2e-3, 1.25, 1.2e-1},
 	}
 	ref := base
 	ref.Type = quant.F32

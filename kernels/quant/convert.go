@@ -102,6 +102,8 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		for ; len(dst) > 0; src, dst = src[q6KSz:], dst[qkK:] {
 			dequantQ6K((*[q6KSz]byte)(src), (*[qkK]float32)(dst))
 		}
+	case Q2_K, Q3_K, Q5_K, IQ4_XS:
+		dequantKQ2(t, src, dst)
 	case Q4_1, Q5_0, Q5_1, IQ4_NL:
 		dequantLegacy(t, src, dst)
 	}
@@ -164,6 +166,8 @@ func Quantize(t Type, src []float32, dst []byte) error {
 		for ; len(src) > 0; src, dst = src[qkK:], dst[q6KSz:] {
 			quantQ6K((*[qkK]float32)(src), (*[q6KSz]byte)(dst))
 		}
+	case Q2_K, Q3_K, Q5_K, IQ4_XS:
+		quantKQ2(t, src, dst)
 	case Q4_1, Q5_0, Q5_1, IQ4_NL:
 		quantLegacy(t, src, dst)
 	}

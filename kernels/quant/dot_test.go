@@ -73,7 +73,7 @@ func TestDotBadShapesReturnNaN(t *testing.T) {
 		{"Q4_K partial block", Q4_K, 144, 255},
 		{"Q6_K row short", Q6_K, 209, 256},
 		{"Q6_K empty row", Q6_K, 0, 256},
-		{"unsupported", Q5_K, 176, 256},
+		{"unsupported", IQ2_XXS, 66, 256},
 		{"unknown", Type(1000), 4, 1},
 	}
 	for _, tt := range tests {

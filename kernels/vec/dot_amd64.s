@@ -51625,3 +51625,7771 @@ done:
 	VMOVUPS       X0, (AX)
 	VZEROUPPER
 	RET
+
+DATA vec_c03<>+0(SB)/1, $0x03
+DATA vec_c03<>+1(SB)/1, $0x03
+DATA vec_c03<>+2(SB)/1, $0x03
+DATA vec_c03<>+3(SB)/1, $0x03
+DATA vec_c03<>+4(SB)/1, $0x03
+DATA vec_c03<>+5(SB)/1, $0x03
+DATA vec_c03<>+6(SB)/1, $0x03
+DATA vec_c03<>+7(SB)/1, $0x03
+DATA vec_c03<>+8(SB)/1, $0x03
+DATA vec_c03<>+9(SB)/1, $0x03
+DATA vec_c03<>+10(SB)/1, $0x03
+DATA vec_c03<>+11(SB)/1, $0x03
+DATA vec_c03<>+12(SB)/1, $0x03
+DATA vec_c03<>+13(SB)/1, $0x03
+DATA vec_c03<>+14(SB)/1, $0x03
+DATA vec_c03<>+15(SB)/1, $0x03
+DATA vec_c03<>+16(SB)/1, $0x03
+DATA vec_c03<>+17(SB)/1, $0x03
+DATA vec_c03<>+18(SB)/1, $0x03
+DATA vec_c03<>+19(SB)/1, $0x03
+DATA vec_c03<>+20(SB)/1, $0x03
+DATA vec_c03<>+21(SB)/1, $0x03
+DATA vec_c03<>+22(SB)/1, $0x03
+DATA vec_c03<>+23(SB)/1, $0x03
+DATA vec_c03<>+24(SB)/1, $0x03
+DATA vec_c03<>+25(SB)/1, $0x03
+DATA vec_c03<>+26(SB)/1, $0x03
+DATA vec_c03<>+27(SB)/1, $0x03
+DATA vec_c03<>+28(SB)/1, $0x03
+DATA vec_c03<>+29(SB)/1, $0x03
+DATA vec_c03<>+30(SB)/1, $0x03
+DATA vec_c03<>+31(SB)/1, $0x03
+GLOBL vec_c03<>(SB), RODATA|NOPTR, $32
+
+DATA vec_c04<>+0(SB)/1, $0x04
+DATA vec_c04<>+1(SB)/1, $0x04
+DATA vec_c04<>+2(SB)/1, $0x04
+DATA vec_c04<>+3(SB)/1, $0x04
+DATA vec_c04<>+4(SB)/1, $0x04
+DATA vec_c04<>+5(SB)/1, $0x04
+DATA vec_c04<>+6(SB)/1, $0x04
+DATA vec_c04<>+7(SB)/1, $0x04
+DATA vec_c04<>+8(SB)/1, $0x04
+DATA vec_c04<>+9(SB)/1, $0x04
+DATA vec_c04<>+10(SB)/1, $0x04
+DATA vec_c04<>+11(SB)/1, $0x04
+DATA vec_c04<>+12(SB)/1, $0x04
+DATA vec_c04<>+13(SB)/1, $0x04
+DATA vec_c04<>+14(SB)/1, $0x04
+DATA vec_c04<>+15(SB)/1, $0x04
+DATA vec_c04<>+16(SB)/1, $0x04
+DATA vec_c04<>+17(SB)/1, $0x04
+DATA vec_c04<>+18(SB)/1, $0x04
+DATA vec_c04<>+19(SB)/1, $0x04
+DATA vec_c04<>+20(SB)/1, $0x04
+DATA vec_c04<>+21(SB)/1, $0x04
+DATA vec_c04<>+22(SB)/1, $0x04
+DATA vec_c04<>+23(SB)/1, $0x04
+DATA vec_c04<>+24(SB)/1, $0x04
+DATA vec_c04<>+25(SB)/1, $0x04
+DATA vec_c04<>+26(SB)/1, $0x04
+DATA vec_c04<>+27(SB)/1, $0x04
+DATA vec_c04<>+28(SB)/1, $0x04
+DATA vec_c04<>+29(SB)/1, $0x04
+DATA vec_c04<>+30(SB)/1, $0x04
+DATA vec_c04<>+31(SB)/1, $0x04
+GLOBL vec_c04<>(SB), RODATA|NOPTR, $32
+
+DATA vec_c32w<>+0(SB)/1, $0x20
+DATA vec_c32w<>+1(SB)/1, $0x00
+DATA vec_c32w<>+2(SB)/1, $0x20
+DATA vec_c32w<>+3(SB)/1, $0x00
+DATA vec_c32w<>+4(SB)/1, $0x20
+DATA vec_c32w<>+5(SB)/1, $0x00
+DATA vec_c32w<>+6(SB)/1, $0x20
+DATA vec_c32w<>+7(SB)/1, $0x00
+DATA vec_c32w<>+8(SB)/1, $0x20
+DATA vec_c32w<>+9(SB)/1, $0x00
+DATA vec_c32w<>+10(SB)/1, $0x20
+DATA vec_c32w<>+11(SB)/1, $0x00
+DATA vec_c32w<>+12(SB)/1, $0x20
+DATA vec_c32w<>+13(SB)/1, $0x00
+DATA vec_c32w<>+14(SB)/1, $0x20
+DATA vec_c32w<>+15(SB)/1, $0x00
+DATA vec_c32w<>+16(SB)/1, $0x20
+DATA vec_c32w<>+17(SB)/1, $0x00
+DATA vec_c32w<>+18(SB)/1, $0x20
+DATA vec_c32w<>+19(SB)/1, $0x00
+DATA vec_c32w<>+20(SB)/1, $0x20
+DATA vec_c32w<>+21(SB)/1, $0x00
+DATA vec_c32w<>+22(SB)/1, $0x20
+DATA vec_c32w<>+23(SB)/1, $0x00
+DATA vec_c32w<>+24(SB)/1, $0x20
+DATA vec_c32w<>+25(SB)/1, $0x00
+DATA vec_c32w<>+26(SB)/1, $0x20
+DATA vec_c32w<>+27(SB)/1, $0x00
+DATA vec_c32w<>+28(SB)/1, $0x20
+DATA vec_c32w<>+29(SB)/1, $0x00
+DATA vec_c32w<>+30(SB)/1, $0x20
+DATA vec_c32w<>+31(SB)/1, $0x00
+GLOBL vec_c32w<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cSh4<>+0(SB)/4, $0x00000000
+DATA vec_cSh4<>+4(SB)/4, $0x00000004
+DATA vec_cSh4<>+8(SB)/4, $0x00000008
+DATA vec_cSh4<>+12(SB)/4, $0x0000000c
+DATA vec_cSh4<>+16(SB)/4, $0x00000010
+DATA vec_cSh4<>+20(SB)/4, $0x00000014
+DATA vec_cSh4<>+24(SB)/4, $0x00000018
+DATA vec_cSh4<>+28(SB)/4, $0x0000001c
+GLOBL vec_cSh4<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cSh2<>+0(SB)/4, $0x00000000
+DATA vec_cSh2<>+4(SB)/4, $0x00000002
+DATA vec_cSh2<>+8(SB)/4, $0x00000004
+DATA vec_cSh2<>+12(SB)/4, $0x00000006
+DATA vec_cSh2<>+16(SB)/4, $0x00000008
+DATA vec_cSh2<>+20(SB)/4, $0x0000000a
+DATA vec_cSh2<>+24(SB)/4, $0x0000000c
+DATA vec_cSh2<>+28(SB)/4, $0x0000000e
+GLOBL vec_cSh2<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cD0F<>+0(SB)/4, $0x0000000f
+DATA vec_cD0F<>+4(SB)/4, $0x0000000f
+DATA vec_cD0F<>+8(SB)/4, $0x0000000f
+DATA vec_cD0F<>+12(SB)/4, $0x0000000f
+DATA vec_cD0F<>+16(SB)/4, $0x0000000f
+DATA vec_cD0F<>+20(SB)/4, $0x0000000f
+DATA vec_cD0F<>+24(SB)/4, $0x0000000f
+DATA vec_cD0F<>+28(SB)/4, $0x0000000f
+GLOBL vec_cD0F<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cD30<>+0(SB)/4, $0x00000030
+DATA vec_cD30<>+4(SB)/4, $0x00000030
+DATA vec_cD30<>+8(SB)/4, $0x00000030
+DATA vec_cD30<>+12(SB)/4, $0x00000030
+DATA vec_cD30<>+16(SB)/4, $0x00000030
+DATA vec_cD30<>+20(SB)/4, $0x00000030
+DATA vec_cD30<>+24(SB)/4, $0x00000030
+DATA vec_cD30<>+28(SB)/4, $0x00000030
+GLOBL vec_cD30<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cD32<>+0(SB)/4, $0x00000020
+DATA vec_cD32<>+4(SB)/4, $0x00000020
+DATA vec_cD32<>+8(SB)/4, $0x00000020
+DATA vec_cD32<>+12(SB)/4, $0x00000020
+DATA vec_cD32<>+16(SB)/4, $0x00000020
+DATA vec_cD32<>+20(SB)/4, $0x00000020
+DATA vec_cD32<>+24(SB)/4, $0x00000020
+DATA vec_cD32<>+28(SB)/4, $0x00000020
+GLOBL vec_cD32<>(SB), RODATA|NOPTR, $32
+
+DATA vec_cPair<>+0(SB)/1, $0x00
+DATA vec_cPair<>+1(SB)/1, $0x01
+DATA vec_cPair<>+2(SB)/1, $0x00
+DATA vec_cPair<>+3(SB)/1, $0x01
+DATA vec_cPair<>+4(SB)/1, $0x00
+DATA vec_cPair<>+5(SB)/1, $0x01
+DATA vec_cPair<>+6(SB)/1, $0x00
+DATA vec_cPair<>+7(SB)/1, $0x01
+DATA vec_cPair<>+8(SB)/1, $0x00
+DATA vec_cPair<>+9(SB)/1, $0x01
+DATA vec_cPair<>+10(SB)/1, $0x00
+DATA vec_cPair<>+11(SB)/1, $0x01
+DATA vec_cPair<>+12(SB)/1, $0x00
+DATA vec_cPair<>+13(SB)/1, $0x01
+DATA vec_cPair<>+14(SB)/1, $0x00
+DATA vec_cPair<>+15(SB)/1, $0x01
+DATA vec_cPair<>+16(SB)/1, $0x02
+DATA vec_cPair<>+17(SB)/1, $0x03
+DATA vec_cPair<>+18(SB)/1, $0x02
+DATA vec_cPair<>+19(SB)/1, $0x03
+DATA vec_cPair<>+20(SB)/1, $0x02
+DATA vec_cPair<>+21(SB)/1, $0x03
+DATA vec_cPair<>+22(SB)/1, $0x02
+DATA vec_cPair<>+23(SB)/1, $0x03
+DATA vec_cPair<>+24(SB)/1, $0x02
+DATA vec_cPair<>+25(SB)/1, $0x03
+DATA vec_cPair<>+26(SB)/1, $0x02
+DATA vec_cPair<>+27(SB)/1, $0x03
+DATA vec_cPair<>+28(SB)/1, $0x02
+DATA vec_cPair<>+29(SB)/1, $0x03
+DATA vec_cPair<>+30(SB)/1, $0x02
+DATA vec_cPair<>+31(SB)/1, $0x03
+DATA vec_cPair<>+32(SB)/1, $0x04
+DATA vec_cPair<>+33(SB)/1, $0x05
+DATA vec_cPair<>+34(SB)/1, $0x04
+DATA vec_cPair<>+35(SB)/1, $0x05
+DATA vec_cPair<>+36(SB)/1, $0x04
+DATA vec_cPair<>+37(SB)/1, $0x05
+DATA vec_cPair<>+38(SB)/1, $0x04
+DATA vec_cPair<>+39(SB)/1, $0x05
+DATA vec_cPair<>+40(SB)/1, $0x04
+DATA vec_cPair<>+41(SB)/1, $0x05
+DATA vec_cPair<>+42(SB)/1, $0x04
+DATA vec_cPair<>+43(SB)/1, $0x05
+DATA vec_cPair<>+44(SB)/1, $0x04
+DATA vec_cPair<>+45(SB)/1, $0x05
+DATA vec_cPair<>+46(SB)/1, $0x04
+DATA vec_cPair<>+47(SB)/1, $0x05
+DATA vec_cPair<>+48(SB)/1, $0x06
+DATA vec_cPair<>+49(SB)/1, $0x07
+DATA vec_cPair<>+50(SB)/1, $0x06
+DATA vec_cPair<>+51(SB)/1, $0x07
+DATA vec_cPair<>+52(SB)/1, $0x06
+DATA vec_cPair<>+53(SB)/1, $0x07
+DATA vec_cPair<>+54(SB)/1, $0x06
+DATA vec_cPair<>+55(SB)/1, $0x07
+DATA vec_cPair<>+56(SB)/1, $0x06
+DATA vec_cPair<>+57(SB)/1, $0x07
+DATA vec_cPair<>+58(SB)/1, $0x06
+DATA vec_cPair<>+59(SB)/1, $0x07
+DATA vec_cPair<>+60(SB)/1, $0x06
+DATA vec_cPair<>+61(SB)/1, $0x07
+DATA vec_cPair<>+62(SB)/1, $0x06
+DATA vec_cPair<>+63(SB)/1, $0x07
+DATA vec_cPair<>+64(SB)/1, $0x08
+DATA vec_cPair<>+65(SB)/1, $0x09
+DATA vec_cPair<>+66(SB)/1, $0x08
+DATA vec_cPair<>+67(SB)/1, $0x09
+DATA vec_cPair<>+68(SB)/1, $0x08
+DATA vec_cPair<>+69(SB)/1, $0x09
+DATA vec_cPair<>+70(SB)/1, $0x08
+DATA vec_cPair<>+71(SB)/1, $0x09
+DATA vec_cPair<>+72(SB)/1, $0x08
+DATA vec_cPair<>+73(SB)/1, $0x09
+DATA vec_cPair<>+74(SB)/1, $0x08
+DATA vec_cPair<>+75(SB)/1, $0x09
+DATA vec_cPair<>+76(SB)/1, $0x08
+DATA vec_cPair<>+77(SB)/1, $0x09
+DATA vec_cPair<>+78(SB)/1, $0x08
+DATA vec_cPair<>+79(SB)/1, $0x09
+DATA vec_cPair<>+80(SB)/1, $0x0a
+DATA vec_cPair<>+81(SB)/1, $0x0b
+DATA vec_cPair<>+82(SB)/1, $0x0a
+DATA vec_cPair<>+83(SB)/1, $0x0b
+DATA vec_cPair<>+84(SB)/1, $0x0a
+DATA vec_cPair<>+85(SB)/1, $0x0b
+DATA vec_cPair<>+86(SB)/1, $0x0a
+DATA vec_cPair<>+87(SB)/1, $0x0b
+DATA vec_cPair<>+88(SB)/1, $0x0a
+DATA vec_cPair<>+89(SB)/1, $0x0b
+DATA vec_cPair<>+90(SB)/1, $0x0a
+DATA vec_cPair<>+91(SB)/1, $0x0b
+DATA vec_cPair<>+92(SB)/1, $0x0a
+DATA vec_cPair<>+93(SB)/1, $0x0b
+DATA vec_cPair<>+94(SB)/1, $0x0a
+DATA vec_cPair<>+95(SB)/1, $0x0b
+DATA vec_cPair<>+96(SB)/1, $0x0c
+DATA vec_cPair<>+97(SB)/1, $0x0d
+DATA vec_cPair<>+98(SB)/1, $0x0c
+DATA vec_cPair<>+99(SB)/1, $0x0d
+DATA vec_cPair<>+100(SB)/1, $0x0c
+DATA vec_cPair<>+101(SB)/1, $0x0d
+DATA vec_cPair<>+102(SB)/1, $0x0c
+DATA vec_cPair<>+103(SB)/1, $0x0d
+DATA vec_cPair<>+104(SB)/1, $0x0c
+DATA vec_cPair<>+105(SB)/1, $0x0d
+DATA vec_cPair<>+106(SB)/1, $0x0c
+DATA vec_cPair<>+107(SB)/1, $0x0d
+DATA vec_cPair<>+108(SB)/1, $0x0c
+DATA vec_cPair<>+109(SB)/1, $0x0d
+DATA vec_cPair<>+110(SB)/1, $0x0c
+DATA vec_cPair<>+111(SB)/1, $0x0d
+DATA vec_cPair<>+112(SB)/1, $0x0e
+DATA vec_cPair<>+113(SB)/1, $0x0f
+DATA vec_cPair<>+114(SB)/1, $0x0e
+DATA vec_cPair<>+115(SB)/1, $0x0f
+DATA vec_cPair<>+116(SB)/1, $0x0e
+DATA vec_cPair<>+117(SB)/1, $0x0f
+DATA vec_cPair<>+118(SB)/1, $0x0e
+DATA vec_cPair<>+119(SB)/1, $0x0f
+DATA vec_cPair<>+120(SB)/1, $0x0e
+DATA vec_cPair<>+121(SB)/1, $0x0f
+DATA vec_cPair<>+122(SB)/1, $0x0e
+DATA vec_cPair<>+123(SB)/1, $0x0f
+DATA vec_cPair<>+124(SB)/1, $0x0e
+DATA vec_cPair<>+125(SB)/1, $0x0f
+DATA vec_cPair<>+126(SB)/1, $0x0e
+DATA vec_cPair<>+127(SB)/1, $0x0f
+GLOBL vec_cPair<>(SB), RODATA|NOPTR, $128
+
+// func dotQ2_KAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ2_KAVX2(SB), NOSPLIT, $64-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      (AX), X2
+	VPSRLW       $0x04, X2, X3
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, (SP)
+	VPAND        vec_c0F<>+0(SB), X2, X2
+	VPMOVZXBW    X2, Y2
+	VMOVDQU      Y2, 32(SP)
+	VMOVDQU      16(AX), Y2
+	VPERMQ       $0x44, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   36(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
+	VPMADDUBSW   100(CX), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VMOVDQU      48(AX), Y2
+	VPERMQ       $0xee, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   164(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
+	VPMADDUBSW   228(CX), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPBROADCASTW 80(AX), X2
+	VCVTPH2PS    X2, Y2
+	VPBROADCASTW 82(AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y2, Y0
+	VMOVDQU      260(CX), Y1
+	VPMADDWD     (SP), Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y4, Y3, Y4
+	VFNMADD231PS Y1, Y4, Y0
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ2_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ2_K_1x1_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      (AX), X2
+	VPSRLW       $0x04, X2, X3
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, (SP)
+	VPAND        vec_c0F<>+0(SB), X2, X2
+	VPMOVZXBW    X2, Y2
+	VMOVDQU      Y2, 32(SP)
+	VMOVDQU      16(AX), Y2
+	VPERMQ       $0x44, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   36(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
+	VPMADDUBSW   100(CX), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VMOVDQU      48(AX), Y2
+	VPERMQ       $0xee, 32(SP), Y3
+	VPAND        vec_c03<>+0(SB), Y2, Y4
+	VPSHUFB      vec_cPair<>+0(SB), Y3, Y5
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x02, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+32(SB), Y3, Y5
+	VPMADDUBSW   164(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x04, Y2, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+64(SB), Y3, Y5
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y1, Y1
+	VPSRLW       $0x06, Y2, Y2
+	VPAND        vec_c03<>+0(SB), Y2, Y2
+	VPSHUFB      vec_cPair<>+96(SB), Y3, Y3
+	VPMADDUBSW   228(CX), Y2, Y2
+	VPMADDWD     Y3, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPBROADCASTW 80(AX), X2
+	VCVTPH2PS    X2, Y2
+	VPBROADCASTW 82(AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y2, Y0
+	VMOVDQU      260(CX), Y1
+	VPMADDWD     (SP), Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y4, Y3, Y4
+	VFNMADD231PS Y1, Y4, Y0
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ2_K_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	TESTQ BX, BX
+	JZ    done
+
+block:
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VMOVDQU      (AX), X4
+	VPSRLW       $0x04, X4, X5
+	VPAND        vec_c0F<>+0(SB), X5, X5
+	VPMOVZXBW    X5, Y5
+	VMOVDQU      Y5, (SP)
+	VPAND        vec_c0F<>+0(SB), X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      16(AX), Y4
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   4(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   36(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   68(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDUBSW   100(DX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      48(AX), Y4
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   132(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   164(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   196(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y3, Y3
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   228(CX), Y4, Y6
+	VPMADDWD     Y5, Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDUBSW   228(DX), Y4, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPBROADCASTW 80(AX), X4
+	VCVTPH2PS    X4, Y4
+	VPBROADCASTW 82(AX), X5
+	VCVTPH2PS    X5, Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y7, Y0
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     (SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y6, Y5, Y6
+	VFNMADD231PS Y2, Y6, Y0
+	VBROADCASTSS (DX), Y2
+	VMULPS       Y2, Y4, Y4
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y4, Y1
+	VMOVDQU      260(DX), Y3
+	VPMADDWD     (SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y5, Y2
+	VFNMADD231PS Y3, Y2, Y1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ2_K_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	TESTQ SI, SI
+	JZ    done
+
+block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      (AX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        vec_c0F<>+0(SB), X7, X7
+	VPMOVZXBW    X7, Y7
+	VMOVDQU      Y7, (SP)
+	VPAND        vec_c0F<>+0(SB), X6, X6
+	VPMOVZXBW    X6, Y6
+	VMOVDQU      Y6, 32(SP)
+	VMOVDQU      16(AX), Y6
+	VPERMQ       $0x44, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   4(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   4(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   36(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   36(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   36(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   68(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   68(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   100(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   100(BX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VPMADDUBSW   100(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      48(AX), Y6
+	VPERMQ       $0xee, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   132(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   132(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   164(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   164(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   164(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   196(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   196(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y5, Y5
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   228(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   228(BX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VPMADDUBSW   228(DX), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPBROADCASTW 80(AX), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW 82(AX), X7
+	VCVTPH2PS    X7, Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y9, Y0
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     (SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y8, Y7, Y8
+	VFNMADD231PS Y3, Y8, Y0
+	VBROADCASTSS (BX), Y3
+	VMULPS       Y3, Y6, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VMOVDQU      260(BX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y7, Y3
+	VFNMADD231PS Y4, Y3, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y6, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y7, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ2_K_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      (AX), X8
+	VPSRLW       $0x04, X8, X9
+	VPAND        vec_c0F<>+0(SB), X9, X9
+	VPMOVZXBW    X9, Y9
+	VMOVDQU      Y9, (SP)
+	VPAND        vec_c0F<>+0(SB), X8, X8
+	VPMOVZXBW    X8, Y8
+	VMOVDQU      Y8, 32(SP)
+	VMOVDQU      16(AX), Y8
+	VPERMQ       $0x44, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   4(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   4(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   4(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   36(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   36(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   36(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   36(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   68(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   68(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   68(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   100(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   100(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   100(SI), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	VPMADDUBSW   100(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VMOVDQU      48(AX), Y8
+	VPERMQ       $0xee, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   132(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   132(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   132(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   164(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   164(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   164(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   164(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   196(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   196(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   196(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   228(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   228(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   228(SI), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	VPMADDUBSW   228(DX), Y8, Y8
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPBROADCASTW 80(AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW 82(AX), X9
+	VCVTPH2PS    X9, Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y11, Y0
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VFNMADD231PS Y4, Y10, Y0
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y8, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y1
+	VBROADCASTSS (SI), Y4
+	VMULPS       Y4, Y8, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VMOVDQU      260(SI), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y8, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ3_KAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ3_KAVX2(SB), NOSPLIT, $64-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VPXOR        Y1, Y1, Y1
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X2
+	VPINSRQ      $0x01, BX, X2, X2
+	VPMOVZXBW    X2, Y2
+	VPSUBW       vec_c32w<>+0(SB), Y2, Y2
+	VMOVDQU      Y2, 32(SP)
+	VMOVDQU      (AX), Y2
+	VMOVDQU      32(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSLLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y2, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      64(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSRLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x03, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x04, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSRLW       $0x05, Y2, Y2
+	VPAND        vec_c04<>+0(SB), Y2, Y2
+	VPOR         Y2, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y2
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPBROADCASTW 108(AX), X2
+	VCVTPH2PS    X2, Y2
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y1, Y1
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y2, Y3, Y3
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y3, Y0
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ3_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ3_K_1x1_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VPXOR        Y1, Y1, Y1
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X2
+	VPINSRQ      $0x01, BX, X2, X2
+	VPMOVZXBW    X2, Y2
+	VPSUBW       vec_c32w<>+0(SB), Y2, Y2
+	VMOVDQU      Y2, 32(SP)
+	VMOVDQU      (AX), Y2
+	VMOVDQU      32(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSLLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSLLW       $0x01, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y2, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      64(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSRLW       $0x02, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x03, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x04, Y2, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y1, Y1
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSRLW       $0x05, Y2, Y2
+	VPAND        vec_c04<>+0(SB), Y2, Y2
+	VPOR         Y2, Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y2
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPBROADCASTW 108(AX), X2
+	VCVTPH2PS    X2, Y2
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y1, Y1
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y2, Y3, Y3
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y3, Y0
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ3_K_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	TESTQ BX, BX
+	JZ    done
+
+block:
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	MOVL         96(AX), SI
+	MOVL         100(AX), DI
+	MOVL         104(AX), R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         R8, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x02, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	MOVL         R8, R11
+	SHRL         $0x04, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, SI
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	ORL          R8, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R9
+	SHLQ         $0x20, DI
+	ORQ          DI, SI
+	VMOVQ        R9, X4
+	VPINSRQ      $0x01, SI, X4, X4
+	VPMOVZXBW    X4, Y4
+	VPSUBW       vec_c32w<>+0(SB), Y4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      (AX), Y4
+	VMOVDQU      32(AX), Y5
+	VPERMQ       $0x44, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSLLW       $0x02, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   4(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   4(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSLLW       $0x01, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   36(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   36(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPAND        vec_c04<>+0(SB), Y4, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   68(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   68(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x01, Y4, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   100(CX), Y5, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y2, Y2
+	VPMADDUBSW   100(DX), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VMOVDQU      64(AX), Y5
+	VPERMQ       $0xee, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSRLW       $0x02, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   132(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   132(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x03, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   164(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   164(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x04, Y4, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   196(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   196(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y3, Y3
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSRLW       $0x05, Y4, Y4
+	VPAND        vec_c04<>+0(SB), Y4, Y4
+	VPOR         Y4, Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y4
+	VPMADDUBSW   228(CX), Y5, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y2, Y2
+	VPMADDUBSW   228(DX), Y5, Y5
+	VPMADDWD     Y4, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VPBROADCASTW 108(AX), X4
+	VCVTPH2PS    X4, Y4
+	VMOVDQU      260(CX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y2, Y2
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y4, Y5, Y5
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y5, Y0
+	VMOVDQU      260(DX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VPSLLD       $0x02, Y2, Y2
+	VPSUBD       Y2, Y3, Y3
+	VBROADCASTSS (DX), Y2
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ3_K_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	TESTQ SI, SI
+	JZ    done
+
+block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	MOVL         96(AX), DI
+	MOVL         100(AX), R8
+	MOVL         104(AX), R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R9, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x02, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         R9, R12
+	SHRL         $0x04, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, DI
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R11
+	ORQ          R11, R10
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        R10, X6
+	VPINSRQ      $0x01, DI, X6, X6
+	VPMOVZXBW    X6, Y6
+	VPSUBW       vec_c32w<>+0(SB), Y6, Y6
+	VMOVDQU      Y6, 32(SP)
+	VMOVDQU      (AX), Y6
+	VMOVDQU      32(AX), Y7
+	VPERMQ       $0x44, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSLLW       $0x02, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   4(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   4(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   4(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSLLW       $0x01, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   36(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   36(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   36(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPAND        vec_c04<>+0(SB), Y6, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   68(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   68(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   68(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x01, Y6, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   100(CX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VPMADDUBSW   100(BX), Y7, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VPMADDUBSW   100(DX), Y7, Y7
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VMOVDQU      64(AX), Y7
+	VPERMQ       $0xee, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSRLW       $0x02, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   132(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   132(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   132(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x03, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   164(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   164(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   164(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x04, Y6, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   196(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   196(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   196(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y5, Y5
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSRLW       $0x05, Y6, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y6
+	VPMADDUBSW   228(CX), Y7, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPMADDUBSW   228(BX), Y7, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y4, Y4
+	VPMADDUBSW   228(DX), Y7, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPBROADCASTW 108(AX), X6
+	VCVTPH2PS    X6, Y6
+	VMOVDQU      260(CX), Y7
+	VPMADDWD     32(SP), Y7, Y7
+	VPSLLD       $0x02, Y7, Y7
+	VPSUBD       Y7, Y3, Y3
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y6, Y7, Y7
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y7, Y0
+	VMOVDQU      260(BX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y4, Y4
+	VBROADCASTSS (BX), Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VMOVDQU      260(DX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y5, Y5
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y3, Y2
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ3_K_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	MOVL         96(AX), R8
+	MOVL         100(AX), R9
+	MOVL         104(AX), R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R10, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	MOVL         R9, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         R10, R13
+	SHRL         $0x04, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R8
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHLQ         $0x20, R12
+	ORQ          R12, R11
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	VMOVQ        R11, X8
+	VPINSRQ      $0x01, R8, X8, X8
+	VPMOVZXBW    X8, Y8
+	VPSUBW       vec_c32w<>+0(SB), Y8, Y8
+	VMOVDQU      Y8, 32(SP)
+	VMOVDQU      (AX), Y8
+	VMOVDQU      32(AX), Y9
+	VPERMQ       $0x44, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSLLW       $0x02, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   4(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   4(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   4(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   4(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSLLW       $0x01, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   36(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   36(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   36(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   36(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPAND        vec_c04<>+0(SB), Y8, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   68(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   68(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   68(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   68(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x01, Y8, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   100(CX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   100(BX), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VPMADDUBSW   100(SI), Y9, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y6, Y6
+	VPMADDUBSW   100(DX), Y9, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VMOVDQU      64(AX), Y9
+	VPERMQ       $0xee, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSRLW       $0x02, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   132(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   132(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   132(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   132(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSRLW       $0x03, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   164(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   164(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   164(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   164(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSRLW       $0x04, Y8, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   196(CX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   196(BX), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   196(SI), Y11, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   196(DX), Y11, Y11
+	VPMADDWD     Y12, Y11, Y11
+	VPADDD       Y11, Y7, Y7
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSRLW       $0x05, Y8, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y8
+	VPMADDUBSW   228(CX), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   228(BX), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPMADDUBSW   228(SI), Y9, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	VPMADDUBSW   228(DX), Y9, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPBROADCASTW 108(AX), X8
+	VCVTPH2PS    X8, Y8
+	VMOVDQU      260(CX), Y9
+	VPMADDWD     32(SP), Y9, Y9
+	VPSLLD       $0x02, Y9, Y9
+	VPSUBD       Y9, Y4, Y4
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y8, Y9, Y9
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y9, Y0
+	VMOVDQU      260(BX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVDQU      260(SI), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y6, Y6
+	VBROADCASTSS (SI), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y7, Y7
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y4, Y3
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_KAVX2(SB), NOSPLIT, $64-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      16(AX), Y2
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVQ        DI, X3
+	VPUNPCKLBW   X3, X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      48(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSLLW       $0x04, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSLLW       $0x03, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW (SP), Y5
+	VPBROADCASTW 2(SP), Y6
+	VPMADDUBSW   4(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   36(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      80(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSLLW       $0x02, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSLLW       $0x01, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW 4(SP), Y5
+	VPBROADCASTW 6(SP), Y6
+	VPMADDUBSW   68(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   100(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      112(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPAND        vec_c10<>+0(SB), Y2, Y5
+	VPOR         Y5, Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW 8(SP), Y5
+	VPBROADCASTW 10(SP), Y6
+	VPMADDUBSW   132(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   164(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      144(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSRLW       $0x02, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSRLW       $0x03, Y2, Y2
+	VPAND        vec_c10<>+0(SB), Y2, Y2
+	VPOR         Y2, Y4, Y4
+	VPBROADCASTW 12(SP), Y2
+	VPBROADCASTW 14(SP), Y5
+	VPMADDUBSW   196(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   228(CX), Y4, Y2
+	VPMADDWD     Y5, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VPBROADCASTW 2(AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y2, Y0
+	VMOVDQU      260(CX), Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y4, Y3, Y4
+	VFNMADD231PS Y1, Y4, Y0
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileQ5_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileQ5_K_1x1_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      16(AX), Y2
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X3
+	VPMOVZXBW    X3, X3
+	VMOVDQU      X3, (SP)
+	VMOVQ        DI, X3
+	VPUNPCKLBW   X3, X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      48(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSLLW       $0x04, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSLLW       $0x03, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW (SP), Y5
+	VPBROADCASTW 2(SP), Y6
+	VPMADDUBSW   4(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   36(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      80(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSLLW       $0x02, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSLLW       $0x01, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW 4(SP), Y5
+	VPBROADCASTW 6(SP), Y6
+	VPMADDUBSW   68(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   100(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      112(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPAND        vec_c10<>+0(SB), Y2, Y5
+	VPOR         Y5, Y3, Y3
+	VPSRLW       $0x01, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPBROADCASTW 8(SP), Y5
+	VPBROADCASTW 10(SP), Y6
+	VPMADDUBSW   132(CX), Y3, Y3
+	VPMADDWD     Y5, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   164(CX), Y4, Y3
+	VPMADDWD     Y6, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VMOVDQU      144(AX), Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y3
+	VPSRLW       $0x04, Y4, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSRLW       $0x02, Y2, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y3, Y3
+	VPSRLW       $0x03, Y2, Y2
+	VPAND        vec_c10<>+0(SB), Y2, Y2
+	VPOR         Y2, Y4, Y4
+	VPBROADCASTW 12(SP), Y2
+	VPBROADCASTW 14(SP), Y5
+	VPMADDUBSW   196(CX), Y3, Y3
+	VPMADDWD     Y2, Y3, Y3
+	VPADDD       Y3, Y1, Y1
+	VPMADDUBSW   228(CX), Y4, Y2
+	VPMADDWD     Y5, Y2, Y2
+	VPADDD       Y2, Y1, Y1
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VPBROADCASTW 2(AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y2, Y0
+	VMOVDQU      260(CX), Y1
+	VPMADDWD     32(SP), Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VMULPS       Y4, Y3, Y4
+	VFNMADD231PS Y1, Y4, Y0
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_K_1x2_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	TESTQ BX, BX
+	JZ    done
+
+block:
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VMOVDQU      16(AX), Y4
+	MOVL         4(AX), SI
+	MOVL         8(AX), DI
+	MOVL         12(AX), R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	MOVL         R8, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R9, R10
+	ANDL         $0x3f3f3f3f, SI
+	MOVL         DI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R10
+	ORQ          SI, R10
+	SHLQ         $0x20, R8
+	ORQ          DI, R8
+	VMOVQ        R10, X5
+	VPMOVZXBW    X5, X5
+	VMOVDQU      X5, (SP)
+	VMOVQ        R8, X5
+	VPUNPCKLBW   X5, X5, X5
+	VPMOVZXBW    X5, Y5
+	VMOVDQU      Y5, 32(SP)
+	VMOVDQU      48(AX), Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSLLW       $0x04, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLW       $0x03, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPBROADCASTW (SP), Y7
+	VPBROADCASTW 2(SP), Y8
+	VPMADDUBSW   4(CX), Y5, Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   36(CX), Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   4(DX), Y5, Y5
+	VPMADDWD     Y7, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VPMADDUBSW   36(DX), Y6, Y5
+	VPMADDWD     Y8, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VMOVDQU      80(AX), Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSLLW       $0x02, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSLLW       $0x01, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPBROADCASTW 4(SP), Y7
+	VPBROADCASTW 6(SP), Y8
+	VPMADDUBSW   68(CX), Y5, Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   100(CX), Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   68(DX), Y5, Y5
+	VPMADDWD     Y7, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VPMADDUBSW   100(DX), Y6, Y5
+	VPMADDWD     Y8, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VMOVDQU      112(AX), Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPAND        vec_c10<>+0(SB), Y4, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLW       $0x01, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPBROADCASTW 8(SP), Y7
+	VPBROADCASTW 10(SP), Y8
+	VPMADDUBSW   132(CX), Y5, Y9
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   164(CX), Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VPMADDUBSW   132(DX), Y5, Y5
+	VPMADDWD     Y7, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VPMADDUBSW   164(DX), Y6, Y5
+	VPMADDWD     Y8, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VMOVDQU      144(AX), Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y5
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSRLW       $0x02, Y4, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y5, Y5
+	VPSRLW       $0x03, Y4, Y4
+	VPAND        vec_c10<>+0(SB), Y4, Y4
+	VPOR         Y4, Y6, Y6
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y7
+	VPMADDUBSW   196(CX), Y5, Y8
+	VPMADDWD     Y4, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   228(CX), Y6, Y8
+	VPMADDWD     Y7, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VPMADDUBSW   196(DX), Y5, Y5
+	VPMADDWD     Y4, Y5, Y5
+	VPADDD       Y5, Y3, Y3
+	VPMADDUBSW   228(DX), Y6, Y4
+	VPMADDWD     Y7, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VPBROADCASTW 2(AX), X5
+	VCVTPH2PS    X5, Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y6, Y4, Y7
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y7, Y0
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y6, Y5, Y6
+	VFNMADD231PS Y2, Y6, Y0
+	VBROADCASTSS (DX), Y2
+	VMULPS       Y2, Y4, Y4
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y4, Y1
+	VMOVDQU      260(DX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y2, Y5, Y2
+	VFNMADD231PS Y3, Y2, Y1
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_K_1x3_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	TESTQ SI, SI
+	JZ    done
+
+block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      16(AX), Y6
+	MOVL         4(AX), DI
+	MOVL         8(AX), R8
+	MOVL         12(AX), R9
+	MOVL         DI, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	MOVL         R9, R11
+	ANDL         $0x0f0f0f0f, R11
+	ORL          R10, R11
+	ANDL         $0x3f3f3f3f, DI
+	MOVL         R8, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R10, R9
+	ANDL         $0x3f3f3f3f, R8
+	SHLQ         $0x20, R11
+	ORQ          DI, R11
+	SHLQ         $0x20, R9
+	ORQ          R8, R9
+	VMOVQ        R11, X7
+	VPMOVZXBW    X7, X7
+	VMOVDQU      X7, (SP)
+	VMOVQ        R9, X7
+	VPUNPCKLBW   X7, X7, X7
+	VPMOVZXBW    X7, Y7
+	VMOVDQU      Y7, 32(SP)
+	VMOVDQU      48(AX), Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y7
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSLLW       $0x04, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSLLW       $0x03, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW (SP), Y9
+	VPBROADCASTW 2(SP), Y10
+	VPMADDUBSW   4(CX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   36(CX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   4(BX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   36(BX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   4(DX), Y7, Y7
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPMADDUBSW   36(DX), Y8, Y7
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VMOVDQU      80(AX), Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y7
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSLLW       $0x02, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSLLW       $0x01, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 4(SP), Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMADDUBSW   68(CX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   100(CX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   68(BX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   100(BX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   68(DX), Y7, Y7
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPMADDUBSW   100(DX), Y8, Y7
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VMOVDQU      112(AX), Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y7
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPAND        vec_c10<>+0(SB), Y6, Y9
+	VPOR         Y9, Y7, Y7
+	VPSRLW       $0x01, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 8(SP), Y9
+	VPBROADCASTW 10(SP), Y10
+	VPMADDUBSW   132(CX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   164(CX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VPMADDUBSW   132(BX), Y7, Y11
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   164(BX), Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VPMADDUBSW   132(DX), Y7, Y7
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPMADDUBSW   164(DX), Y8, Y7
+	VPMADDWD     Y10, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VMOVDQU      144(AX), Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y7
+	VPSRLW       $0x04, Y8, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSRLW       $0x02, Y6, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPSRLW       $0x03, Y6, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y8, Y8
+	VPBROADCASTW 12(SP), Y6
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(CX), Y7, Y10
+	VPMADDWD     Y6, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   228(CX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VPMADDUBSW   196(BX), Y7, Y10
+	VPMADDWD     Y6, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   228(BX), Y8, Y10
+	VPMADDWD     Y9, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VPMADDUBSW   196(DX), Y7, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y5, Y5
+	VPMADDUBSW   228(DX), Y8, Y6
+	VPMADDWD     Y9, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VPBROADCASTW 2(AX), X7
+	VCVTPH2PS    X7, Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y8, Y6, Y9
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y9, Y0
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y8, Y7, Y8
+	VFNMADD231PS Y3, Y8, Y0
+	VBROADCASTSS (BX), Y3
+	VMULPS       Y3, Y6, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VMOVDQU      260(BX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y7, Y3
+	VFNMADD231PS Y4, Y3, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y6, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y7, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileQ5_K_1x4_AVX2(SB), NOSPLIT, $64-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      16(AX), Y8
+	MOVL         4(AX), R8
+	MOVL         8(AX), R9
+	MOVL         12(AX), R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	MOVL         R10, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R11, R12
+	ANDL         $0x3f3f3f3f, R8
+	MOVL         R9, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R11, R10
+	ANDL         $0x3f3f3f3f, R9
+	SHLQ         $0x20, R12
+	ORQ          R8, R12
+	SHLQ         $0x20, R10
+	ORQ          R9, R10
+	VMOVQ        R12, X9
+	VPMOVZXBW    X9, X9
+	VMOVDQU      X9, (SP)
+	VMOVQ        R10, X9
+	VPUNPCKLBW   X9, X9, X9
+	VPMOVZXBW    X9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      48(AX), Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y9
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSLLW       $0x04, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y9, Y9
+	VPSLLW       $0x03, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPBROADCASTW (SP), Y11
+	VPBROADCASTW 2(SP), Y12
+	VPMADDUBSW   4(CX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   36(CX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   4(BX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   36(BX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   4(SI), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   36(SI), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   4(DX), Y9, Y9
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPMADDUBSW   36(DX), Y10, Y9
+	VPMADDWD     Y12, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VMOVDQU      80(AX), Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y9
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSLLW       $0x02, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y9, Y9
+	VPSLLW       $0x01, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPBROADCASTW 4(SP), Y11
+	VPBROADCASTW 6(SP), Y12
+	VPMADDUBSW   68(CX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   100(CX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   68(BX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   100(BX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   68(SI), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   100(SI), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   68(DX), Y9, Y9
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPMADDUBSW   100(DX), Y10, Y9
+	VPMADDWD     Y12, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VMOVDQU      112(AX), Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y9
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPAND        vec_c10<>+0(SB), Y8, Y11
+	VPOR         Y11, Y9, Y9
+	VPSRLW       $0x01, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPBROADCASTW 8(SP), Y11
+	VPBROADCASTW 10(SP), Y12
+	VPMADDUBSW   132(CX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   164(CX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VPMADDUBSW   132(BX), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   164(BX), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VPMADDUBSW   132(SI), Y9, Y13
+	VPMADDWD     Y11, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   164(SI), Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VPMADDUBSW   132(DX), Y9, Y9
+	VPMADDWD     Y11, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPMADDUBSW   164(DX), Y10, Y9
+	VPMADDWD     Y12, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VMOVDQU      144(AX), Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y9
+	VPSRLW       $0x04, Y10, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSRLW       $0x02, Y8, Y11
+	VPAND        vec_c10<>+0(SB), Y11, Y11
+	VPOR         Y11, Y9, Y9
+	VPSRLW       $0x03, Y8, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y10, Y10
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y11
+	VPMADDUBSW   196(CX), Y9, Y12
+	VPMADDWD     Y8, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   228(CX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VPMADDUBSW   196(BX), Y9, Y12
+	VPMADDWD     Y8, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   228(BX), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VPMADDUBSW   196(SI), Y9, Y12
+	VPMADDWD     Y8, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   228(SI), Y10, Y12
+	VPMADDWD     Y11, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VPMADDUBSW   196(DX), Y9, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y7, Y7
+	VPMADDUBSW   228(DX), Y10, Y8
+	VPMADDWD     Y11, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VPBROADCASTW 2(AX), X9
+	VCVTPH2PS    X9, Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y10, Y8, Y11
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y11, Y0
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y10, Y9, Y10
+	VFNMADD231PS Y4, Y10, Y0
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y8, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y1
+	VBROADCASTSS (SI), Y4
+	VMULPS       Y4, Y8, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VMOVDQU      260(SI), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y8, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y9, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSAVX2(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, F16C, FMA3, MMX+, SSE
+TEXT ·dotIQ4_XSAVX2(SB), NOSPLIT, $32-28
+	MOVQ  w+0(FP), AX
+	MOVQ  x+8(FP), CX
+	MOVQ  nb+16(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      vec_cIQ4<>+0(SB), Y2
+	VPBROADCASTD 4(AX), Y3
+	VPSRLVD      vec_cSh4<>+0(SB), Y3, Y3
+	VPAND        vec_cD0F<>+0(SB), Y3, Y3
+	VPBROADCASTW 2(AX), Y4
+	VPSLLD       $0x04, Y4, Y4
+	VPSRLVD      vec_cSh2<>+0(SB), Y4, Y4
+	VPAND        vec_cD30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSUBD       vec_cD32<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, (SP)
+	VMOVDQU      8(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW (SP), Y6
+	VMOVDQU      4(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      24(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 4(SP), Y6
+	VMOVDQU      36(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      40(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 8(SP), Y6
+	VMOVDQU      68(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      56(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 12(SP), Y6
+	VMOVDQU      100(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      72(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 16(SP), Y6
+	VMOVDQU      132(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      88(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 20(SP), Y6
+	VMOVDQU      164(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      104(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 24(SP), Y6
+	VMOVDQU      196(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      120(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y2
+	VPBROADCASTW 28(SP), Y4
+	VMOVDQU      228(CX), Y6
+	VPSIGNB      Y3, Y6, Y6
+	VPMADDUBSW   Y6, Y2, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y1, Y1
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y2, Y3, Y3
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y3, Y0
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+24(FP)
+	RET
+
+// func tileIQ4_XS_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·tileIQ4_XS_1x1_AVX2(SB), NOSPLIT, $32-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  nb+32(FP), DX
+	VPXOR Y0, Y0, Y0
+	TESTQ DX, DX
+	JZ    done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VPXOR        Y1, Y1, Y1
+	VMOVDQU      vec_cIQ4<>+0(SB), Y2
+	VPBROADCASTD 4(AX), Y3
+	VPSRLVD      vec_cSh4<>+0(SB), Y3, Y3
+	VPAND        vec_cD0F<>+0(SB), Y3, Y3
+	VPBROADCASTW 2(AX), Y4
+	VPSLLD       $0x04, Y4, Y4
+	VPSRLVD      vec_cSh2<>+0(SB), Y4, Y4
+	VPAND        vec_cD30<>+0(SB), Y4, Y4
+	VPOR         Y4, Y3, Y3
+	VPSUBD       vec_cD32<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, (SP)
+	VMOVDQU      8(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW (SP), Y6
+	VMOVDQU      4(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      24(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 4(SP), Y6
+	VMOVDQU      36(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      40(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 8(SP), Y6
+	VMOVDQU      68(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      56(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 12(SP), Y6
+	VMOVDQU      100(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      72(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 16(SP), Y6
+	VMOVDQU      132(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      88(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 20(SP), Y6
+	VMOVDQU      164(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      104(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y4
+	VPBROADCASTW 24(SP), Y6
+	VMOVDQU      196(CX), Y7
+	VPSIGNB      Y3, Y7, Y7
+	VPMADDUBSW   Y7, Y4, Y7
+	VPMADDWD     Y6, Y7, Y7
+	VPADDD       Y7, Y1, Y1
+	VMOVDQU      120(AX), X5
+	VPSRLW       $0x04, X5, X3
+	VINSERTI128  $0x01, X3, Y5, Y3
+	VPAND        vec_c0F<>+0(SB), Y3, Y3
+	VPSHUFB      Y3, Y2, Y3
+	VPABSB       Y3, Y2
+	VPBROADCASTW 28(SP), Y4
+	VMOVDQU      228(CX), Y6
+	VPSIGNB      Y3, Y6, Y6
+	VPMADDUBSW   Y6, Y2, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y1, Y1
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VBROADCASTSS (CX), Y3
+	VMULPS       Y2, Y3, Y3
+	VCVTDQ2PS    Y1, Y1
+	VFMADD231PS  Y1, Y3, Y0
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDSS       X1, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_XS_1x2_AVX2(SB), NOSPLIT, $32-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), DX
+	MOVQ  nb+32(FP), BX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	TESTQ BX, BX
+	JZ    done
+
+block:
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VMOVDQU      vec_cIQ4<>+0(SB), Y4
+	VPBROADCASTD 4(AX), Y5
+	VPSRLVD      vec_cSh4<>+0(SB), Y5, Y5
+	VPAND        vec_cD0F<>+0(SB), Y5, Y5
+	VPBROADCASTW 2(AX), Y6
+	VPSLLD       $0x04, Y6, Y6
+	VPSRLVD      vec_cSh2<>+0(SB), Y6, Y6
+	VPAND        vec_cD30<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSUBD       vec_cD32<>+0(SB), Y5, Y5
+	VMOVDQU      Y5, (SP)
+	VMOVDQU      8(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW (SP), Y8
+	VMOVDQU      4(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      4(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      24(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 4(SP), Y8
+	VMOVDQU      36(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      36(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      40(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 8(SP), Y8
+	VMOVDQU      68(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      68(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      56(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 12(SP), Y8
+	VMOVDQU      100(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      100(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      72(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 16(SP), Y8
+	VMOVDQU      132(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      132(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      88(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 20(SP), Y8
+	VMOVDQU      164(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      164(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      104(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y6
+	VPBROADCASTW 24(SP), Y8
+	VMOVDQU      196(CX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y2, Y2
+	VMOVDQU      196(DX), Y9
+	VPSIGNB      Y5, Y9, Y9
+	VPMADDUBSW   Y9, Y6, Y9
+	VPMADDWD     Y8, Y9, Y9
+	VPADDD       Y9, Y3, Y3
+	VMOVDQU      120(AX), X7
+	VPSRLW       $0x04, X7, X5
+	VINSERTI128  $0x01, X5, Y7, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSHUFB      Y5, Y4, Y5
+	VPABSB       Y5, Y4
+	VPBROADCASTW 28(SP), Y6
+	VMOVDQU      228(CX), Y8
+	VPSIGNB      Y5, Y8, Y8
+	VPMADDUBSW   Y8, Y4, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y2, Y2
+	VMOVDQU      228(DX), Y8
+	VPSIGNB      Y5, Y8, Y8
+	VPMADDUBSW   Y8, Y4, Y8
+	VPMADDWD     Y6, Y8, Y8
+	VPADDD       Y8, Y3, Y3
+	VPBROADCASTW (AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y4, Y5, Y5
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y5, Y0
+	VBROADCASTSS (DX), Y2
+	VMULPS       Y4, Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y2, Y1
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDSS       X2, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_XS_1x3_AVX2(SB), NOSPLIT, $32-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), DX
+	MOVQ  nb+32(FP), SI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	TESTQ SI, SI
+	JZ    done
+
+block:
+	VPXOR        Y3, Y3, Y3
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VMOVDQU      vec_cIQ4<>+0(SB), Y6
+	VPBROADCASTD 4(AX), Y7
+	VPSRLVD      vec_cSh4<>+0(SB), Y7, Y7
+	VPAND        vec_cD0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 2(AX), Y8
+	VPSLLD       $0x04, Y8, Y8
+	VPSRLVD      vec_cSh2<>+0(SB), Y8, Y8
+	VPAND        vec_cD30<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPSUBD       vec_cD32<>+0(SB), Y7, Y7
+	VMOVDQU      Y7, (SP)
+	VMOVDQU      8(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW (SP), Y10
+	VMOVDQU      4(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      4(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      4(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      24(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 4(SP), Y10
+	VMOVDQU      36(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      36(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      36(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      40(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 8(SP), Y10
+	VMOVDQU      68(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      68(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      68(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      56(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 12(SP), Y10
+	VMOVDQU      100(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      100(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      100(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      72(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 16(SP), Y10
+	VMOVDQU      132(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      132(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      132(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      88(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 20(SP), Y10
+	VMOVDQU      164(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      164(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      164(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      104(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y8
+	VPBROADCASTW 24(SP), Y10
+	VMOVDQU      196(CX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y3, Y3
+	VMOVDQU      196(BX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y4, Y4
+	VMOVDQU      196(DX), Y11
+	VPSIGNB      Y7, Y11, Y11
+	VPMADDUBSW   Y11, Y8, Y11
+	VPMADDWD     Y10, Y11, Y11
+	VPADDD       Y11, Y5, Y5
+	VMOVDQU      120(AX), X9
+	VPSRLW       $0x04, X9, X7
+	VINSERTI128  $0x01, X7, Y9, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSHUFB      Y7, Y6, Y7
+	VPABSB       Y7, Y6
+	VPBROADCASTW 28(SP), Y8
+	VMOVDQU      228(CX), Y10
+	VPSIGNB      Y7, Y10, Y10
+	VPMADDUBSW   Y10, Y6, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y3, Y3
+	VMOVDQU      228(BX), Y10
+	VPSIGNB      Y7, Y10, Y10
+	VPMADDUBSW   Y10, Y6, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y4, Y4
+	VMOVDQU      228(DX), Y10
+	VPSIGNB      Y7, Y10, Y10
+	VPMADDUBSW   Y10, Y6, Y10
+	VPMADDWD     Y8, Y10, Y10
+	VPADDD       Y10, Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y6, Y7, Y7
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y7, Y0
+	VBROADCASTSS (BX), Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y6, Y3, Y3
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y3, Y2
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDSS       X3, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·tileIQ4_XS_1x4_AVX2(SB), NOSPLIT, $32-56
+	MOVQ  w+0(FP), AX
+	MOVQ  x+16(FP), CX
+	MOVQ  xs+24(FP), DX
+	LEAQ  (CX)(DX*1), BX
+	LEAQ  (BX)(DX*1), SI
+	LEAQ  (SI)(DX*1), DX
+	MOVQ  nb+32(FP), DI
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	VPXOR        Y4, Y4, Y4
+	VPXOR        Y5, Y5, Y5
+	VPXOR        Y6, Y6, Y6
+	VPXOR        Y7, Y7, Y7
+	VMOVDQU      vec_cIQ4<>+0(SB), Y8
+	VPBROADCASTD 4(AX), Y9
+	VPSRLVD      vec_cSh4<>+0(SB), Y9, Y9
+	VPAND        vec_cD0F<>+0(SB), Y9, Y9
+	VPBROADCASTW 2(AX), Y10
+	VPSLLD       $0x04, Y10, Y10
+	VPSRLVD      vec_cSh2<>+0(SB), Y10, Y10
+	VPAND        vec_cD30<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPSUBD       vec_cD32<>+0(SB), Y9, Y9
+	VMOVDQU      Y9, (SP)
+	VMOVDQU      8(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW (SP), Y12
+	VMOVDQU      4(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      4(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      4(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      4(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      24(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 4(SP), Y12
+	VMOVDQU      36(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      36(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      36(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      36(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      40(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 8(SP), Y12
+	VMOVDQU      68(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      68(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      68(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      68(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      56(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 12(SP), Y12
+	VMOVDQU      100(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      100(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      100(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      100(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      72(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 16(SP), Y12
+	VMOVDQU      132(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      132(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      132(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      132(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      88(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 20(SP), Y12
+	VMOVDQU      164(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      164(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      164(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      164(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      104(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y10
+	VPBROADCASTW 24(SP), Y12
+	VMOVDQU      196(CX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y4, Y4
+	VMOVDQU      196(BX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y5, Y5
+	VMOVDQU      196(SI), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y6, Y6
+	VMOVDQU      196(DX), Y13
+	VPSIGNB      Y9, Y13, Y13
+	VPMADDUBSW   Y13, Y10, Y13
+	VPMADDWD     Y12, Y13, Y13
+	VPADDD       Y13, Y7, Y7
+	VMOVDQU      120(AX), X11
+	VPSRLW       $0x04, X11, X9
+	VINSERTI128  $0x01, X9, Y11, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSHUFB      Y9, Y8, Y9
+	VPABSB       Y9, Y8
+	VPBROADCASTW 28(SP), Y10
+	VMOVDQU      228(CX), Y12
+	VPSIGNB      Y9, Y12, Y12
+	VPMADDUBSW   Y12, Y8, Y12
+	VPMADDWD     Y10, Y12, Y12
+	VPADDD       Y12, Y4, Y4
+	VMOVDQU      228(BX), Y12
+	VPSIGNB      Y9, Y12, Y12
+	VPMADDUBSW   Y12, Y8, Y12
+	VPMADDWD     Y10, Y12, Y12
+	VPADDD       Y12, Y5, Y5
+	VMOVDQU      228(SI), Y12
+	VPSIGNB      Y9, Y12, Y12
+	VPMADDUBSW   Y12, Y8, Y12
+	VPMADDWD     Y10, Y12, Y12
+	VPADDD       Y12, Y6, Y6
+	VMOVDQU      228(DX), Y12
+	VPSIGNB      Y9, Y12, Y12
+	VPMADDUBSW   Y12, Y8, Y12
+	VPMADDWD     Y10, Y12, Y12
+	VPADDD       Y12, Y7, Y7
+	VPBROADCASTW (AX), X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y8, Y9, Y9
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y9, Y0
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VBROADCASTSS (SI), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y8, Y4, Y4
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y4, Y3
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDSS       X4, X0, X0
+	VADDSS       (AX), X0, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDSS       X0, X1, X1
+	VADDSS       (AX), X1, X1
+	VMOVSS       X1, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDSS       X0, X2, X2
+	VADDSS       (AX), X2, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDSS       X0, X3, X3
+	VADDSS       (AX), X3, X3
+	VMOVSS       X3, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ2_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ2_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      (AX), X3
+	VPSRLW       $0x04, X3, X4
+	VPAND        vec_c0F<>+0(SB), X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      16(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VMOVDQU      48(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VPBROADCASTW 80(AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 82(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     (SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ2_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ2_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      (AX), X3
+	VPSRLW       $0x04, X3, X4
+	VPAND        vec_c0F<>+0(SB), X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VPAND        vec_c0F<>+0(SB), X3, X3
+	VPMOVZXBW    X3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      16(AX), Y3
+	VPERMQ       $0x44, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   36(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   68(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   100(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VMOVDQU      48(AX), Y3
+	VPERMQ       $0xee, 32(SP), Y4
+	VPAND        vec_c03<>+0(SB), Y3, Y5
+	VPSHUFB      vec_cPair<>+0(SB), Y4, Y6
+	VPMADDUBSW   132(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x02, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+32(SB), Y4, Y6
+	VPMADDUBSW   164(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x04, Y3, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+64(SB), Y4, Y6
+	VPMADDUBSW   196(CX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y2
+	VPSRLW       $0x06, Y3, Y3
+	VPAND        vec_c03<>+0(SB), Y3, Y3
+	VPSHUFB      vec_cPair<>+96(SB), Y4, Y4
+	VPMADDUBSW   228(CX), Y3, Y3
+	VPDPWSSD     Y4, Y3, Y2
+	VPBROADCASTW 80(AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 82(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     (SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      (AX), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        vec_c0F<>+0(SB), X6, X6
+	VPMOVZXBW    X6, Y6
+	VMOVDQU      Y6, (SP)
+	VPAND        vec_c0F<>+0(SB), X5, X5
+	VPMOVZXBW    X5, Y5
+	VMOVDQU      Y5, 32(SP)
+	VMOVDQU      16(AX), Y5
+	VPERMQ       $0x44, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   4(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   4(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   36(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   36(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   68(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   68(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   100(CX), Y5, Y7
+	VPDPWSSD     Y6, Y7, Y3
+	VPMADDUBSW   100(DX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y4
+	VMOVDQU      48(AX), Y5
+	VPERMQ       $0xee, 32(SP), Y6
+	VPAND        vec_c03<>+0(SB), Y5, Y7
+	VPSHUFB      vec_cPair<>+0(SB), Y6, Y8
+	VPMADDUBSW   132(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   132(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x02, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+32(SB), Y6, Y8
+	VPMADDUBSW   164(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   164(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x04, Y5, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+64(SB), Y6, Y8
+	VPMADDUBSW   196(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   196(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y4
+	VPSRLW       $0x06, Y5, Y5
+	VPAND        vec_c03<>+0(SB), Y5, Y5
+	VPSHUFB      vec_cPair<>+96(SB), Y6, Y6
+	VPMADDUBSW   228(CX), Y5, Y7
+	VPDPWSSD     Y6, Y7, Y3
+	VPMADDUBSW   228(DX), Y5, Y5
+	VPDPWSSD     Y6, Y5, Y4
+	VPBROADCASTW 80(AX), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW 82(AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y5, Y8
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y8, Y1
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     (SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y7, Y6, Y7
+	VFNMADD231PS Y3, Y7, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y5, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y6, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      (AX), X7
+	VPSRLW       $0x04, X7, X8
+	VPAND        vec_c0F<>+0(SB), X8, X8
+	VPMOVZXBW    X8, Y8
+	VMOVDQU      Y8, (SP)
+	VPAND        vec_c0F<>+0(SB), X7, X7
+	VPMOVZXBW    X7, Y7
+	VMOVDQU      Y7, 32(SP)
+	VMOVDQU      16(AX), Y7
+	VPERMQ       $0x44, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   4(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   4(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   4(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   36(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   36(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   36(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   68(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   68(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   68(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   100(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y4
+	VPMADDUBSW   100(BX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y5
+	VPMADDUBSW   100(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y6
+	VMOVDQU      48(AX), Y7
+	VPERMQ       $0xee, 32(SP), Y8
+	VPAND        vec_c03<>+0(SB), Y7, Y9
+	VPSHUFB      vec_cPair<>+0(SB), Y8, Y10
+	VPMADDUBSW   132(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   132(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   132(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x02, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+32(SB), Y8, Y10
+	VPMADDUBSW   164(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   164(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   164(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x04, Y7, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+64(SB), Y8, Y10
+	VPMADDUBSW   196(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   196(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   196(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y6
+	VPSRLW       $0x06, Y7, Y7
+	VPAND        vec_c03<>+0(SB), Y7, Y7
+	VPSHUFB      vec_cPair<>+96(SB), Y8, Y8
+	VPMADDUBSW   228(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y4
+	VPMADDUBSW   228(BX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y5
+	VPMADDUBSW   228(DX), Y7, Y7
+	VPDPWSSD     Y8, Y7, Y6
+	VPBROADCASTW 80(AX), X7
+	VCVTPH2PS    X7, Y7
+	VPBROADCASTW 82(AX), X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y9, Y7, Y10
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y10, Y1
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     (SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y9, Y8, Y9
+	VFNMADD231PS Y4, Y9, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y7, Y9
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y9, Y2
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y7, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ2_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ2_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      (AX), X9
+	VPSRLW       $0x04, X9, X10
+	VPAND        vec_c0F<>+0(SB), X10, X10
+	VPMOVZXBW    X10, Y10
+	VMOVDQU      Y10, (SP)
+	VPAND        vec_c0F<>+0(SB), X9, X9
+	VPMOVZXBW    X9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      16(AX), Y9
+	VPERMQ       $0x44, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   4(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   4(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   4(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   4(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   36(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   36(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   36(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   36(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   68(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   68(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   68(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   68(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   100(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   100(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y6
+	VPMADDUBSW   100(SI), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y7
+	VPMADDUBSW   100(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y8
+	VMOVDQU      48(AX), Y9
+	VPERMQ       $0xee, 32(SP), Y10
+	VPAND        vec_c03<>+0(SB), Y9, Y11
+	VPSHUFB      vec_cPair<>+0(SB), Y10, Y12
+	VPMADDUBSW   132(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   132(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   132(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   132(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x02, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+32(SB), Y10, Y12
+	VPMADDUBSW   164(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   164(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   164(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   164(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x04, Y9, Y11
+	VPAND        vec_c03<>+0(SB), Y11, Y11
+	VPSHUFB      vec_cPair<>+64(SB), Y10, Y12
+	VPMADDUBSW   196(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   196(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   196(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   196(DX), Y11, Y11
+	VPDPWSSD     Y12, Y11, Y8
+	VPSRLW       $0x06, Y9, Y9
+	VPAND        vec_c03<>+0(SB), Y9, Y9
+	VPSHUFB      vec_cPair<>+96(SB), Y10, Y10
+	VPMADDUBSW   228(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   228(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y6
+	VPMADDUBSW   228(SI), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y7
+	VPMADDUBSW   228(DX), Y9, Y9
+	VPDPWSSD     Y10, Y9, Y8
+	VPBROADCASTW 80(AX), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW 82(AX), X10
+	VCVTPH2PS    X10, Y10
+	VBROADCASTSS (CX), Y11
+	VMULPS       Y11, Y9, Y12
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y12, Y1
+	VMOVDQU      260(CX), Y5
+	VPMADDWD     (SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y11, Y10, Y11
+	VFNMADD231PS Y5, Y11, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y5, Y9, Y11
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y11, Y2
+	VMOVDQU      260(BX), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VMOVDQU      260(SI), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VMOVDQU      260(DX), Y6
+	VPMADDWD     (SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y4
+	ADDQ         $0x00000054, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ3_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ3_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X3
+	VPINSRQ      $0x01, BX, X3, X3
+	VPMOVZXBW    X3, Y3
+	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      (AX), Y3
+	VMOVDQU      32(AX), Y4
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSLLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPAND        vec_c04<>+0(SB), Y3, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y4
+	VPDPWSSD     Y5, Y4, Y2
+	VMOVDQU      64(AX), Y4
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSRLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x03, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x04, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x05, Y3, Y3
+	VPAND        vec_c04<>+0(SB), Y3, Y3
+	VPOR         Y3, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y3
+	VPMADDUBSW   228(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPBROADCASTW 108(AX), X3
+	VCVTPH2PS    X3, Y3
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y2, Y2
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ3_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ3_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	VMOVDQA32    Y0, Y2
+	MOVL         96(AX), BX
+	MOVL         100(AX), SI
+	MOVL         104(AX), DI
+	MOVL         BX, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         DI, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         DI, R10
+	SHRL         $0x02, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHRL         $0x04, BX
+	ANDL         $0x0f0f0f0f, BX
+	MOVL         DI, R10
+	SHRL         $0x04, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, BX
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	SHRL         $0x06, DI
+	ANDL         $0x03030303, DI
+	SHLL         $0x04, DI
+	ORL          DI, SI
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	SHLQ         $0x20, SI
+	ORQ          SI, BX
+	VMOVQ        R8, X3
+	VPINSRQ      $0x01, BX, X3, X3
+	VPMOVZXBW    X3, Y3
+	VPSUBW       vec_c32w<>+0(SB), Y3, Y3
+	VMOVDQU      Y3, 32(SP)
+	VMOVDQU      (AX), Y3
+	VMOVDQU      32(AX), Y4
+	VPERMQ       $0x44, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSLLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   4(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSLLW       $0x01, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   36(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPAND        vec_c04<>+0(SB), Y3, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   68(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c04<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y5
+	VPMADDUBSW   100(CX), Y4, Y4
+	VPDPWSSD     Y5, Y4, Y2
+	VMOVDQU      64(AX), Y4
+	VPERMQ       $0xee, 32(SP), Y5
+	VPAND        vec_c03<>+0(SB), Y4, Y6
+	VPSRLW       $0x02, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+0(SB), Y5, Y7
+	VPMADDUBSW   132(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x02, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x03, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+32(SB), Y5, Y7
+	VPMADDUBSW   164(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x04, Y3, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      vec_cPair<>+64(SB), Y5, Y7
+	VPMADDUBSW   196(CX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y2
+	VPSRLW       $0x06, Y4, Y4
+	VPAND        vec_c03<>+0(SB), Y4, Y4
+	VPSRLW       $0x05, Y3, Y3
+	VPAND        vec_c04<>+0(SB), Y3, Y3
+	VPOR         Y3, Y4, Y4
+	VPSHUFB      vec_cPair<>+96(SB), Y5, Y3
+	VPMADDUBSW   228(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPBROADCASTW 108(AX), X3
+	VCVTPH2PS    X3, Y3
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y2, Y2
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	MOVL         96(AX), SI
+	MOVL         100(AX), DI
+	MOVL         104(AX), R8
+	MOVL         SI, R9
+	ANDL         $0x0f0f0f0f, R9
+	MOVL         R8, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R8, R11
+	SHRL         $0x02, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	SHRL         $0x04, SI
+	ANDL         $0x0f0f0f0f, SI
+	MOVL         R8, R11
+	SHRL         $0x04, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, SI
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	ORL          R8, DI
+	SHLQ         $0x20, R10
+	ORQ          R10, R9
+	SHLQ         $0x20, DI
+	ORQ          DI, SI
+	VMOVQ        R9, X5
+	VPINSRQ      $0x01, SI, X5, X5
+	VPMOVZXBW    X5, Y5
+	VPSUBW       vec_c32w<>+0(SB), Y5, Y5
+	VMOVDQU      Y5, 32(SP)
+	VMOVDQU      (AX), Y5
+	VMOVDQU      32(AX), Y6
+	VPERMQ       $0x44, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSLLW       $0x02, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   4(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSLLW       $0x01, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   36(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   36(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPAND        vec_c04<>+0(SB), Y5, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   68(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x01, Y5, Y8
+	VPAND        vec_c04<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y7
+	VPMADDUBSW   100(CX), Y6, Y8
+	VPDPWSSD     Y7, Y8, Y3
+	VPMADDUBSW   100(DX), Y6, Y6
+	VPDPWSSD     Y7, Y6, Y4
+	VMOVDQU      64(AX), Y6
+	VPERMQ       $0xee, 32(SP), Y7
+	VPAND        vec_c03<>+0(SB), Y6, Y8
+	VPSRLW       $0x02, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+0(SB), Y7, Y9
+	VPMADDUBSW   132(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x02, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x03, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+32(SB), Y7, Y9
+	VPMADDUBSW   164(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   164(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x04, Y6, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x04, Y5, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSHUFB      vec_cPair<>+64(SB), Y7, Y9
+	VPMADDUBSW   196(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y4
+	VPSRLW       $0x06, Y6, Y6
+	VPAND        vec_c03<>+0(SB), Y6, Y6
+	VPSRLW       $0x05, Y5, Y5
+	VPAND        vec_c04<>+0(SB), Y5, Y5
+	VPOR         Y5, Y6, Y6
+	VPSHUFB      vec_cPair<>+96(SB), Y7, Y5
+	VPMADDUBSW   228(CX), Y6, Y7
+	VPDPWSSD     Y5, Y7, Y3
+	VPMADDUBSW   228(DX), Y6, Y6
+	VPDPWSSD     Y5, Y6, Y4
+	VPBROADCASTW 108(AX), X5
+	VCVTPH2PS    X5, Y5
+	VMOVDQU      260(CX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VPSLLD       $0x02, Y6, Y6
+	VPSUBD       Y6, Y3, Y3
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y6, Y1
+	VMOVDQU      260(DX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VPSLLD       $0x02, Y3, Y3
+	VPSUBD       Y3, Y4, Y4
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	MOVL         96(AX), DI
+	MOVL         100(AX), R8
+	MOVL         104(AX), R9
+	MOVL         DI, R10
+	ANDL         $0x0f0f0f0f, R10
+	MOVL         R9, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	ORL          R11, R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R12
+	SHRL         $0x02, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	MOVL         R9, R12
+	SHRL         $0x04, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, DI
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	ORL          R9, R8
+	SHLQ         $0x20, R11
+	ORQ          R11, R10
+	SHLQ         $0x20, R8
+	ORQ          R8, DI
+	VMOVQ        R10, X7
+	VPINSRQ      $0x01, DI, X7, X7
+	VPMOVZXBW    X7, Y7
+	VPSUBW       vec_c32w<>+0(SB), Y7, Y7
+	VMOVDQU      Y7, 32(SP)
+	VMOVDQU      (AX), Y7
+	VMOVDQU      32(AX), Y8
+	VPERMQ       $0x44, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSLLW       $0x02, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   4(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   4(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSLLW       $0x01, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   36(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   36(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   36(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPAND        vec_c04<>+0(SB), Y7, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   68(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   68(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x01, Y7, Y10
+	VPAND        vec_c04<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y9
+	VPMADDUBSW   100(CX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VPMADDUBSW   100(BX), Y8, Y10
+	VPDPWSSD     Y9, Y10, Y5
+	VPMADDUBSW   100(DX), Y8, Y8
+	VPDPWSSD     Y9, Y8, Y6
+	VMOVDQU      64(AX), Y8
+	VPERMQ       $0xee, 32(SP), Y9
+	VPAND        vec_c03<>+0(SB), Y8, Y10
+	VPSRLW       $0x02, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+0(SB), Y9, Y11
+	VPMADDUBSW   132(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   132(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x02, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x03, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+32(SB), Y9, Y11
+	VPMADDUBSW   164(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   164(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   164(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x04, Y8, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x04, Y7, Y11
+	VPAND        vec_c04<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSHUFB      vec_cPair<>+64(SB), Y9, Y11
+	VPMADDUBSW   196(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   196(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y6
+	VPSRLW       $0x06, Y8, Y8
+	VPAND        vec_c03<>+0(SB), Y8, Y8
+	VPSRLW       $0x05, Y7, Y7
+	VPAND        vec_c04<>+0(SB), Y7, Y7
+	VPOR         Y7, Y8, Y8
+	VPSHUFB      vec_cPair<>+96(SB), Y9, Y7
+	VPMADDUBSW   228(CX), Y8, Y9
+	VPDPWSSD     Y7, Y9, Y4
+	VPMADDUBSW   228(BX), Y8, Y9
+	VPDPWSSD     Y7, Y9, Y5
+	VPMADDUBSW   228(DX), Y8, Y8
+	VPDPWSSD     Y7, Y8, Y6
+	VPBROADCASTW 108(AX), X7
+	VCVTPH2PS    X7, Y7
+	VMOVDQU      260(CX), Y8
+	VPMADDWD     32(SP), Y8, Y8
+	VPSLLD       $0x02, Y8, Y8
+	VPSUBD       Y8, Y4, Y4
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VMOVDQU      260(BX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VPSLLD       $0x02, Y4, Y4
+	VPSUBD       Y4, Y6, Y6
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y3
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ3_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ3_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	MOVL         96(AX), R8
+	MOVL         100(AX), R9
+	MOVL         104(AX), R10
+	MOVL         R8, R11
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R10, R12
+	ANDL         $0x03030303, R12
+	SHLL         $0x04, R12
+	ORL          R12, R11
+	MOVL         R9, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x02, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	MOVL         R10, R13
+	SHRL         $0x04, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R8
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	ORL          R10, R9
+	SHLQ         $0x20, R12
+	ORQ          R12, R11
+	SHLQ         $0x20, R9
+	ORQ          R9, R8
+	VMOVQ        R11, X9
+	VPINSRQ      $0x01, R8, X9, X9
+	VPMOVZXBW    X9, Y9
+	VPSUBW       vec_c32w<>+0(SB), Y9, Y9
+	VMOVDQU      Y9, 32(SP)
+	VMOVDQU      (AX), Y9
+	VMOVDQU      32(AX), Y10
+	VPERMQ       $0x44, 32(SP), Y11
+	VPAND        vec_c03<>+0(SB), Y10, Y12
+	VPSLLW       $0x02, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+0(SB), Y11, Y13
+	VPMADDUBSW   4(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   4(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   4(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   4(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x02, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSLLW       $0x01, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+32(SB), Y11, Y13
+	VPMADDUBSW   36(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   36(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   36(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   36(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x04, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPAND        vec_c04<>+0(SB), Y9, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+64(SB), Y11, Y13
+	VPMADDUBSW   68(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   68(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   68(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   68(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x06, Y10, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x01, Y9, Y12
+	VPAND        vec_c04<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSHUFB      vec_cPair<>+96(SB), Y11, Y11
+	VPMADDUBSW   100(CX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   100(BX), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VPMADDUBSW   100(SI), Y10, Y12
+	VPDPWSSD     Y11, Y12, Y7
+	VPMADDUBSW   100(DX), Y10, Y10
+	VPDPWSSD     Y11, Y10, Y8
+	VMOVDQU      64(AX), Y10
+	VPERMQ       $0xee, 32(SP), Y11
+	VPAND        vec_c03<>+0(SB), Y10, Y12
+	VPSRLW       $0x02, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+0(SB), Y11, Y13
+	VPMADDUBSW   132(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   132(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   132(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   132(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x02, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSRLW       $0x03, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+32(SB), Y11, Y13
+	VPMADDUBSW   164(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   164(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   164(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   164(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x04, Y10, Y12
+	VPAND        vec_c03<>+0(SB), Y12, Y12
+	VPSRLW       $0x04, Y9, Y13
+	VPAND        vec_c04<>+0(SB), Y13, Y13
+	VPOR         Y13, Y12, Y12
+	VPSHUFB      vec_cPair<>+64(SB), Y11, Y13
+	VPMADDUBSW   196(CX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   196(BX), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   196(SI), Y12, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   196(DX), Y12, Y12
+	VPDPWSSD     Y13, Y12, Y8
+	VPSRLW       $0x06, Y10, Y10
+	VPAND        vec_c03<>+0(SB), Y10, Y10
+	VPSRLW       $0x05, Y9, Y9
+	VPAND        vec_c04<>+0(SB), Y9, Y9
+	VPOR         Y9, Y10, Y10
+	VPSHUFB      vec_cPair<>+96(SB), Y11, Y9
+	VPMADDUBSW   228(CX), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y5
+	VPMADDUBSW   228(BX), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y6
+	VPMADDUBSW   228(SI), Y10, Y11
+	VPDPWSSD     Y9, Y11, Y7
+	VPMADDUBSW   228(DX), Y10, Y10
+	VPDPWSSD     Y9, Y10, Y8
+	VPBROADCASTW 108(AX), X9
+	VCVTPH2PS    X9, Y9
+	VMOVDQU      260(CX), Y10
+	VPMADDWD     32(SP), Y10, Y10
+	VPSLLD       $0x02, Y10, Y10
+	VPSUBD       Y10, Y5, Y5
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y6, Y6
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VMOVDQU      260(SI), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y7, Y7
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VPSLLD       $0x02, Y5, Y5
+	VPSUBD       Y5, Y8, Y8
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y5, Y4
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotQ5_KAVX512(SB), NOSPLIT, $64-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      16(AX), Y3
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X4
+	VPMOVZXBW    X4, X4
+	VMOVDQU      X4, (SP)
+	VMOVQ        DI, X4
+	VPUNPCKLBW   X4, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      48(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x04, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x03, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   36(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      80(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   100(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      112(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y3, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   164(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      144(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSRLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x03, Y3, Y3
+	VPAND        vec_c10<>+0(SB), Y3, Y3
+	VPOR         Y3, Y5, Y5
+	VPBROADCASTW 12(SP), Y3
+	VPBROADCASTW 14(SP), Y6
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPMADDUBSW   228(CX), Y5, Y3
+	VPDPWSSD     Y6, Y3, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 2(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileQ5_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileQ5_K_1x1_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      16(AX), Y3
+	MOVL         4(AX), BX
+	MOVL         8(AX), SI
+	MOVL         12(AX), DI
+	MOVL         BX, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	MOVL         DI, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R8, R9
+	ANDL         $0x3f3f3f3f, BX
+	MOVL         SI, R8
+	SHRL         $0x06, R8
+	ANDL         $0x03030303, R8
+	SHLL         $0x04, R8
+	SHRL         $0x04, DI
+	ANDL         $0x0f0f0f0f, DI
+	ORL          R8, DI
+	ANDL         $0x3f3f3f3f, SI
+	SHLQ         $0x20, R9
+	ORQ          BX, R9
+	SHLQ         $0x20, DI
+	ORQ          SI, DI
+	VMOVQ        R9, X4
+	VPMOVZXBW    X4, X4
+	VMOVDQU      X4, (SP)
+	VMOVQ        DI, X4
+	VPUNPCKLBW   X4, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, 32(SP)
+	VMOVDQU      48(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x04, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x03, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW (SP), Y6
+	VPBROADCASTW 2(SP), Y7
+	VPMADDUBSW   4(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   36(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      80(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSLLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSLLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 4(SP), Y6
+	VPBROADCASTW 6(SP), Y7
+	VPMADDUBSW   68(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   100(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      112(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y3, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x01, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPBROADCASTW 8(SP), Y6
+	VPBROADCASTW 10(SP), Y7
+	VPMADDUBSW   132(CX), Y4, Y4
+	VPDPWSSD     Y6, Y4, Y2
+	VPMADDUBSW   164(CX), Y5, Y4
+	VPDPWSSD     Y7, Y4, Y2
+	VMOVDQU      144(AX), Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y4
+	VPSRLW       $0x04, Y5, Y5
+	VPAND        vec_c0F<>+0(SB), Y5, Y5
+	VPSRLW       $0x02, Y3, Y6
+	VPAND        vec_c10<>+0(SB), Y6, Y6
+	VPOR         Y6, Y4, Y4
+	VPSRLW       $0x03, Y3, Y3
+	VPAND        vec_c10<>+0(SB), Y3, Y3
+	VPOR         Y3, Y5, Y5
+	VPBROADCASTW 12(SP), Y3
+	VPBROADCASTW 14(SP), Y6
+	VPMADDUBSW   196(CX), Y4, Y4
+	VPDPWSSD     Y3, Y4, Y2
+	VPMADDUBSW   228(CX), Y5, Y3
+	VPDPWSSD     Y6, Y3, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VPBROADCASTW 2(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (CX), Y5
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y3, Y1
+	VMOVDQU      260(CX), Y2
+	VPMADDWD     32(SP), Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VMULPS       Y5, Y4, Y5
+	VFNMADD231PS Y2, Y5, Y1
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x2_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      16(AX), Y5
+	MOVL         4(AX), SI
+	MOVL         8(AX), DI
+	MOVL         12(AX), R8
+	MOVL         SI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	MOVL         R8, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R9, R10
+	ANDL         $0x3f3f3f3f, SI
+	MOVL         DI, R9
+	SHRL         $0x06, R9
+	ANDL         $0x03030303, R9
+	SHLL         $0x04, R9
+	SHRL         $0x04, R8
+	ANDL         $0x0f0f0f0f, R8
+	ORL          R9, R8
+	ANDL         $0x3f3f3f3f, DI
+	SHLQ         $0x20, R10
+	ORQ          SI, R10
+	SHLQ         $0x20, R8
+	ORQ          DI, R8
+	VMOVQ        R10, X6
+	VPMOVZXBW    X6, X6
+	VMOVDQU      X6, (SP)
+	VMOVQ        R8, X6
+	VPUNPCKLBW   X6, X6, X6
+	VPMOVZXBW    X6, Y6
+	VMOVDQU      Y6, 32(SP)
+	VMOVDQU      48(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSLLW       $0x04, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSLLW       $0x03, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   36(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   4(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   36(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      80(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSLLW       $0x02, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSLLW       $0x01, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   100(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   68(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   100(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      112(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPAND        vec_c10<>+0(SB), Y5, Y8
+	VPOR         Y8, Y6, Y6
+	VPSRLW       $0x01, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(CX), Y6, Y10
+	VPDPWSSD     Y8, Y10, Y3
+	VPMADDUBSW   164(CX), Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VPMADDUBSW   132(DX), Y6, Y6
+	VPDPWSSD     Y8, Y6, Y4
+	VPMADDUBSW   164(DX), Y7, Y6
+	VPDPWSSD     Y9, Y6, Y4
+	VMOVDQU      144(AX), Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y6
+	VPSRLW       $0x04, Y7, Y7
+	VPAND        vec_c0F<>+0(SB), Y7, Y7
+	VPSRLW       $0x02, Y5, Y8
+	VPAND        vec_c10<>+0(SB), Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPSRLW       $0x03, Y5, Y5
+	VPAND        vec_c10<>+0(SB), Y5, Y5
+	VPOR         Y5, Y7, Y7
+	VPBROADCASTW 12(SP), Y5
+	VPBROADCASTW 14(SP), Y8
+	VPMADDUBSW   196(CX), Y6, Y9
+	VPDPWSSD     Y5, Y9, Y3
+	VPMADDUBSW   228(CX), Y7, Y9
+	VPDPWSSD     Y8, Y9, Y3
+	VPMADDUBSW   196(DX), Y6, Y6
+	VPDPWSSD     Y5, Y6, Y4
+	VPMADDUBSW   228(DX), Y7, Y5
+	VPDPWSSD     Y8, Y5, Y4
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VPBROADCASTW 2(AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (CX), Y7
+	VMULPS       Y7, Y5, Y8
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y8, Y1
+	VMOVDQU      260(CX), Y3
+	VPMADDWD     32(SP), Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y7, Y6, Y7
+	VFNMADD231PS Y3, Y7, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y3, Y5, Y5
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y5, Y2
+	VMOVDQU      260(DX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y3, Y6, Y3
+	VFNMADD231PS Y4, Y3, Y2
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x3_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      16(AX), Y7
+	MOVL         4(AX), DI
+	MOVL         8(AX), R8
+	MOVL         12(AX), R9
+	MOVL         DI, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	MOVL         R9, R11
+	ANDL         $0x0f0f0f0f, R11
+	ORL          R10, R11
+	ANDL         $0x3f3f3f3f, DI
+	MOVL         R8, R10
+	SHRL         $0x06, R10
+	ANDL         $0x03030303, R10
+	SHLL         $0x04, R10
+	SHRL         $0x04, R9
+	ANDL         $0x0f0f0f0f, R9
+	ORL          R10, R9
+	ANDL         $0x3f3f3f3f, R8
+	SHLQ         $0x20, R11
+	ORQ          DI, R11
+	SHLQ         $0x20, R9
+	ORQ          R8, R9
+	VMOVQ        R11, X8
+	VPMOVZXBW    X8, X8
+	VMOVDQU      X8, (SP)
+	VMOVQ        R9, X8
+	VPUNPCKLBW   X8, X8, X8
+	VPMOVZXBW    X8, Y8
+	VMOVDQU      Y8, 32(SP)
+	VMOVDQU      48(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSLLW       $0x04, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x03, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW (SP), Y10
+	VPBROADCASTW 2(SP), Y11
+	VPMADDUBSW   4(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   36(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   4(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   36(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   4(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   36(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      80(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSLLW       $0x02, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSLLW       $0x01, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW 4(SP), Y10
+	VPBROADCASTW 6(SP), Y11
+	VPMADDUBSW   68(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   100(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   68(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   100(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   68(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   100(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      112(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPAND        vec_c10<>+0(SB), Y7, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x01, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y9, Y9
+	VPBROADCASTW 8(SP), Y10
+	VPBROADCASTW 10(SP), Y11
+	VPMADDUBSW   132(CX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y4
+	VPMADDUBSW   164(CX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VPMADDUBSW   132(BX), Y8, Y12
+	VPDPWSSD     Y10, Y12, Y5
+	VPMADDUBSW   164(BX), Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VPMADDUBSW   132(DX), Y8, Y8
+	VPDPWSSD     Y10, Y8, Y6
+	VPMADDUBSW   164(DX), Y9, Y8
+	VPDPWSSD     Y11, Y8, Y6
+	VMOVDQU      144(AX), Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y8
+	VPSRLW       $0x04, Y9, Y9
+	VPAND        vec_c0F<>+0(SB), Y9, Y9
+	VPSRLW       $0x02, Y7, Y10
+	VPAND        vec_c10<>+0(SB), Y10, Y10
+	VPOR         Y10, Y8, Y8
+	VPSRLW       $0x03, Y7, Y7
+	VPAND        vec_c10<>+0(SB), Y7, Y7
+	VPOR         Y7, Y9, Y9
+	VPBROADCASTW 12(SP), Y7
+	VPBROADCASTW 14(SP), Y10
+	VPMADDUBSW   196(CX), Y8, Y11
+	VPDPWSSD     Y7, Y11, Y4
+	VPMADDUBSW   228(CX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y4
+	VPMADDUBSW   196(BX), Y8, Y11
+	VPDPWSSD     Y7, Y11, Y5
+	VPMADDUBSW   228(BX), Y9, Y11
+	VPDPWSSD     Y10, Y11, Y5
+	VPMADDUBSW   196(DX), Y8, Y8
+	VPDPWSSD     Y7, Y8, Y6
+	VPMADDUBSW   228(DX), Y9, Y7
+	VPDPWSSD     Y10, Y7, Y6
+	VPBROADCASTW (AX), X7
+	VCVTPH2PS    X7, Y7
+	VPBROADCASTW 2(AX), X8
+	VCVTPH2PS    X8, Y8
+	VBROADCASTSS (CX), Y9
+	VMULPS       Y9, Y7, Y10
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y10, Y1
+	VMOVDQU      260(CX), Y4
+	VPMADDWD     32(SP), Y4, Y4
+	VCVTDQ2PS    Y4, Y4
+	VMULPS       Y9, Y8, Y9
+	VFNMADD231PS Y4, Y9, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y4, Y7, Y9
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y9, Y2
+	VMOVDQU      260(BX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y4, Y7, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y3
+	VMOVDQU      260(DX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y4, Y8, Y4
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileQ5_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileQ5_K_1x4_AVX512(SB), NOSPLIT, $64-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      16(AX), Y9
+	MOVL         4(AX), R8
+	MOVL         8(AX), R9
+	MOVL         12(AX), R10
+	MOVL         R8, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	MOVL         R10, R12
+	ANDL         $0x0f0f0f0f, R12
+	ORL          R11, R12
+	ANDL         $0x3f3f3f3f, R8
+	MOVL         R9, R11
+	SHRL         $0x06, R11
+	ANDL         $0x03030303, R11
+	SHLL         $0x04, R11
+	SHRL         $0x04, R10
+	ANDL         $0x0f0f0f0f, R10
+	ORL          R11, R10
+	ANDL         $0x3f3f3f3f, R9
+	SHLQ         $0x20, R12
+	ORQ          R8, R12
+	SHLQ         $0x20, R10
+	ORQ          R9, R10
+	VMOVQ        R12, X10
+	VPMOVZXBW    X10, X10
+	VMOVDQU      X10, (SP)
+	VMOVQ        R10, X10
+	VPUNPCKLBW   X10, X10, X10
+	VPMOVZXBW    X10, Y10
+	VMOVDQU      Y10, 32(SP)
+	VMOVDQU      48(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSLLW       $0x04, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSLLW       $0x03, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW (SP), Y12
+	VPBROADCASTW 2(SP), Y13
+	VPMADDUBSW   4(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   36(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   4(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   36(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   4(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   36(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   4(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   36(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      80(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSLLW       $0x02, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSLLW       $0x01, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW 4(SP), Y12
+	VPBROADCASTW 6(SP), Y13
+	VPMADDUBSW   68(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   100(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   68(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   100(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   68(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   100(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   68(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   100(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      112(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPAND        vec_c10<>+0(SB), Y9, Y12
+	VPOR         Y12, Y10, Y10
+	VPSRLW       $0x01, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y11, Y11
+	VPBROADCASTW 8(SP), Y12
+	VPBROADCASTW 10(SP), Y13
+	VPMADDUBSW   132(CX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y5
+	VPMADDUBSW   164(CX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VPMADDUBSW   132(BX), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y6
+	VPMADDUBSW   164(BX), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VPMADDUBSW   132(SI), Y10, Y14
+	VPDPWSSD     Y12, Y14, Y7
+	VPMADDUBSW   164(SI), Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VPMADDUBSW   132(DX), Y10, Y10
+	VPDPWSSD     Y12, Y10, Y8
+	VPMADDUBSW   164(DX), Y11, Y10
+	VPDPWSSD     Y13, Y10, Y8
+	VMOVDQU      144(AX), Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y10
+	VPSRLW       $0x04, Y11, Y11
+	VPAND        vec_c0F<>+0(SB), Y11, Y11
+	VPSRLW       $0x02, Y9, Y12
+	VPAND        vec_c10<>+0(SB), Y12, Y12
+	VPOR         Y12, Y10, Y10
+	VPSRLW       $0x03, Y9, Y9
+	VPAND        vec_c10<>+0(SB), Y9, Y9
+	VPOR         Y9, Y11, Y11
+	VPBROADCASTW 12(SP), Y9
+	VPBROADCASTW 14(SP), Y12
+	VPMADDUBSW   196(CX), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y5
+	VPMADDUBSW   228(CX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y5
+	VPMADDUBSW   196(BX), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y6
+	VPMADDUBSW   228(BX), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y6
+	VPMADDUBSW   196(SI), Y10, Y13
+	VPDPWSSD     Y9, Y13, Y7
+	VPMADDUBSW   228(SI), Y11, Y13
+	VPDPWSSD     Y12, Y13, Y7
+	VPMADDUBSW   196(DX), Y10, Y10
+	VPDPWSSD     Y9, Y10, Y8
+	VPMADDUBSW   228(DX), Y11, Y9
+	VPDPWSSD     Y12, Y9, Y8
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VPBROADCASTW 2(AX), X10
+	VCVTPH2PS    X10, Y10
+	VBROADCASTSS (CX), Y11
+	VMULPS       Y11, Y9, Y12
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y12, Y1
+	VMOVDQU      260(CX), Y5
+	VPMADDWD     32(SP), Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VMULPS       Y11, Y10, Y11
+	VFNMADD231PS Y5, Y11, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y5, Y9, Y11
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y11, Y2
+	VMOVDQU      260(BX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y6, Y3
+	VMOVDQU      260(SI), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y5, Y9, Y6
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y6, Y4
+	VMOVDQU      260(DX), Y6
+	VPMADDWD     32(SP), Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VMULPS       Y5, Y10, Y5
+	VFNMADD231PS Y6, Y5, Y4
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSAVX512(w *byte, x *byte, nb int) float32
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+, SSE
+TEXT ·dotIQ4_XSAVX512(SB), NOSPLIT, $32-28
+	MOVQ      w+0(FP), AX
+	MOVQ      x+8(FP), CX
+	MOVQ      nb+16(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      vec_cIQ4<>+0(SB), Y3
+	VPBROADCASTD 4(AX), Y4
+	VPSRLVD      vec_cSh4<>+0(SB), Y4, Y4
+	VPAND        vec_cD0F<>+0(SB), Y4, Y4
+	VPBROADCASTW 2(AX), Y5
+	VPSLLD       $0x04, Y5, Y5
+	VPSRLVD      vec_cSh2<>+0(SB), Y5, Y5
+	VPAND        vec_cD30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSUBD       vec_cD32<>+0(SB), Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      8(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW (SP), Y7
+	VMOVDQU      4(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      24(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 4(SP), Y7
+	VMOVDQU      36(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      40(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 8(SP), Y7
+	VMOVDQU      68(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      56(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 12(SP), Y7
+	VMOVDQU      100(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      72(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 16(SP), Y7
+	VMOVDQU      132(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      88(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 20(SP), Y7
+	VMOVDQU      164(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      104(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 24(SP), Y7
+	VMOVDQU      196(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      120(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y3
+	VPBROADCASTW 28(SP), Y5
+	VMOVDQU      228(CX), Y7
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y3, Y7
+	VPDPWSSD     Y5, Y7, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VZEROUPPER
+	MOVSS         X1, ret+24(FP)
+	RET
+
+// func tileIQ4_XS_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·tileIQ4_XS_1x1_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      nb+32(FP), DX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	TESTQ     DX, DX
+	JZ        done
+
+block:
+	PREFETCHT0   16384(AX)
+	PREFETCHT0   16448(AX)
+	PREFETCHT0   16512(AX)
+	VMOVDQA32    Y0, Y2
+	VMOVDQU      vec_cIQ4<>+0(SB), Y3
+	VPBROADCASTD 4(AX), Y4
+	VPSRLVD      vec_cSh4<>+0(SB), Y4, Y4
+	VPAND        vec_cD0F<>+0(SB), Y4, Y4
+	VPBROADCASTW 2(AX), Y5
+	VPSLLD       $0x04, Y5, Y5
+	VPSRLVD      vec_cSh2<>+0(SB), Y5, Y5
+	VPAND        vec_cD30<>+0(SB), Y5, Y5
+	VPOR         Y5, Y4, Y4
+	VPSUBD       vec_cD32<>+0(SB), Y4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      8(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW (SP), Y7
+	VMOVDQU      4(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      24(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 4(SP), Y7
+	VMOVDQU      36(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      40(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 8(SP), Y7
+	VMOVDQU      68(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      56(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 12(SP), Y7
+	VMOVDQU      100(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      72(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 16(SP), Y7
+	VMOVDQU      132(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      88(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 20(SP), Y7
+	VMOVDQU      164(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      104(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y5
+	VPBROADCASTW 24(SP), Y7
+	VMOVDQU      196(CX), Y8
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPDPWSSD     Y7, Y8, Y2
+	VMOVDQU      120(AX), X6
+	VPSRLW       $0x04, X6, X4
+	VINSERTI128  $0x01, X4, Y6, Y4
+	VPAND        vec_c0F<>+0(SB), Y4, Y4
+	VPSHUFB      Y4, Y3, Y4
+	VPABSB       Y4, Y3
+	VPBROADCASTW 28(SP), Y5
+	VMOVDQU      228(CX), Y7
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y3, Y7
+	VPDPWSSD     Y5, Y7, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VBROADCASTSS (CX), Y4
+	VMULPS       Y3, Y4, Y4
+	VCVTDQ2PS    Y2, Y2
+	VFMADD231PS  Y2, Y4, Y1
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x2_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), DX
+	MOVQ      nb+32(FP), BX
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	TESTQ     BX, BX
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y3
+	VMOVDQA32    Y0, Y4
+	VMOVDQU      vec_cIQ4<>+0(SB), Y5
+	VPBROADCASTD 4(AX), Y6
+	VPSRLVD      vec_cSh4<>+0(SB), Y6, Y6
+	VPAND        vec_cD0F<>+0(SB), Y6, Y6
+	VPBROADCASTW 2(AX), Y7
+	VPSLLD       $0x04, Y7, Y7
+	VPSRLVD      vec_cSh2<>+0(SB), Y7, Y7
+	VPAND        vec_cD30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSUBD       vec_cD32<>+0(SB), Y6, Y6
+	VMOVDQU      Y6, (SP)
+	VMOVDQU      8(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW (SP), Y9
+	VMOVDQU      4(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      4(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      24(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 4(SP), Y9
+	VMOVDQU      36(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      36(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      40(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 8(SP), Y9
+	VMOVDQU      68(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      68(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      56(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 12(SP), Y9
+	VMOVDQU      100(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      100(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      72(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 16(SP), Y9
+	VMOVDQU      132(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      132(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      88(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 20(SP), Y9
+	VMOVDQU      164(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      164(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      104(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y7
+	VPBROADCASTW 24(SP), Y9
+	VMOVDQU      196(CX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y3
+	VMOVDQU      196(DX), Y10
+	VPSIGNB      Y6, Y10, Y10
+	VPMADDUBSW   Y10, Y7, Y10
+	VPDPWSSD     Y9, Y10, Y4
+	VMOVDQU      120(AX), X8
+	VPSRLW       $0x04, X8, X6
+	VINSERTI128  $0x01, X6, Y8, Y6
+	VPAND        vec_c0F<>+0(SB), Y6, Y6
+	VPSHUFB      Y6, Y5, Y6
+	VPABSB       Y6, Y5
+	VPBROADCASTW 28(SP), Y7
+	VMOVDQU      228(CX), Y9
+	VPSIGNB      Y6, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPDPWSSD     Y7, Y9, Y3
+	VMOVDQU      228(DX), Y9
+	VPSIGNB      Y6, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPDPWSSD     Y7, Y9, Y4
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VBROADCASTSS (CX), Y6
+	VMULPS       Y5, Y6, Y6
+	VCVTDQ2PS    Y3, Y3
+	VFMADD231PS  Y3, Y6, Y1
+	VBROADCASTSS (DX), Y3
+	VMULPS       Y5, Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y3, Y2
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, DX
+	DECQ         BX
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x3_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), DX
+	MOVQ      nb+32(FP), SI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	TESTQ     SI, SI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y4
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQU      vec_cIQ4<>+0(SB), Y7
+	VPBROADCASTD 4(AX), Y8
+	VPSRLVD      vec_cSh4<>+0(SB), Y8, Y8
+	VPAND        vec_cD0F<>+0(SB), Y8, Y8
+	VPBROADCASTW 2(AX), Y9
+	VPSLLD       $0x04, Y9, Y9
+	VPSRLVD      vec_cSh2<>+0(SB), Y9, Y9
+	VPAND        vec_cD30<>+0(SB), Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPSUBD       vec_cD32<>+0(SB), Y8, Y8
+	VMOVDQU      Y8, (SP)
+	VMOVDQU      8(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW (SP), Y11
+	VMOVDQU      4(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      4(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      4(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      24(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 4(SP), Y11
+	VMOVDQU      36(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      36(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      36(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      40(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 8(SP), Y11
+	VMOVDQU      68(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      68(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      68(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      56(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 12(SP), Y11
+	VMOVDQU      100(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      100(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      100(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      72(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 16(SP), Y11
+	VMOVDQU      132(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      132(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      132(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      88(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 20(SP), Y11
+	VMOVDQU      164(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      164(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      164(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      104(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y9
+	VPBROADCASTW 24(SP), Y11
+	VMOVDQU      196(CX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y4
+	VMOVDQU      196(BX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y5
+	VMOVDQU      196(DX), Y12
+	VPSIGNB      Y8, Y12, Y12
+	VPMADDUBSW   Y12, Y9, Y12
+	VPDPWSSD     Y11, Y12, Y6
+	VMOVDQU      120(AX), X10
+	VPSRLW       $0x04, X10, X8
+	VINSERTI128  $0x01, X8, Y10, Y8
+	VPAND        vec_c0F<>+0(SB), Y8, Y8
+	VPSHUFB      Y8, Y7, Y8
+	VPABSB       Y8, Y7
+	VPBROADCASTW 28(SP), Y9
+	VMOVDQU      228(CX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y4
+	VMOVDQU      228(BX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y5
+	VMOVDQU      228(DX), Y11
+	VPSIGNB      Y8, Y11, Y11
+	VPMADDUBSW   Y11, Y7, Y11
+	VPDPWSSD     Y9, Y11, Y6
+	VPBROADCASTW (AX), X7
+	VCVTPH2PS    X7, Y7
+	VBROADCASTSS (CX), Y8
+	VMULPS       Y7, Y8, Y8
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y8, Y1
+	VBROADCASTSS (BX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VBROADCASTSS (DX), Y4
+	VMULPS       Y7, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y3
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, DX
+	DECQ         SI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	VZEROUPPER
+	RET
+
+// func tileIQ4_XS_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3
+TEXT ·tileIQ4_XS_1x4_AVX512(SB), NOSPLIT, $32-56
+	MOVQ      w+0(FP), AX
+	MOVQ      x+16(FP), CX
+	MOVQ      xs+24(FP), DX
+	LEAQ      (CX)(DX*1), BX
+	LEAQ      (BX)(DX*1), SI
+	LEAQ      (SI)(DX*1), DX
+	MOVQ      nb+32(FP), DI
+	VPXORD    Z0, Z0, Z0
+	VMOVDQA32 Y0, Y1
+	VMOVDQA32 Y0, Y2
+	VMOVDQA32 Y0, Y3
+	VMOVDQA32 Y0, Y4
+	TESTQ     DI, DI
+	JZ        done
+
+block:
+	VMOVDQA32    Y0, Y5
+	VMOVDQA32    Y0, Y6
+	VMOVDQA32    Y0, Y7
+	VMOVDQA32    Y0, Y8
+	VMOVDQU      vec_cIQ4<>+0(SB), Y9
+	VPBROADCASTD 4(AX), Y10
+	VPSRLVD      vec_cSh4<>+0(SB), Y10, Y10
+	VPAND        vec_cD0F<>+0(SB), Y10, Y10
+	VPBROADCASTW 2(AX), Y11
+	VPSLLD       $0x04, Y11, Y11
+	VPSRLVD      vec_cSh2<>+0(SB), Y11, Y11
+	VPAND        vec_cD30<>+0(SB), Y11, Y11
+	VPOR         Y11, Y10, Y10
+	VPSUBD       vec_cD32<>+0(SB), Y10, Y10
+	VMOVDQU      Y10, (SP)
+	VMOVDQU      8(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW (SP), Y13
+	VMOVDQU      4(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      4(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      4(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      4(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      24(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 4(SP), Y13
+	VMOVDQU      36(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      36(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      36(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      36(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      40(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 8(SP), Y13
+	VMOVDQU      68(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      68(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      68(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      68(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      56(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 12(SP), Y13
+	VMOVDQU      100(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      100(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      100(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      100(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      72(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 16(SP), Y13
+	VMOVDQU      132(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      132(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      132(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      132(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      88(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 20(SP), Y13
+	VMOVDQU      164(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      164(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      164(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      164(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      104(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y11
+	VPBROADCASTW 24(SP), Y13
+	VMOVDQU      196(CX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y5
+	VMOVDQU      196(BX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y6
+	VMOVDQU      196(SI), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y7
+	VMOVDQU      196(DX), Y14
+	VPSIGNB      Y10, Y14, Y14
+	VPMADDUBSW   Y14, Y11, Y14
+	VPDPWSSD     Y13, Y14, Y8
+	VMOVDQU      120(AX), X12
+	VPSRLW       $0x04, X12, X10
+	VINSERTI128  $0x01, X10, Y12, Y10
+	VPAND        vec_c0F<>+0(SB), Y10, Y10
+	VPSHUFB      Y10, Y9, Y10
+	VPABSB       Y10, Y9
+	VPBROADCASTW 28(SP), Y11
+	VMOVDQU      228(CX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y5
+	VMOVDQU      228(BX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y6
+	VMOVDQU      228(SI), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y7
+	VMOVDQU      228(DX), Y13
+	VPSIGNB      Y10, Y13, Y13
+	VPMADDUBSW   Y13, Y9, Y13
+	VPDPWSSD     Y11, Y13, Y8
+	VPBROADCASTW (AX), X9
+	VCVTPH2PS    X9, Y9
+	VBROADCASTSS (CX), Y10
+	VMULPS       Y9, Y10, Y10
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y10, Y1
+	VBROADCASTSS (BX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y5, Y2
+	VBROADCASTSS (SI), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y5, Y3
+	VBROADCASTSS (DX), Y5
+	VMULPS       Y9, Y5, Y5
+	VCVTDQ2PS    Y8, Y8
+	VFMADD231PS  Y8, Y5, Y4
+	ADDQ         $0x00000088, AX
+	ADDQ         $0x00000124, CX
+	ADDQ         $0x00000124, BX
+	ADDQ         $0x00000124, SI
+	ADDQ         $0x00000124, DX
+	DECQ         DI
+	JNZ          block
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDSS        X0, X1, X1
+	VADDSS        (AX), X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDSS        X0, X2, X2
+	VADDSS        (AX), X2, X2
+	VMOVSS        X2, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDSS        X0, X3, X3
+	VADDSS        (AX), X3, X3
+	VMOVSS        X3, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDSS        X0, X4, X4
+	VADDSS        (AX), X4, X4
+	VMOVSS        X4, (AX)
+	VZEROUPPER
+	RET

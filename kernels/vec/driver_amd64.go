@@ -315,8 +315,11 @@ func newAsmImpl(name string, g geometry) *impl {
 	}
 	for q := range numQ {
 		sh, qt := g.q80, g.main
-		if q == q4_K || q == q6_K {
+		if q == q4_K || q == q6_K || isKQuant2(q) {
 			sh, qt = g.kq, g.kquant
+		}
+		if isKQuant2(q) && g.main.dotQ[q] != nil {
+			qt = g.main // this ISA's own kernels (AVX-512: vpdpwssd)
 		}
 		if legacyQ(q) {
 			sh, qt = g.lq, g.legacy

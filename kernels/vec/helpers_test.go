@@ -195,6 +195,8 @@ func exactDot(q qtype, w, xq []byte, nb int) (sum, mag float64) {
 				iabs += abs(p) + abs(int64(int8(wb[192+i/16]))*32*int64(int8(xb[4+i])))
 			}
 			add(f16(wb[208:])*f32le(xb), isum, iabs)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			exactKQ2(q, w[b*qinfo[q].wBytes:], xq[292*b:292*b+292], add)
 		}
 	}
 	return sum, mag
@@ -202,14 +204,15 @@ func exactDot(q qtype, w, xq []byte, nb int) (sum, mag float64) {
 
 // qtypeOf maps the package's quantized types to quant's.
 var qtypeOf = [numQ]quant.Type{q8_0: quant.Q8_0, q4_0: quant.Q4_0, q4_K: quant.Q4_K, q6_K: quant.Q6_K,
-	q4_1: quant.Q4_1, q5_0: quant.Q5_0, q5_1: quant.Q5_1, iq4_nl: quant.IQ4_NL}
+	q4_1: quant.Q4_1, q5_0: quant.Q5_0, q5_1: quant.Q5_1, iq4_nl: quant.IQ4_NL,
+	q2_K: quant.Q2_K, q3_K: quant.Q3_K, q5_K: quant.Q5_K, iq4_XS: quant.IQ4_XS}
 
 // actType is the activation type each quantized weight type pairs with.
 func actType(q qtype) quant.Type {
 	if a, _ := ActivationType(qtypeOf[q]); a == quant.Q8_1 {
 		return a
 	}
-	if q == q4_K || q == q6_K {
+	if qinfo[q].xBytes == Q8_KBytes {
 		return quant.Q8_K
 	}
 	return quant.Q8_0
@@ -259,6 +262,8 @@ func randWeights(r *rand.Rand, q qtype, nb int, raw bool) []byte {
 			scale(base + 2)
 		case q6_K:
 			scale(base + 208)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			kq2Scales(q, base, scale)
 		}
 	}
 	return b

@@ -104,7 +104,7 @@ func ActivationType(t quant.Type) (quant.Type, bool) {
 		return quant.Q8_0, true
 	case quant.Q4_1, quant.Q5_1:
 		return quant.Q8_1, true
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS:
 		return quant.Q8_K, true
 	}
 	return 0, false

@@ -125,6 +125,26 @@ var kernelsAVX2 = func() *kernelTables {
 	k.q[iq4_nl][2][2] = tileIQ4_NL_2x2_AVX2
 	k.q[iq4_nl][2][3] = tileIQ4_NL_2x3_AVX2
 	k.q[iq4_nl][2][4] = tileIQ4_NL_2x4_AVX2
+	k.dotQ[q2_K] = dotQ2_KAVX2
+	k.q[q2_K][1][1] = tileQ2_K_1x1_AVX2
+	k.q[q2_K][1][2] = tileQ2_K_1x2_AVX2
+	k.q[q2_K][1][3] = tileQ2_K_1x3_AVX2
+	k.q[q2_K][1][4] = tileQ2_K_1x4_AVX2
+	k.dotQ[q3_K] = dotQ3_KAVX2
+	k.q[q3_K][1][1] = tileQ3_K_1x1_AVX2
+	k.q[q3_K][1][2] = tileQ3_K_1x2_AVX2
+	k.q[q3_K][1][3] = tileQ3_K_1x3_AVX2
+	k.q[q3_K][1][4] = tileQ3_K_1x4_AVX2
+	k.dotQ[q5_K] = dotQ5_KAVX2
+	k.q[q5_K][1][1] = tileQ5_K_1x1_AVX2
+	k.q[q5_K][1][2] = tileQ5_K_1x2_AVX2
+	k.q[q5_K][1][3] = tileQ5_K_1x3_AVX2
+	k.q[q5_K][1][4] = tileQ5_K_1x4_AVX2
+	k.dotQ[iq4_XS] = dotIQ4_XSAVX2
+	k.q[iq4_XS][1][1] = tileIQ4_XS_1x1_AVX2
+	k.q[iq4_XS][1][2] = tileIQ4_XS_1x2_AVX2
+	k.q[iq4_XS][1][3] = tileIQ4_XS_1x3_AVX2
+	k.q[iq4_XS][1][4] = tileIQ4_XS_1x4_AVX2
 	return k
 }()
 
@@ -284,5 +304,25 @@ var kernelsAVX512 = func() *kernelTables {
 	k.q[iq4_nl][4][2] = tileIQ4_NL_4x2_AVX512
 	k.q[iq4_nl][4][3] = tileIQ4_NL_4x3_AVX512
 	k.q[iq4_nl][4][4] = tileIQ4_NL_4x4_AVX512
+	k.dotQ[q2_K] = dotQ2_KAVX512
+	k.q[q2_K][1][1] = tileQ2_K_1x1_AVX512
+	k.q[q2_K][1][2] = tileQ2_K_1x2_AVX512
+	k.q[q2_K][1][3] = tileQ2_K_1x3_AVX512
+	k.q[q2_K][1][4] = tileQ2_K_1x4_AVX512
+	k.dotQ[q3_K] = dotQ3_KAVX512
+	k.q[q3_K][1][1] = tileQ3_K_1x1_AVX512
+	k.q[q3_K][1][2] = tileQ3_K_1x2_AVX512
+	k.q[q3_K][1][3] = tileQ3_K_1x3_AVX512
+	k.q[q3_K][1][4] = tileQ3_K_1x4_AVX512
+	k.dotQ[q5_K] = dotQ5_KAVX512
+	k.q[q5_K][1][1] = tileQ5_K_1x1_AVX512
+	k.q[q5_K][1][2] = tileQ5_K_1x2_AVX512
+	k.q[q5_K][1][3] = tileQ5_K_1x3_AVX512
+	k.q[q5_K][1][4] = tileQ5_K_1x4_AVX512
+	k.dotQ[iq4_XS] = dotIQ4_XSAVX512
+	k.q[iq4_XS][1][1] = tileIQ4_XS_1x1_AVX512
+	k.q[iq4_XS][1][2] = tileIQ4_XS_1x2_AVX512
+	k.q[iq4_XS][1][3] = tileIQ4_XS_1x3_AVX512
+	k.q[iq4_XS][1][4] = tileIQ4_XS_1x4_AVX512
 	return k
 }()

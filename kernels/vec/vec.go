@@ -31,10 +31,14 @@ const (
 	q4_0
 	q4_K
 	q6_K
-	q4_1
+	q4_1 // q4_1 … iq4_nl: legacy.go
 	q5_0
 	q5_1
 	iq4_nl
+	q2_K // q2_K … iq4_XS: kquant2.go
+	q3_K
+	q5_K
+	iq4_XS
 	numQ
 )
 
@@ -54,6 +58,10 @@ var qinfo = [numQ]struct {
 	q5_0:   {"Q5_0", 32, 22, Q8_0Bytes},
 	q5_1:   {"Q5_1", 32, 24, Q8_1Bytes},
 	iq4_nl: {"IQ4_NL", 32, 18, Q8_0Bytes},
+	q2_K:   {"Q2_K", 256, 84, Q8_KBytes},
+	q3_K:   {"Q3_K", 256, 110, Q8_KBytes},
+	q5_K:   {"Q5_K", 256, 176, Q8_KBytes},
+	iq4_XS: {"IQ4_XS", 256, 136, Q8_KBytes},
 }
 
 // impl is one implementation of every kernel. The exported functions check

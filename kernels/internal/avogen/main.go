@@ -15,8 +15,9 @@
 // x86-64-v3 CPU. "AVX512" kernels (AVX-512 F/BW/VL/DQ/VNNI) use EVEX
 // encodings, 32 registers and vpdpbusd; they exist for the float types and
 // for the 32-value block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; see
-// legacy.go for the last four), where they measured faster. The K-quants, the activation
-// quantizers and the softmax exponential are AVX2 code used by both.
+// legacy.go for the last four), where they measured faster, and for Q2_K,
+// Q3_K, Q5_K and IQ4_XS (kquant2.go). Q4_K, Q6_K, the activation quantizers
+// and the softmax exponential are AVX2 code used by both.
 package main
 
 import (
@@ -48,6 +49,9 @@ func main() {
 		genQuantizers(s)
 		genLegacyKernels(s)
 	}
+	for _, s := range []isa{avx2, avx512} {
+		genKQuant2Kernels(s)
+	}
 	Generate()
 	if *tablesOut != "" {
 		if err := writeTables(*tablesOut); err != nil {
@@ -70,6 +74,7 @@ func writeTables(path string) error {
 	dotField := map[string]string{"F32": "dotF32", "F16": "dotF16", "BF16": "dotBF16",
 		"Q8_0": "dotQ[q8_0]", "Q4_0": "dotQ[q4_0]", "Q4_K": "dotQ[q4_K]", "Q6_K": "dotQ[q6_K]",
 		"Q4_1": "dotQ[q4_1]", "Q5_0": "dotQ[q5_0]", "Q5_1": "dotQ[q5_1]", "IQ4_NL": "dotQ[iq4_nl]"}
+	kq2Fields(field, dotField)
 	for _, s := range []isa{avx2, avx512} {
 		fmt.Fprintf(&b, "// kernels%s gathers the %s kernels.\n", s.name, s.name)
 		fmt.Fprintf(&b, "var kernels%s = func() *kernelTables {\n\tk := new(kernelTables)\n", s.name)
