@@ -62,12 +62,14 @@ type Spec struct {
 	// shapes (the logits are nearly flat); see docs/models.md for the std
 	// that does.
 	Std float64
-	// Window is the sliding window written as attention.sliding_window by
-	// the architectures that have one, at most Context; 0 means the
-	// architecture's default: Gemma 2's 4096 and Gemma-3-1B's 512 clamped
-	// to Context; for phi3 no window (0, as Phi-4's files say). Other
-	// architectures ignore it.
-	Window int
+
+	// SlidingWindow is written as {arch}.attention.sliding_window by the
+	// architectures that have one (gemma2, gemma3, phi3; others ignore
+	// it); 0 means the architecture's default: Gemma 2's 4096 and
+	// Gemma-3-1B's 512, clamped to Context, and for phi3 no window (0, as
+	// Phi-4's files write). At most Context: a wider window masks nothing
+	// more, and Gemma's readers refuse it, as llama.cpp's do.
+	SlidingWindow int
 	// Llama3Rope, when set, adds rope_freqs.weight with Llama 3.1's
 	// "llama3" RoPE scaling factors (architectures with that tensor: llama).
 	Llama3Rope Llama3Rope
@@ -143,7 +145,7 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
 		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
-		SlidingWindow: s.Window,
+		SlidingWindow: s.SlidingWindow,
 	}
 	orig := s.Context
 	if s.RopeOrigContext > 0 {
@@ -219,12 +221,12 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
-	case s.Window < 0 || s.Window > s.Context:
-		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
 	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
 		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
+	case s.SlidingWindow < 0 || s.SlidingWindow > s.Context:
+		return bad("sliding window = %d, want [0, context %d]", s.SlidingWindow, s.Context)
 	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
 		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
 	case s.LongRope && s.RopeOrigContext == 1:

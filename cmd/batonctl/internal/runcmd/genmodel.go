@@ -81,7 +81,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.StringVar(&preset, "preset", "", "start from this preset: "+strings.Join(testmodel.Presets(), ", "))
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
-	fs.IntVar(&s.Window, "window", 0, "sliding window of gemma2/gemma3 files, attention.sliding_window (default: the architecture's, 4096 or 512, at most --context)")
+	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none)")
 	fs.Float64Var(&s.Std, "std", 0, "standard deviation of the random weights and biases (default: the preset's, else 0.02)")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
@@ -204,7 +204,7 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 		s.Arch = flags.Arch
 	}
 	pick("head-dim", &s.HeadDim, flags.HeadDim)
-	pick("window", &s.Window, flags.Window)
+	pick("window", &s.SlidingWindow, flags.SlidingWindow)
 	if set["rope-base"] {
 		if !(flags.RopeBase > 0) {
 			return s, fmt.Errorf("--rope-base %v: want a number > 0", flags.RopeBase)

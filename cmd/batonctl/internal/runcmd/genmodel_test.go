@@ -20,8 +20,8 @@ import (
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
-// TestGenModelArch writes a file of each non-llama architecture with
-// --arch, --head-dim and --std, checks what the file declares (the
+// TestGenModelArch writes a file of non-llama architectures with --arch,
+// --head-dim, --window and --std, checks what the file declares (the
 // architecture's keys and tensors, the std of its weights), and runs it.
 func TestGenModelArch(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,9 +29,14 @@ func TestGenModelArch(t *testing.T) {
 		extra  []string
 		tensor string // a tensor only this architecture has
 		key    string
+		val    uint64 // key's value, when not 0
 	}{
-		{"qwen2", nil, "blk.1.attn_k.bias", "qwen2.block_count"},
-		{"qwen3", []string{"--head-dim", "32"}, "blk.0.attn_q_norm.weight", "qwen3.attention.key_length"},
+		{"qwen2", nil, "blk.1.attn_k.bias", "qwen2.block_count", 0},
+		{"qwen3", []string{"--head-dim", "32"}, "blk.0.attn_q_norm.weight", "qwen3.attention.key_length", 32},
+		// --window, one flag for the sliding window of every architecture
+		// that has one.
+		{"gemma2", []string{"--window", "16"}, "blk.0.post_ffw_norm.weight", "gemma2.attention.sliding_window", 16},
+		{"phi3", []string{"--window", "16"}, "blk.0.attn_qkv.weight", "phi3.attention.sliding_window", 16},
 	} {
 		t.Run(tc.arch, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), tc.arch+".gguf")
@@ -53,6 +58,9 @@ func TestGenModelArch(t *testing.T) {
 			}
 			if _, ok := f.Get(tc.key); !ok {
 				t.Errorf("no %s", tc.key)
+			}
+			if v, _ := f.Uint(tc.key); tc.val != 0 && v != tc.val {
+				t.Errorf("%s = %d, want %d", tc.key, v, tc.val)
 			}
 			info, _ := f.Tensor("blk.0.ffn_down.weight")
 			w := make([]float32, info.NumElements())
