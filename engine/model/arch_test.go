@@ -19,17 +19,22 @@ import (
 )
 
 // archSpecs are small files of every registered architecture, with a std
-// large enough for the logits to spread, and for qwen3 a head width that
-// is not dim/heads.
+// large enough for the logits to spread, for qwen3 a head width that is
+// not dim/heads, and for those with a sliding window one of 3 positions,
+// which the 5-token runs reach past (phi3: every layer; Gemma: gemmaSpec).
 func archSpecs() map[string]testmodel.Spec {
 	base := testmodel.Spec{Dim: 64, Hidden: 96, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 300, Context: 64, Type: quant.F32, Seed: 3, Std: 0.3}
 	out := map[string]testmodel.Spec{}
 	for _, name := range arch.Names() {
 		s := base
 		s.Arch = name
-		if name == "qwen3" {
+		switch name {
+		case "qwen3":
 			s.HeadDim = 24
+		case "phi3":
+			s.SlidingWindow = 3
 		}
+		gemmaSpec(&s)
 		out[name] = s
 	}
 	return out
@@ -41,15 +46,18 @@ func archSpecs() map[string]testmodel.Spec {
 // binding that put a weight in the wrong role, a bias added at the wrong
 // place or the wrong RoPE pairing shows up as a logit difference.
 type refModel struct {
-	f    *gguf.File
+	f *gguf.File
+	// c's scales, soft-caps and sliding window (SlidingWindow in its
+	// Local layers: every phi3 layer, Gemma's local ones) apply as score
+	// (gemma_test.go) reads them.
 	c    Config
 	neox bool
+	gelu bool // GeGLU (gemma_test.go) instead of SwiGLU
 	// RoPE beyond the plain rotation: frequency divisors (rope_freqs,
 	// phi3's long or short factors) and the multiplier of cos and sin
 	// (attn_factor; 0 means 1).
 	factors []float64
 	mscale  float64
-	window  int // every layer attends to the last window positions; 0: all
 }
 
 // matrix reads block l's matrix name, or its rows of a fused tensor: the
@@ -162,6 +170,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 	xs := make([][]float64, len(tokens))
 	for i, id := range tokens {
 		xs[i] = slices.Clone(emb[int(id)*c.Dim : (int(id)+1)*c.Dim])
+		scaleBy(xs[i], c.EmbedScale)
 	}
 	for l := range c.Layers {
 		w := func(s string) []float64 { return r.tensor(t, fmt.Sprintf("blk.%d.%s", l, s)) }
@@ -179,8 +188,9 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 				rmsRows(q, qn, eps)
 				rmsRows(k, w("attn_k_norm.weight"), eps)
 			}
-			r.rope(q, p)
-			r.rope(k, p)
+			r.ropeAt(q, p, l)
+			r.ropeAt(k, p, l)
+			scaleBy(q, c.QueryScale)
 			qs[p], ks[p], vs[p] = q, k, v
 		}
 		for p, x := range xs {
@@ -190,20 +200,12 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 				q := qs[p][h*c.HeadDim : (h+1)*c.HeadDim]
 				sc := make([]float64, p+1)
 				mx := math.Inf(-1)
-				j0 := 0
-				if r.window > 0 {
-					j0 = max(0, p+1-r.window)
-				}
 				for j := range p + 1 {
-					if j < j0 {
-						sc[j] = math.Inf(-1)
-						continue
-					}
 					var d float64
 					for i, qv := range q {
 						d += qv * ks[j][kh*c.HeadDim+i]
 					}
-					sc[j] = d / math.Sqrt(float64(c.HeadDim))
+					sc[j] = r.score(d, p-j, l)
 					mx = max(mx, sc[j])
 				}
 				var sum float64
@@ -219,14 +221,21 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 			}
 			o := matVec(w("attn_output.weight"), att)
 			addTo(o, w("attn_output.bias"))
+			if pn := w("post_attention_norm.weight"); pn != nil {
+				rmsRows(o, pn, eps)
+			}
 			addTo(x, o)
 			h := slices.Clone(x)
 			rmsRows(h, w("ffn_norm.weight"), eps)
 			g, u := matVec(mw("ffn_gate.weight"), h), matVec(mw("ffn_up.weight"), h)
 			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+				g[i] = r.act(g[i]) * u[i]
 			}
-			addTo(x, matVec(w("ffn_down.weight"), g))
+			d := matVec(w("ffn_down.weight"), g)
+			if pn := w("post_ffw_norm.weight"); pn != nil {
+				rmsRows(d, pn, eps)
+			}
+			addTo(x, d)
 		}
 	}
 	x := xs[len(xs)-1]
@@ -236,6 +245,11 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 		out = emb
 	}
 	lg := matVec(out, x)
+	if fc := float64(c.FinalSoftCap); fc > 0 {
+		for i := range lg {
+			lg[i] = fc * math.Tanh(lg[i]/fc)
+		}
+	}
 	res := make([]float32, len(lg))
 	for i, v := range lg {
 		res[i] = float32(v)
@@ -257,7 +271,7 @@ func TestArchitecturesMatchReference(t *testing.T) {
 			if c.Architecture != name || c.HeadDim != s.Config(mustArch(t, name)).HeadDim {
 				t.Fatalf("config %+v", c)
 			}
-			ref := &refModel{f: f, c: c, neox: c.RopeLayout == kernels.RopeNeoX}
+			ref := &refModel{f: f, c: c, neox: c.RopeLayout == kernels.RopeNeoX, gelu: mustArch(t, name).Act == arch.GELU}
 			got := run(t, m, prompt[:3], prompt[3:])
 			for i := range got {
 				want := ref.logits(t, prompt[:3+i])
@@ -437,12 +451,15 @@ func TestArchLoadErrors(t *testing.T) {
 	}
 }
 
-// TestExtendedHooksRefused: an architecture that asks for an operation the
-// decoder does not run yet (the kernels' ExtendedOps: GELU, soft-caps,
-// sliding windows, …) fails to load with ErrUnsupported naming it, instead
-// of computing something else.
+// TestExtendedHooksRefused: a model that needs the kernels' ExtendedOps
+// (GELU, soft-caps, sliding windows, …) fails to load on a backend without
+// them, with ErrUnsupported naming what it needs, instead of computing
+// something else; on the CPU backend, which has them, it loads.
 func TestExtendedHooksRefused(t *testing.T) {
 	a := mustArch(t, "llama")
+	cpu := kernels.NewCPU(1)
+	defer cpu.Close()
+	plain := opaque{cpu} // kernels.Backend alone: no ExtendedOps
 	for _, tc := range []struct {
 		set  func(*Config, *arch.Arch)
 		text string
@@ -452,17 +469,27 @@ func TestExtendedHooksRefused(t *testing.T) {
 		{func(c *Config, _ *arch.Arch) { c.AttnSoftCap = 50 }, "attention soft-cap"},
 		{func(c *Config, _ *arch.Arch) { c.RopeBaseLocal = 1e4 }, "per-layer rope base"},
 		{func(c *Config, _ *arch.Arch) { c.AttnScale = 0.1 }, "attention scale"},
+		{func(c *Config, _ *arch.Arch) { c.QueryScale = 0.1 }, "query scale"},
 		{func(_ *Config, a *arch.Arch) { a.Act = arch.GELU }, "gelu activation"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow, c.SWAPattern = 4, 64, 16, 2 }, "sliding-window attention (a window of 16 positions)"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow = 4, 64, 63 }, "sliding-window attention (a window of 63 positions)"},
 	} {
 		c, aa := Config{}, *a
 		tc.set(&c, &aa)
-		err := checkImplemented(&aa, c)
-		if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), tc.text) {
+		_, err := extendedOps(&aa, c, plain)
+		if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), "no kernels.ExtendedOps") {
 			t.Errorf("%s: %v", tc.text, err)
 		}
+		if ext, err := extendedOps(&aa, c, cpu); ext == nil || err != nil {
+			t.Errorf("%s on the CPU backend: %v, %v", tc.text, ext, err)
+		}
 	}
-	if err := checkImplemented(a, Config{}); err != nil {
-		t.Errorf("plain llama: %v", err)
+	// A window that masks nothing (at least the context window in use), or
+	// one on global layers only, needs nothing.
+	for _, c := range []Config{{}, {Layers: 4, ContextLength: 64, SlidingWindow: 64}, {Layers: 4, ContextLength: 64, SlidingWindow: 16, SWAPattern: 1}} {
+		if ext, err := extendedOps(a, c, plain); ext != nil || err != nil {
+			t.Errorf("plain llama with %+v: %v, %v", c, ext, err)
+		}
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 // is data: which roles its tensor table binds (biases, q/k norms,
 // post-attention and post-FFN norms, FFN biases, rope frequency factors)
 // switches the matching operations on, and arch.Arch and Config carry the
-// rest (the RoPE layout, the activation, and the hooks of operations not
-// run yet, which loadDecoder refuses).
+// rest (the RoPE layout, the activation, and the operations that need the
+// backend's ExtendedOps, which loadDecoder refuses on a backend without
+// them).
 type decoder struct {
 	cfg    Config
 	a      *arch.Arch
@@ -25,11 +26,12 @@ type decoder struct {
 	g      weights   // the global roles
 	layers []weights // each block's roles
 
-	factors []float32           // the rope frequency factors in use (ropeFactors), or nil
-	ext     kernels.ExtendedOps // be's extended operations, where a layer needs them (sliding windows)
+	factors []float32 // the rope frequency factors in use (ropeFactors), or nil
 
 	be    kernels.Backend // every operation of the forward pass runs here
 	ownBE bool            // be was made by Load: Close closes it
+
+	ext kernels.ExtendedOps // be's extended operations, when the model needs them (else nil)
 
 	mu     sync.RWMutex // held shared by Forward, exclusively by Close
 	closed bool
@@ -132,12 +134,19 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 	if err := s.size(be, c, n, nOut, nHead); err != nil {
 		return err
 	}
+	// Local layers rotate with their own base and no position scaling
+	// (Gemma 3).
+	local := c
+	local.RopeBase, local.RopeScale = c.RopeBaseLocal, 1
 	for r, ri := range s.rows {
 		seg := &s.segs[ri.seg]
 		s.ids[r] = seg.tokens[ri.pos-seg.pos]
 		s.slots[r] = seg.pages[ri.pos/pageSize]*int32(pageSize) + int32(ri.pos%pageSize)
 		s.attnRows[r] = kernels.AttnRow{Pages: seg.pages, Len: ri.pos + 1}
 		ropeTable(s.hostCos[r*half:(r+1)*half], s.hostSin[r*half:(r+1)*half], ri.pos, c, m.factors)
+		if c.RopeBaseLocal != 0 {
+			ropeTable(s.hostLCos[r*half:(r+1)*half], s.hostLSin[r*half:(r+1)*half], ri.pos, local, m.factors)
+		}
 	}
 
 	// The first error of the backend stops the pass; operations after it
@@ -153,8 +162,18 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 	att, gate, up := s.att.Slice(0, n*qDim), s.gate.Slice(0, n*hid), s.up.Slice(0, n*hid)
 	cos, sin := s.cos.Slice(0, n*half), s.sin.Slice(0, n*half)
 	do(be.Embed(x, m.g[arch.TokEmbd].m.mat, s.ids[:n]))
+	if c.EmbedScale != 0 {
+		do(m.ext.Scale(x, x, c.EmbedScale))
+	}
 	do(be.Write(cos, s.hostCos[:n*half]))
 	do(be.Write(sin, s.hostSin[:n*half]))
+	// Local layers' RoPE tables (Gemma 3), beside the global ones.
+	lcos, lsin := cos, sin
+	if c.RopeBaseLocal != 0 {
+		lcos, lsin = s.lcos.Slice(0, n*half), s.lsin.Slice(0, n*half)
+		do(be.Write(lcos, s.hostLCos[:n*half]))
+		do(be.Write(lsin, s.hostLSin[:n*half]))
+	}
 	attnRows := s.attnRows[:n]
 	na := n
 
@@ -174,7 +193,11 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		m.bias(do, k, l[arch.Bk].buf)
 		m.norm(do, k, l[arch.KNorm].buf)
 		m.bias(do, v, l[arch.Bv].buf)
-		do(be.Rope(k, cos, sin, n, c.HeadDim, c.RopeLayout))
+		rcos, rsin := cos, sin
+		if c.Local(li) {
+			rcos, rsin = lcos, lsin
+		}
+		do(be.Rope(k, rcos, rsin, n, c.HeadDim, c.RopeLayout))
 		do(be.StoreKV(kv, li, s.slots[:n], k, v))
 
 		// Every row needs every block's keys and values, but in the last
@@ -191,6 +214,10 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 					do(be.Copy(x.Slice(i*dim, (i+1)*dim), x.Slice(r*dim, (r+1)*dim)))
 					copy(s.hostCos[i*half:(i+1)*half], s.hostCos[r*half:(r+1)*half])
 					copy(s.hostSin[i*half:(i+1)*half], s.hostSin[r*half:(r+1)*half])
+					if c.RopeBaseLocal != 0 {
+						copy(s.hostLCos[i*half:(i+1)*half], s.hostLCos[r*half:(r+1)*half])
+						copy(s.hostLSin[i*half:(i+1)*half], s.hostLSin[r*half:(r+1)*half])
+					}
 					s.attnRows[i] = s.attnRows[r]
 				}
 				s.act = append(s.act, s.rows[r])
@@ -203,15 +230,17 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 			attnRows = s.attnRows[:na]
 			do(be.Write(cos, s.hostCos[:na*half]))
 			do(be.Write(sin, s.hostSin[:na*half]))
+			rcos, rsin = cos, sin
+			if c.RopeBaseLocal != 0 && c.Local(li) {
+				rcos, rsin = lcos.Slice(0, na*half), lsin.Slice(0, na*half)
+				do(be.Write(rcos, s.hostLCos[:na*half]))
+				do(be.Write(rsin, s.hostLSin[:na*half]))
+			}
 			do(be.MatMul(q, l[arch.Wq].m.mat, xb))
 			m.queries(do, l, q)
 		}
-		do(be.Rope(q, cos, sin, na, c.HeadDim, c.RopeLayout))
-		if w := layerWindow(c, li); w > 0 {
-			do(m.ext.AttentionWith(att, q, kv, li, attnRows, kernels.AttnOptions{Window: w}))
-		} else {
-			do(be.Attention(att, q, kv, li, attnRows))
-		}
+		do(be.Rope(q, rcos, rsin, na, c.HeadDim, c.RopeLayout))
+		m.attention(do, att, q, kv, li, attnRows)
 		do(be.MatMul(xb, l[arch.Wo].m.mat, att))
 		m.bias(do, xb, l[arch.Bo].buf)
 		m.norm(do, xb, l[arch.PostAttnNorm].buf)
@@ -221,9 +250,11 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		do(kernels.MatMuls(be, xb, s.prods[:2]...))
 		m.bias(do, gate, l[arch.BGate].buf)
 		m.bias(do, up, l[arch.BUp].buf)
-		// The activation is SiLU: loadDecoder refuses the others until
-		// the backend's ExtendedOps run them (hook: GELU).
-		do(be.SiLUMul(gate, gate, up))
+		if m.a.Act == arch.GELU {
+			do(m.ext.GELUMul(gate, gate, up))
+		} else {
+			do(be.SiLUMul(gate, gate, up))
+		}
 		do(be.MatMul(xb, l[arch.Down].m.mat, gate))
 		m.bias(do, xb, l[arch.BDown].buf)
 		m.norm(do, xb, l[arch.PostFFNNorm].buf)
@@ -244,6 +275,9 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		e := min(g+nHead, nOut)
 		logits := s.logits.Slice(0, (e-g)*c.Vocab)
 		do(be.MatMul(logits, m.g[arch.Output].m.mat, normed.Slice(g*dim, e*dim)))
+		if c.FinalSoftCap != 0 {
+			do(m.ext.SoftCap(logits, c.FinalSoftCap))
+		}
 		for i := g; i < e && err == nil; i++ {
 			o := s.outs[i]
 			seg := &s.segs[o.seg]
@@ -267,6 +301,25 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 		return fmt.Errorf("model: output head on %s: %w", be.Name(), err)
 	}
 	return nil
+}
+
+// attention runs layer li's attention of the rows of q into att: with the
+// model's score scale, soft-cap and the layer's sliding window
+// (Config.LayerWindow: Gemma's local layers, every phi3 layer) through the
+// backend's ExtendedOps when it has any, else plain Attention. Queries are scaled first when the model says so (Gemma 2
+// scales q after RoPE and scores with scale 1, as llama.cpp does, so that
+// the soft-cap sees the same numbers).
+func (m *decoder) attention(do func(error), att, q kernels.Buffer, kv kernels.KVCache, li int, rows []kernels.AttnRow) {
+	c := m.cfg
+	if c.QueryScale != 0 {
+		do(m.ext.Scale(q, q, c.QueryScale))
+	}
+	o := kernels.AttnOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap, Window: c.LayerWindow(li)}
+	if o == (kernels.AttnOptions{}) {
+		do(m.be.Attention(att, q, kv, li, rows))
+		return
+	}
+	do(m.ext.AttentionWith(att, q, kv, li, rows, o))
 }
 
 // bias adds a bias row to every row of dst, when the model has one.

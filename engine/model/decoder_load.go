@@ -31,9 +31,6 @@ type weights [arch.NumRoles]weight
 // backend (decoder_backend.go) unless a numerics mode computes on the
 // host.
 func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, error) {
-	if err := checkImplemented(a, c); err != nil {
-		return nil, err
-	}
 	m := &decoder{cfg: c, a: a, layers: make([]weights, c.Layers)}
 	if err := bindWeights(f, a, c, &m.g, m.layers); err != nil {
 		return nil, err
@@ -69,11 +66,8 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 	if m.be == nil {
 		m.be, m.ownBE = kernels.NewCPU(opts.Threads), true
 	}
-	if err := m.windowOps(); err != nil {
-		if m.ownBE {
-			err = errors.Join(err, m.be.Close())
-		}
-		return nil, err
+	if m.ext, err = extendedOps(a, m.cfg, m.be); err != nil {
+		return nil, errors.Join(err, m.release())
 	}
 	if err := m.upload(); err != nil {
 		return nil, errors.Join(err, m.release())
@@ -81,20 +75,26 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 	return m, nil
 }
 
-// checkImplemented refuses what an architecture asks of the decoder that
-// it does not run yet: the hooks of the operations that need the kernels'
-// ExtendedOps (GELU, soft-caps, sliding windows, …), which phase-2 work
-// fills in. The error names what is missing.
-func checkImplemented(a *arch.Arch, c Config) error {
+// extendedOps returns be's ExtendedOps when the architecture needs them
+// (GELU, soft-caps, sliding windows narrower than the context window,
+// score and embedding scales, per-layer rope bases: c.Extended), nil when
+// it needs none, and an error wrapping
+// engine.ErrUnsupported that names what is missing when be lacks them
+// (the CUDA backend, for now).
+func extendedOps(a *arch.Arch, c Config, be kernels.Backend) (kernels.ExtendedOps, error) {
 	need := c.Extended()
 	if a.Act != arch.SiLU {
 		need = append(need, a.Act.String()+" activation")
 	}
-	if len(need) > 0 {
-		return fmt.Errorf("model: architecture %s needs %s, which the decoder does not run yet: %w",
-			a.Name, strings.Join(need, ", "), engine.ErrUnsupported)
+	if len(need) == 0 {
+		return nil, nil
 	}
-	return nil
+	ext, ok := be.(kernels.ExtendedOps)
+	if !ok {
+		return nil, fmt.Errorf("model: architecture %s needs %s, which the %s backend does not run (no kernels.ExtendedOps): %w",
+			a.Name, strings.Join(need, ", "), be.Name(), engine.ErrUnsupported)
+	}
+	return ext, nil
 }
 
 // bindWeights binds every tensor of a's table: global ones into g, per-layer

@@ -6,7 +6,6 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/model/arch"
-	"github.com/baton-serving/baton/kernels"
 )
 
 // ropeFactors checks the rope frequency factors m bound (Llama 3.1's
@@ -41,38 +40,4 @@ func ropeTensorName(a *arch.Arch, r arch.Role) string {
 		}
 	}
 	return r.String()
-}
-
-// layerWindow is layer li's sliding attention window, 0 for none: every
-// layer's when SWAPattern is 0 (phi3), else the local layers' (those with
-// (li+1) % SWAPattern ≠ 0). A window at least as long as the context
-// window masks nothing and is dropped, so such a model runs on backends
-// without kernels.ExtendedOps.
-func layerWindow(c Config, li int) int {
-	w := c.SlidingWindow
-	if w <= 0 || w >= c.ContextLength {
-		return 0
-	}
-	if c.SWAPattern > 0 && (li+1)%c.SWAPattern == 0 {
-		return 0
-	}
-	return w
-}
-
-// windowOps finds the backend's extended operations when a layer attends
-// within a sliding window, and refuses a backend without them.
-func (m *decoder) windowOps() error {
-	for li := range m.cfg.Layers {
-		if layerWindow(m.cfg, li) == 0 {
-			continue
-		}
-		ext, ok := m.be.(kernels.ExtendedOps)
-		if !ok {
-			return fmt.Errorf("model: %s attends within a sliding window of %d positions, which backend %s does not run (no kernels.ExtendedOps): %w",
-				m.a.Name, m.cfg.SlidingWindow, m.be.Name(), engine.ErrUnsupported)
-		}
-		m.ext = ext
-		return nil
-	}
-	return nil
 }

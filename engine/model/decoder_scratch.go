@@ -22,11 +22,15 @@ type scratch struct {
 	cos, sin       kernels.Buffer // RoPE tables, rows×RopeDim/2
 	normed, logits kernels.Buffer // final norm of the output rows, and the logits of a group of them
 
+	lcos, lsin kernels.Buffer // local layers' RoPE tables (Config.RopeBaseLocal), else nil
+
 	hostCos, hostSin []float32
 	ids, slots       []int32
 	attnRows         []kernels.AttnRow // of every row, then of the active rows
 	pages            []int32           // the block tables of ForwardBatch's chunks
 	prods            [3]kernels.Product
+
+	hostLCos, hostLSin []float32 // local layers' RoPE tables, with Config.RopeBaseLocal
 
 	rows    []rowInfo // every token row of the step
 	act     []rowInfo // the rows going through the current block
@@ -67,7 +71,7 @@ func (m *decoder) putState(s *scratch) {
 
 // bufs lists the state's backend buffers.
 func (s *scratch) bufs() []*kernels.Buffer {
-	return []*kernels.Buffer{&s.x, &s.xb, &s.q, &s.att, &s.k, &s.v, &s.gate, &s.up, &s.cos, &s.sin, &s.normed, &s.logits}
+	return []*kernels.Buffer{&s.x, &s.xb, &s.q, &s.att, &s.k, &s.v, &s.gate, &s.up, &s.cos, &s.sin, &s.normed, &s.logits, &s.lcos, &s.lsin}
 }
 
 // release frees the state's buffers.
@@ -89,6 +93,10 @@ func (s *scratch) release(be kernels.Backend) error {
 func (s *scratch) size(be kernels.Backend, c Config, n, nOut, nHead int) error {
 	s.hostCos = grow(s.hostCos, n*c.RopeDim/2)
 	s.hostSin = grow(s.hostSin, n*c.RopeDim/2)
+	if c.RopeBaseLocal != 0 {
+		s.hostLCos = grow(s.hostLCos, n*c.RopeDim/2)
+		s.hostLSin = grow(s.hostLSin, n*c.RopeDim/2)
+	}
 	s.ids = grow(s.ids, n)
 	s.slots = grow(s.slots, n)
 	s.attnRows = grow(s.attnRows, n)
@@ -108,14 +116,19 @@ func (s *scratch) size(be kernels.Backend, c Config, n, nOut, nHead int) error {
 	for heads < nHead {
 		heads *= 2
 	}
-	for _, a := range []struct {
+	type alloc struct {
 		b *kernels.Buffer
 		n int
-	}{
+	}
+	allocs := []alloc{
 		{&s.x, rows * c.Dim}, {&s.xb, rows * c.Dim}, {&s.q, rows * c.QDim()}, {&s.att, rows * c.QDim()},
 		{&s.k, rows * c.KVDim()}, {&s.v, rows * c.KVDim()}, {&s.gate, rows * c.Hidden}, {&s.up, rows * c.Hidden},
 		{&s.cos, rows * c.RopeDim / 2}, {&s.sin, rows * c.RopeDim / 2}, {&s.normed, outs * c.Dim}, {&s.logits, heads * c.Vocab},
-	} {
+	}
+	if c.RopeBaseLocal != 0 {
+		allocs = append(allocs, alloc{&s.lcos, rows * c.RopeDim / 2}, alloc{&s.lsin, rows * c.RopeDim / 2})
+	}
+	for _, a := range allocs {
 		var err error
 		if *a.b, err = be.Alloc(a.n); err != nil {
 			return errors.Join(fmt.Errorf("model: scratch space for %d tokens on %s: %w", n, be.Name(), err), s.release(be))

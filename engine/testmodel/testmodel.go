@@ -24,8 +24,8 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/model/arch"
@@ -71,9 +71,23 @@ type Spec struct {
 	OutputStd float64
 
 	// SlidingWindow is written as {arch}.attention.sliding_window by the
-	// architectures that have one (phi3: 0 means no window, as Phi-4's
-	// files say).
+	// architectures that have one (gemma2, gemma3, phi3; others ignore
+	// it); 0 means the architecture's default: Gemma 2's 4096 and
+	// Gemma-3-1B's 512, clamped to Context, and for phi3 no window (0, as
+	// Phi-4's files write). At most Context: a wider window masks nothing
+	// more, and Gemma's readers refuse it, as llama.cpp's do.
 	SlidingWindow int
+	// Llama3Rope, when set, adds rope_freqs.weight with Llama 3.1's
+	// "llama3" RoPE scaling factors (architectures with that tensor: llama).
+	Llama3Rope Llama3Rope
+
+	// Tokenizer, when not nil, is the vocabulary written instead of the
+	// synthetic one (see ReadTokenizer); Vocab must then be its token
+	// count, which WithTokenizer sets.
+	Tokenizer *Tokenizer
+	// ChatTemplate, when not "", is written as tokenizer.chat_template,
+	// replacing the Tokenizer's.
+	ChatTemplate string
 	// RopeOrigContext, when > 0 and not Context, is written as
 	// rope.scaling.original_context_length: the context before RoPE
 	// scaling (YaRN's correction range; phi3's longrope choice).
@@ -100,35 +114,6 @@ const (
 	// WeightStd is the default standard deviation of the random weights.
 	WeightStd = 0.02
 )
-
-// presets returns the named shapes. Their Type is the default for the
-// preset; callers may override it.
-func presets() map[string]Spec {
-	return map[string]Spec{
-		// Small enough for unit tests to write and run in milliseconds.
-		"tiny": {Dim: 64, Hidden: 192, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 512, Context: 256, Type: quant.F32, Seed: 1},
-		// The llama2.c stories110M shape (Llama 2 vocabulary size).
-		"llama-110m": {Dim: 768, Hidden: 2048, Layers: 12, Heads: 12, KVHeads: 12, Vocab: 32000, Context: 1024, Type: quant.Q8_0, Tied: true, Seed: 1},
-		// TinyLlama 1.1B's shape.
-		"tinyllama-1.1b": {Dim: 2048, Hidden: 5632, Layers: 22, Heads: 32, KVHeads: 4, Vocab: 32000, Context: 2048, Type: quant.Q8_0, Seed: 1},
-	}
-}
-
-// Preset returns the named preset ("tiny", "llama-110m", "tinyllama-1.1b").
-func Preset(name string) (Spec, bool) {
-	s, ok := presets()[name]
-	return s, ok
-}
-
-// Presets lists the preset names, sorted.
-func Presets() []string {
-	var names []string
-	for n := range presets() {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
 
 // headDim is HeadDim, or Dim/Heads without it.
 func (s Spec) headDim() int {
@@ -258,16 +243,23 @@ func (s Spec) Validate() error {
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
 	case !(s.OutputStd >= 0) || s.OutputStd > 100:
 		return bad("output std = %v, want (0, 100] (or 0 for std)", s.OutputStd)
-	case s.SlidingWindow < 0 || s.SlidingWindow > limit:
-		return bad("sliding window = %d, want [0, %d]", s.SlidingWindow, limit)
+	case s.SlidingWindow < 0 || s.SlidingWindow > s.Context:
+		return bad("sliding window = %d, want [0, context %d]", s.SlidingWindow, s.Context)
 	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
 		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
 	case s.LongRope && s.RopeOrigContext == 1:
 		return bad("longrope needs an original context > 1")
 	case !(s.YarnFactor >= 0) || s.YarnFactor > 1e6:
 		return bad("yarn factor = %v, want (0, 1e6] (or 0 for none)", s.YarnFactor)
-	case s.Vocab < MinVocab:
+	case s.Tokenizer == nil && s.Vocab < MinVocab:
 		return bad("vocab = %d, want at least %d (3 special and 256 byte tokens, and text pieces)", s.Vocab, MinVocab)
+	case s.Tokenizer != nil && s.Vocab != s.Tokenizer.Len():
+		return bad("vocab = %d, but the vocabulary of %s has %d tokens (the embedding has a row per token)", s.Vocab, s.Tokenizer.Source, s.Tokenizer.Len())
+	}
+	if s.Llama3Rope.enabled() {
+		if err := s.Llama3Rope.validate(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if !s.Type.Supported() {
 		var names []string
@@ -280,7 +272,10 @@ func (s Spec) Validate() error {
 	if err != nil {
 		return err
 	}
-	if s.Tied && !optional(a, arch.Output) {
+	if s.Llama3Rope.enabled() && !a.Has(arch.RopeFreqs) {
+		return bad("architecture %s has no rope_freqs.weight for llama3 rope scaling", a.Name)
+	}
+	if s.Tied && a.Has(arch.Output) && !optional(a, arch.Output) {
 		return bad("architecture %s requires output.weight: it cannot be tied", a.Name)
 	}
 	if s.LongRope && !a.Has(arch.RopeLong) {
@@ -317,35 +312,48 @@ func Vocabulary(size int, seed uint64) (tokens []string, scores []float32, types
 		tokens = append(tokens, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, typeByte)
 	}
-	seen := make(map[string]bool)
+	seen := make(map[string]bool, size)
 	var pieces []string
-	add := func(p string) {
+	var runes []int // runes[i] is pieces[i]'s length in runes
+	add := func(p string, n int) {
 		if len(tokens) < size && !seen[p] {
 			seen[p] = true
 			pieces = append(pieces, p)
+			runes = append(runes, n)
 			tokens = append(tokens, p)
 			types = append(types, typeNormal)
 		}
 	}
 	for _, r := range alphabet {
-		add(string(r))
+		add(string(r), 1)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed_70c3))
+	var buf []byte
 	for tries := 0; len(tokens) < size; tries++ {
 		// Favour pieces that start with a space, as real vocabularies do,
-		// and keep pieces short enough to be plausible words.
-		a := pieces[rng.IntN(len(pieces))]
+		// and keep pieces short enough to be plausible words. The rune
+		// counts kept beside the pieces reject a long join without
+		// building it: most tries are rejected once the vocabulary is
+		// large (a 262144-token one took 45 s before).
+		ai := rng.IntN(len(pieces))
+		a, na := pieces[ai], runes[ai]
 		if tries%3 == 0 {
-			a = "▁"
+			a, na = "▁", 1
 		}
-		p := a + pieces[rng.IntN(len(pieces))]
-		if len([]rune(p)) <= 12 {
-			add(p)
+		bi := rng.IntN(len(pieces))
+		if n := na + runes[bi]; n <= 12 {
+			// Joined in a reused buffer: the map lookup of string(buf)
+			// does not allocate, and most joins are already taken.
+			buf = append(append(buf[:0], a...), pieces[bi]...)
+			if !seen[string(buf)] {
+				add(string(buf), n)
+			}
 		}
 		if tries > 100*size {
 			// Unreachable for the sizes Validate allows; keeps a bad seed
 			// from looping forever.
-			add(fmt.Sprintf("▁tok%d", len(tokens)))
+			p := fmt.Sprintf("▁tok%d", len(tokens))
+			add(p, utf8.RuneCountInString(p))
 		}
 	}
 	// Pieces made earlier score higher, so SentencePiece merges build later

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/model/arch"
@@ -24,8 +25,10 @@ type tensor struct {
 	vector     bool // 1-D
 	ones       bool // filled with 1.0 (norm weights) instead of noise
 	factors    bool // filled with exp(|N(0, 1)|) (longrope factors)
-
-	std float64 // of the noise: Spec.roleStd
+	// values, when not nil, are the tensor's contents (computed, not
+	// random: rope_freqs.weight).
+	values []float32
+	std    float64 // of the noise: Spec.roleStd
 }
 
 func (t tensor) dims() []uint64 {
@@ -49,10 +52,15 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 	var head, tail, ts []tensor
 	add := func(dst *[]tensor, t arch.Tensor, name string) {
 		r := t.Parts[0].Role
-		if t.Optional && !(r == arch.Output && !s.Tied) && !((r == arch.RopeLong || r == arch.RopeShort) && s.LongRope) {
+		llama3 := r == arch.RopeFreqs && s.Llama3Rope.enabled()
+		longrope := (r == arch.RopeLong || r == arch.RopeShort) && s.LongRope
+		if t.Optional && !(r == arch.Output && !s.Tied) && !llama3 && !longrope {
 			return
 		}
 		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors, std: s.roleStd(r)}
+		if llama3 {
+			w.values = s.Llama3Rope.Factors(c.HeadDim, float64(c.RopeBase))
+		}
 		if t.Vector {
 			w.typ = quant.F32
 		}
@@ -146,7 +154,6 @@ func WriteProgress(ctx context.Context, path string, s Spec, progress func(done,
 // regions left as holes.
 func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 	w := gguf.NewWriter()
-	tokens, scores, types := Vocabulary(s.Vocab, s.Seed)
 	name := fmt.Sprintf("baton-testmodel %s %dx%d-%s", a.Name, s.Layers, s.Dim, s.Type)
 	// llama files keep the name they had before architectures. phi3's
 	// leaves the architecture out: llama.cpp c392e50 gives Phi-3's special
@@ -161,17 +168,9 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 		{Key: "general.name", Value: name},
 	}
 	kvs = append(kvs, arch.Keys(a, s.Config(a))...)
-	kvs = append(kvs, []arch.KV{
-		{Key: "tokenizer.ggml.model", Value: "llama"},
-		{Key: "tokenizer.ggml.tokens", Value: tokens},
-		{Key: "tokenizer.ggml.scores", Value: scores},
-		{Key: "tokenizer.ggml.token_type", Value: types},
-		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
-		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
-		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
-		{Key: "tokenizer.ggml.add_bos_token", Value: true},
-		{Key: "tokenizer.ggml.add_eos_token", Value: false},
-	}...)
+	for _, kv := range s.tokenizerKVs() {
+		kvs = append(kvs, arch.KV{Key: kv.Key, Value: kv.Value})
+	}
 	for _, kv := range kvs {
 		if err := w.AddKV(kv.Key, kv.Value); err != nil {
 			return fmt.Errorf("testmodel: %w", err)
@@ -192,7 +191,7 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 			return fmt.Errorf("testmodel: %w", err)
 		}
 	}
-	sw := &sparseWriter{f: f}
+	sw := &sparseWriter{f: f, zeros: zeros}
 	if _, err := w.WriteTo(sw); err != nil {
 		return fmt.Errorf("testmodel: %w", err)
 	}
@@ -203,14 +202,22 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 }
 
 // sparseWriter writes to f at increasing offsets, seeking over chunks that
-// are all zero instead of writing them.
+// are all zero instead of writing them. Slices of zeros (the tensors' data,
+// which gguf.Writer hands over unbuffered when large) are known to be zero
+// and skipped without reading them: scanning gigabytes of a big preset's
+// zeros took minutes.
 type sparseWriter struct {
-	f   *os.File
-	off int64
+	f     *os.File
+	off   int64
+	zeros []byte
 }
 
 func (w *sparseWriter) Write(p []byte) (int, error) {
 	total := len(p)
+	if w.within(p) {
+		w.off += int64(total)
+		return total, nil
+	}
 	for len(p) > 0 {
 		n := min(len(p), 1<<20)
 		chunk := p[:n]
@@ -223,6 +230,16 @@ func (w *sparseWriter) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// within reports whether p lies inside w.zeros' memory.
+func (w *sparseWriter) within(p []byte) bool {
+	if len(p) == 0 || len(w.zeros) == 0 {
+		return false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(w.zeros)))
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	return start >= base && start-base+uintptr(len(p)) <= uintptr(len(w.zeros))
 }
 
 func allZero(b []byte) bool {
@@ -293,7 +310,9 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 				buf = bytesGrow(buf, (j.r1-j.r0)*j.rowSize)
 				for r := j.r0; r < j.r1; r++ {
 					row := vals[(r-j.r0)*j.t.cols : (r-j.r0+1)*j.t.cols]
-					if j.t.ones {
+					if j.t.values != nil {
+						copy(row, j.t.values[r*j.t.cols:])
+					} else if j.t.ones {
 						for i := range row {
 							row[i] = 1
 						}

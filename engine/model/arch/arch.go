@@ -225,10 +225,12 @@ type Arch struct {
 // architecture adds one line here and one file beside llama.go.
 func registry() map[string]func() *Arch {
 	return map[string]func() *Arch{
-		"llama": llama,
-		"phi3":  phi3,
-		"qwen2": qwen2,
-		"qwen3": qwen3,
+		"gemma2": gemma2,
+		"gemma3": gemma3,
+		"llama":  llama,
+		"phi3":   phi3,
+		"qwen2":  qwen2,
+		"qwen3":  qwen3,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/engine/modelfile"
@@ -24,36 +25,66 @@ const genModelHelp = `Usage: batonctl gen-model (--preset NAME | --dim N --hidde
 Writes a GGUF of architecture --arch (%s; default llama) whose
 tensors are those engine/model binds for it, with the metadata keys
 llama.cpp reads for it. Weights and biases are drawn from N(0, std²) (--std,
-default 0.02) by a generator seeded with --seed (same seed, same weights in
-every type); norms are 1; the vocabulary is a synthetic SentencePiece one.
-Flags given with --preset override the preset's values. 2-D tensors are
-stored in --type, norms and biases in F32; rows must be whole blocks of the
-type (multiples of 256 for Q4_K and Q6_K, 32 for Q4_0 and Q8_0), otherwise
-it is an error (no fallback to another type).
+default 0.02; the tiny-ARCH presets use 1) by a generator seeded with --seed
+(same seed, same weights in every type); norms are 1. Flags given with
+--preset override the preset's values.
+
+The vocabulary is a synthetic SentencePiece one of --vocab tokens, or, with
+--vocab-from FILE, a copy of another GGUF's tokenizer (every tokenizer.*
+entry: model, pre, tokens, scores, token types, merges, special token ids,
+add_bos/add_eos, chat template); the vocabulary size is then that file's
+token count, replacing the preset's (a model's embedding has a row per
+token), and --vocab is refused. --chat-template FILE sets
+tokenizer.chat_template from a Jinja file.
+
+2-D tensors are stored in --type, norms and biases in F32. Every row must be
+a whole number of the type's blocks, otherwise it is an error (no fallback
+to another type, as llama.cpp's quantizer would): %s.
 
 Greedy comparisons with another engine want clear top-2 margins at every
-step, which 0.02 does not give on tiny shapes (the logits are nearly flat).
---output-std sets the std of output.weight (and of the embedding with
---tied), --std that of the rest: the logits' scale comes from the output
-head. Measured against llama.cpp in docs/models.md (--std 1.0 at --dim 64;
-at --dim 256 every F32 case has clear margins with --output-std 1.0).
+step, which 0.02 does not give on tiny shapes (the logits are nearly flat):
+use about 8/sqrt(dim), --std 1.0 at --dim 64 (measured in docs/models.md);
+the tiny-ARCH presets set theirs. --output-std sets the std of output.weight
+(and of the embedding with --tied), --std that of the rest: the logits' scale
+comes from the output head.
 
-Presets: %s.
-
+Presets (big ones are written in bounded memory, with progress on stderr):
+%s
 Flags:`
+
+// presetHelp lists the presets one a line, with their default type.
+func presetHelp() string {
+	var b strings.Builder
+	for _, p := range testmodel.PresetInfos() {
+		fmt.Fprintf(&b, "  %-15s [%s] %s\n", p.Name, p.Spec.Type, p.Doc)
+	}
+	return b.String()
+}
+
+// typeHelp names each supported type with its block size.
+func typeHelp() string {
+	var parts []string
+	for _, t := range quant.SupportedTypes() {
+		parts = append(parts, fmt.Sprintf("%s %d", t, t.BlockSize()))
+	}
+	return "block sizes " + strings.Join(parts, ", ")
+}
 
 // GenModel is the `batonctl gen-model` command.
 func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	var (
-		preset, typ, out string
-		s                testmodel.Spec
+		preset, typ, out        string
+		vocabFrom, chatTemplate string
+		ropeBase, normEps       float64
+		s                       testmodel.Spec
 	)
 	fs := flag.NewFlagSet("batonctl gen-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&preset, "preset", "", "start from this preset: "+strings.Join(testmodel.Presets(), ", "))
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
-	fs.Float64Var(&s.Std, "std", testmodel.WeightStd, "standard deviation of the random weights and biases")
+	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none)")
+	fs.Float64Var(&s.Std, "std", 0, "standard deviation of the random weights and biases (default: the preset's, else 0.02)")
 	fs.Float64Var(&s.OutputStd, "output-std", 0, "standard deviation of output.weight (and of token_embd.weight with --tied) (default: --std)")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
@@ -66,14 +97,22 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.BoolVar(&s.Tied, "tied", false, "leave out output.weight (the output head reuses the token embedding)")
 	fs.Uint64Var(&s.Seed, "seed", 1, "weight generator seed")
 	fs.StringVar(&out, "out", "", "file to write (required)")
+	fs.StringVar(&vocabFrom, "vocab-from", "", "copy the tokenizer (every tokenizer.* key) of this GGUF; the vocabulary size becomes its token count")
+	fs.StringVar(&chatTemplate, "chat-template", "", "Jinja file written as tokenizer.chat_template (replacing a copied one)")
+	fs.Float64Var(&ropeBase, "rope-base", 0, fmt.Sprintf("rope.freq_base (default: the preset's, else %d; Gemma 3: of its global layers)", testmodel.RopeBase))
+	fs.Float64Var(&normEps, "norm-eps", 0, fmt.Sprintf("attention.layer_norm_rms_epsilon (default: the preset's, else %g)", testmodel.NormEps))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, genModelHelp+"\n", strings.Join(arch.Names(), ", "), strings.Join(testmodel.Presets(), ", "))
+		fmt.Fprintf(stderr, genModelHelp+"\n", strings.Join(arch.Names(), ", "), typeHelp(), presetHelp())
 		fs.PrintDefaults()
 	}
 	if err := svckit.ParseArgs(fs, args); err != nil {
 		return flagErr(stderr, "gen-model", err)
 	}
+	s.RopeBase, s.NormEps = float32(ropeBase), float32(normEps)
 	spec, err := genSpec(fs, preset, typ, s)
+	if err == nil {
+		spec, err = genVocab(fs, spec, vocabFrom, chatTemplate)
+	}
 	if err == nil && out == "" {
 		err = fmt.Errorf("--out FILE is required")
 	}
@@ -168,6 +207,19 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 		s.Arch = flags.Arch
 	}
 	pick("head-dim", &s.HeadDim, flags.HeadDim)
+	pick("window", &s.SlidingWindow, flags.SlidingWindow)
+	if set["rope-base"] {
+		if !(flags.RopeBase > 0) {
+			return s, fmt.Errorf("--rope-base %v: want a number > 0", flags.RopeBase)
+		}
+		s.RopeBase = flags.RopeBase
+	}
+	if set["norm-eps"] {
+		if !(flags.NormEps > 0) {
+			return s, fmt.Errorf("--norm-eps %v: want a number > 0", flags.NormEps)
+		}
+		s.NormEps = flags.NormEps
+	}
 	if set["std"] || s.Std == 0 {
 		s.Std = flags.Std
 	}
@@ -180,6 +232,39 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 			return s, err
 		}
 		s.Type = t
+	}
+	return s, nil
+}
+
+// genVocab applies --vocab-from and --chat-template to s.
+func genVocab(fs *flag.FlagSet, s testmodel.Spec, vocabFrom, chatTemplate string) (testmodel.Spec, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["vocab-from"] {
+		if set["vocab"] {
+			return s, fmt.Errorf("--vocab and --vocab-from conflict: with --vocab-from the vocabulary size is the file's token count")
+		}
+		if vocabFrom == "" {
+			return s, fmt.Errorf("--vocab-from: empty file name")
+		}
+		tok, err := testmodel.ReadTokenizer(vocabFrom)
+		if err != nil {
+			return s, fmt.Errorf("--vocab-from %s: %w", vocabFrom, err)
+		}
+		s = s.WithTokenizer(tok)
+	}
+	if set["chat-template"] {
+		b, err := os.ReadFile(chatTemplate)
+		if err != nil {
+			return s, fmt.Errorf("--chat-template: %w", err)
+		}
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return s, fmt.Errorf("--chat-template %s: the file is empty", chatTemplate)
+		}
+		if !utf8.Valid(b) {
+			return s, fmt.Errorf("--chat-template %s: not UTF-8 text", chatTemplate)
+		}
+		s.ChatTemplate = string(b)
 	}
 	return s, nil
 }
