@@ -67,11 +67,9 @@ const goldenLowMargin = 1e-3
 // make these divergences failures. Measured on AMD EPYC (AVX-512),
 // 2026-12-02; scripts/golden/README.md has the figures.
 var knownGoldenDivergence = map[string]string{
-	// F16 weights: ggml rounds the activations to F16 before an F16-weight
-	// product (F16's vec_dot_type); Baton keeps them in float32. Another
-	// helper changes Baton's F16 kernels.
-	"llama_f16": f16Divergence,
-	"qwen2_f16": f16Divergence,
+	// llama, qwen2 and phi3 F16 left this list when the CPU backend took
+	// ggml's F16 rounding of the activations; qwen3 F16 (recorded with the
+	// newer llama.cpp) still parts at one step of one prompt.
 	"qwen3_f16": f16Divergence,
 	// Quantized weights: the kernels agree to the last float32 bits given
 	// the same input, but at std 1.0 attention is near argmax and last-bit
@@ -88,7 +86,7 @@ var knownGoldenDivergence = map[string]string{
 }
 
 const (
-	f16Divergence   = "F16 weights: ggml multiplies them with activations rounded to F16, Baton with float32 ones (a kernels change)"
+	f16Divergence   = "qwen3 F16 against llama.cpp d32676d: one prompt parts at step 24 (margin 0.012), not yet explained"
 	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; last-bit attention differences (near-argmax softmax at std 1.0) flip Q8 activation roundings"
 )
 
