@@ -69,6 +69,14 @@ type Spec struct {
 	// last-bit differences between engines flip greedy choices: golden
 	// files use a small Std and a large OutputStd (docs/models.md).
 	OutputStd float64
+	// QKStd, when > 0, is the standard deviation of the query and key
+	// weights and biases (attn_q, attn_k, their biases, and the query and
+	// key rows of a fused attn_qkv); 0 means Std. The attention scores
+	// grow with the square of it while the logits do not depend on it, so
+	// a small QKStd under a large Std keeps the margins and takes attention
+	// away from argmax, where last-bit differences in q·k between engines
+	// are amplified (scripts/golden/README.md).
+	QKStd float64
 
 	// SlidingWindow is written as {arch}.attention.sliding_window by the
 	// architectures that have one (gemma2, gemma3, phi3; others ignore
@@ -187,12 +195,54 @@ func (s Spec) std() float64 {
 }
 
 // roleStd is the standard deviation of the weights of role r: OutputStd
-// for the output head (the embedding too when tied), else Std.
+// for the output head (the embedding too when tied), QKStd for the query
+// and key weights and biases, else Std.
 func (s Spec) roleStd(r arch.Role) float64 {
 	if s.OutputStd > 0 && (r == arch.Output || (r == arch.TokEmbd && s.Tied)) {
 		return s.OutputStd
 	}
+	if s.QKStd > 0 && (r == arch.Wq || r == arch.Wk || r == arch.Bq || r == arch.Bk) {
+		return s.QKStd
+	}
 	return s.std()
+}
+
+// partStd is the std of a share of a fused tensor's rows.
+type partStd struct {
+	rows int
+	std  float64
+}
+
+// tensorStds returns the std of t's rows: one value for a tensor whose
+// parts all have the same std (every unfused tensor), else the per-part
+// stds of a fused one (phi3's attn_qkv under QKStd).
+func (s Spec) tensorStds(t arch.Tensor, c arch.Config) (float64, []partStd) {
+	std := s.roleStd(t.Parts[0].Role)
+	if t.Vector || len(t.Parts) == 1 {
+		return std, nil
+	}
+	parts := make([]partStd, len(t.Parts))
+	mixed := false
+	for i, p := range t.Parts {
+		parts[i] = partStd{rows: p.Rows(c), std: s.roleStd(p.Role)}
+		mixed = mixed || parts[i].std != std
+	}
+	if !mixed {
+		return std, nil
+	}
+	return std, parts
+}
+
+// stdAt is the std of row r of a tensor with the given std and parts (as
+// tensorStds returns them).
+func stdAt(std float64, parts []partStd, r int) float64 {
+	for _, p := range parts {
+		if r < p.rows {
+			return p.std
+		}
+		r -= p.rows
+	}
+	return std
 }
 
 // Params returns the number of weights in the file (norms included).
@@ -243,6 +293,8 @@ func (s Spec) Validate() error {
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
 	case !(s.OutputStd >= 0) || s.OutputStd > 100:
 		return bad("output std = %v, want (0, 100] (or 0 for std)", s.OutputStd)
+	case !(s.QKStd >= 0) || s.QKStd > 100:
+		return bad("query/key std = %v, want (0, 100] (or 0 for std)", s.QKStd)
 	case s.SlidingWindow < 0 || s.SlidingWindow > s.Context:
 		return bad("sliding window = %d, want [0, context %d]", s.SlidingWindow, s.Context)
 	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
@@ -395,18 +447,31 @@ func (s Spec) Weights(name string, rows, cols int) []float32 {
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
 	std := s.std()
+	var parts []partStd
 	if a, err := s.Architecture(); err == nil {
+		c := s.Config(a)
 		for _, t := range a.Tensors {
-			if t.Name == name {
-				std = s.roleStd(t.Parts[0].Role)
+			if t.Name == name || (t.PerLayer() && perLayerName(t, name, s.Layers)) {
+				std, parts = s.tensorStds(t, c)
 			}
 		}
 	}
 	out := make([]float32, rows*cols)
 	for r := range rows {
-		weightRow(pcg, rng, s.Seed, std, name, r, out[r*cols:(r+1)*cols])
+		weightRow(pcg, rng, s.Seed, stdAt(std, parts, r), name, r, out[r*cols:(r+1)*cols])
 	}
 	return out
+}
+
+// perLayerName reports whether name is t's name in one of the first layers
+// blocks.
+func perLayerName(t arch.Tensor, name string, layers int) bool {
+	for l := range layers {
+		if t.NameAt(l) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // optional reports whether a declares role r's tensor optional.

@@ -29,6 +29,9 @@ type tensor struct {
 	// random: rope_freqs.weight).
 	values []float32
 	std    float64 // of the noise: Spec.roleStd
+	// parts, when not nil, are the row ranges of a fused tensor whose
+	// roles' stds differ (Spec.tensorStds); std is then unused.
+	parts []partStd
 }
 
 func (t tensor) dims() []uint64 {
@@ -57,7 +60,8 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 		if t.Optional && !(r == arch.Output && !s.Tied) && !llama3 && !longrope {
 			return
 		}
-		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors, std: s.roleStd(r)}
+		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors}
+		w.std, w.parts = s.tensorStds(t, c)
 		if llama3 {
 			w.values = s.Llama3Rope.Factors(c.HeadDim, float64(c.RopeBase))
 		}
@@ -317,7 +321,7 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 							row[i] = 1
 						}
 					} else {
-						weightRow(pcg, rng, s.Seed, j.t.std, j.t.name, r, row)
+						weightRow(pcg, rng, s.Seed, stdAt(j.t.std, j.t.parts, r), j.t.name, r, row)
 					}
 					if j.t.factors {
 						// Std-free: the same factors whatever the weights' std.

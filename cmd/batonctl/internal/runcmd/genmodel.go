@@ -46,7 +46,9 @@ step, which 0.02 does not give on tiny shapes (the logits are nearly flat):
 use about 8/sqrt(dim), --std 1.0 at --dim 64 (measured in docs/models.md);
 the tiny-ARCH presets set theirs. --output-std sets the std of output.weight
 (and of the embedding with --tied), --std that of the rest: the logits' scale
-comes from the output head.
+comes from the output head. --qk-std sets the std of the query and key
+weights: attention scores scale with its square, the logits do not, so a
+small --qk-std keeps attention away from argmax (scripts/golden/README.md).
 
 Presets (big ones are written in bounded memory, with progress on stderr):
 %s
@@ -86,6 +88,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none)")
 	fs.Float64Var(&s.Std, "std", 0, "standard deviation of the random weights and biases (default: the preset's, else 0.02)")
 	fs.Float64Var(&s.OutputStd, "output-std", 0, "standard deviation of output.weight (and of token_embd.weight with --tied) (default: --std)")
+	fs.Float64Var(&s.QKStd, "qk-std", 0, "standard deviation of the query and key weights and biases (attn_q, attn_k, their biases, the query and key rows of attn_qkv) (default: --std)")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
 	fs.IntVar(&s.Layers, "layers", 0, "number of blocks")
@@ -225,6 +228,9 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 	}
 	if set["output-std"] {
 		s.OutputStd = flags.OutputStd
+	}
+	if set["qk-std"] {
+		s.QKStd = flags.QKStd
 	}
 	if typ != "" {
 		t, err := parseType(typ)
