@@ -25,7 +25,8 @@ const genModelHelp = `Usage: batonctl gen-model (--preset NAME | --dim N --hidde
 Writes a GGUF of architecture --arch (%s; default llama) whose
 tensors are those engine/model binds for it, with the metadata keys
 llama.cpp reads for it. Weights and biases are drawn from N(0, std²) (--std,
-default 0.02; the tiny-ARCH presets use 1) by a generator seeded with --seed
+default 0.02; the tiny-ARCH presets 1, tiny-gemma2 0.15 and tiny-gemma3 0.35)
+by a generator seeded with --seed
 (same seed, same weights in every type); norms are 1. Flags given with
 --preset override the preset's values.
 
