@@ -72,11 +72,16 @@ var knownGoldenDivergence = map[string]string{
 	// newer llama.cpp) still parts at one step of one prompt.
 	"qwen3_f16": f16Divergence,
 	// Quantized weights: the kernels agree to the last float32 bits given
-	// the same input, but at std 1.0 attention is near argmax and last-bit
-	// differences in q·k leave it ~1e-4 apart; the Q8 quantization before
-	// the output projection turns that into whole int8 steps now and then
-	// (docs/kernels.md). llama Q4_K and the llama, qwen2 and phi3 Q6_K
-	// cases left this list when kernels.RMSNorm took ggml's rounding.
+	// the same input, but a last-bit difference that lands on a Q8_0/Q8_K
+	// rounding boundary of an activation moves the logits by ~0.5 from
+	// that step on (docs/kernels.md). Not only through near-argmax
+	// attention: with the query/key weights at their own small std
+	// (gen-model --qk-std 0.0625…0.75, scores up to ~250× smaller) 7–11
+	// of the 30 cases still diverge, different ones at each value
+	// (scripts/golden/README.md), so the recordings keep std 1.0 for every
+	// weight, the setting with the fewest. llama Q4_K and the llama, qwen2
+	// and phi3 Q6_K cases left this list when kernels.RMSNorm took ggml's
+	// rounding; RFIX1's x86 activation quantizers leave these 7 diverging.
 	"llama_q8_0": quantDivergence,
 	"qwen2_q8_0": quantDivergence,
 	"qwen3_q8_0": quantDivergence,
@@ -87,7 +92,7 @@ var knownGoldenDivergence = map[string]string{
 
 const (
 	f16Divergence   = "qwen3 F16 against llama.cpp d32676d: one prompt parts at step 24 (margin 0.012), not yet explained"
-	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; last-bit attention differences (near-argmax softmax at std 1.0) flip Q8 activation roundings"
+	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; last-bit differences flip Q8 activation roundings (not only via near-argmax attention: --qk-std does not remove them)"
 )
 
 // specFromGenModelArgs turns the gen-model arguments a golden file records
@@ -105,6 +110,8 @@ func specFromGenModelArgs(args []string) (testmodel.Spec, error) {
 	fs.StringVar(&s.Arch, "arch", "llama", "")
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "")
 	fs.Float64Var(&s.Std, "std", testmodel.WeightStd, "")
+	fs.Float64Var(&s.OutputStd, "output-std", 0, "")
+	fs.Float64Var(&s.QKStd, "qk-std", 0, "")
 	fs.IntVar(&s.Dim, "dim", 0, "")
 	fs.IntVar(&s.Hidden, "hidden", 0, "")
 	fs.IntVar(&s.Layers, "layers", 0, "")

@@ -28,6 +28,11 @@
 #   GOLDEN_STD       weight standard deviation passed as --std (default
 #                    below); GOLDEN_NO_STD=1 leaves --std out (a batonctl
 #                    without it; the llama cases then use its 0.02)
+#   GOLDEN_QK_STD    std of the query and key weights, passed as --qk-std
+#                    (default below; empty: left out, so --std applies to
+#                    them too)
+#   GOLDEN_OUTPUT_STD  std of output.weight, passed as --output-std (default:
+#                    empty, left out: --std)
 #   GOLDEN_WORK      scratch folder for tools and model files (default: a
 #                    temporary folder, removed at the end)
 #
@@ -48,6 +53,8 @@ GOLDEN_KV_TYPE=${GOLDEN_KV_TYPE:-f32}
 GOLDEN_OUT=${GOLDEN_OUT:-engine/model/testdata/golden}
 GOLDEN_STEPS=${GOLDEN_STEPS:-48}
 GOLDEN_STD=${GOLDEN_STD:-1.0}
+GOLDEN_QK_STD=${GOLDEN_QK_STD-}
+GOLDEN_OUTPUT_STD=${GOLDEN_OUTPUT_STD-}
 PROMPTS=scripts/golden/prompts.txt
 
 # Shapes: rows of 256 so every K-quant fits (Q4_K/Q5_K/Q6_K need whole
@@ -169,6 +176,8 @@ have_arch=0
 grep -qE -- '^ +-arch( |$)' <<<"$genhelp" && have_arch=1
 have_std=0
 grep -qE -- '^ +-std( |$)' <<<"$genhelp" && have_std=1
+have_qk_std=0
+grep -qE -- '^ +-qk-std( |$)' <<<"$genhelp" && have_qk_std=1
 
 # show ARGS...: the command as it would be typed at the repository root.
 show() {
@@ -208,6 +217,17 @@ for c in "${CASES[@]}"; do
 		fi
 		gen+=(--std "$GOLDEN_STD")
 	fi
+	if [[ -n $GOLDEN_QK_STD ]]; then
+		if ((!have_qk_std)); then
+			echo "record.sh: $c: this batonctl has no --qk-std (set GOLDEN_QK_STD= to leave it out); skipped" >&2
+			failed+=("$c")
+			continue
+		fi
+		gen+=(--qk-std "$GOLDEN_QK_STD")
+	fi
+	if [[ -n $GOLDEN_OUTPUT_STD ]]; then
+		gen+=(--output-std "$GOLDEN_OUTPUT_STD")
+	fi
 	model=$WORK/$c.gguf
 	if ! tool=$(build_tool "$engine"); then
 		failed+=("$c")
@@ -221,6 +241,8 @@ for c in "${CASES[@]}"; do
 	fi
 	runcmd=("$tool" --model "$model" --prompts "$PROMPTS" --steps "$GOLDEN_STEPS" --top 2 --kv-type "$GOLDEN_KV_TYPE")
 	envs="GOLDEN_STEPS=$GOLDEN_STEPS GOLDEN_KV_TYPE=$GOLDEN_KV_TYPE $([[ -n ${GOLDEN_NO_STD:-} ]] && echo GOLDEN_NO_STD=1 || echo "GOLDEN_STD=$GOLDEN_STD")"
+	[[ -n $GOLDEN_QK_STD ]] && envs+=" GOLDEN_QK_STD=$GOLDEN_QK_STD"
+	[[ -n $GOLDEN_OUTPUT_STD ]] && envs+=" GOLDEN_OUTPUT_STD=$GOLDEN_OUTPUT_STD"
 	args=(--case "$c" --command "$envs $(show scripts/golden/record.sh "$c")" --command "$(show "${gencmd[@]}")" --command "$(show "${runcmd[@]}")")
 	for a in "${gen[@]}"; do args+=(--gen-model-arg "$a"); done
 	out=$GOLDEN_OUT/$c.json
