@@ -65,6 +65,12 @@ type Backend interface {
 	// of x: dst[t·w.Rows() + r] = Σ_k w[r][k]·x[t·w.Cols() + k]. dst has
 	// tokens·w.Rows() elements. A token's result does not depend on how
 	// many tokens are multiplied together.
+	//
+	// A backend may round x to the type the weights' products take, as
+	// ggml does, instead of computing with float32 x: to F16 or BF16
+	// (nearest even) for F16 or BF16 weights, to 8-bit blocks for
+	// quantized weights (vec.ActivationType names the block type). The
+	// CPU backend does both, so that its outputs follow llama.cpp's.
 	MatMul(dst Buffer, w Matrix, x Buffer) error
 	// Embed writes row ids[i] of w, converted to float32, to row i of dst
 	// (len(ids) rows of w.Cols()): the token embedding lookup. An id

@@ -7,10 +7,13 @@
 // (decoder.go) that runs every architecture. Weights are bound once at load
 // time by walking the table, with every shape checked, and handed to the model's
 // kernels.Backend, on which every operation of the forward pass runs: the
-// model calls nothing else to compute. The CPU backend reads every
-// supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K) in place in the
-// file mapping, so loading copies nothing but the small normalization
-// vectors.
+// model calls nothing else to compute. The architectures are gemma2,
+// gemma3, llama (Llama 2 and 3.x, Mistral), phi3, qwen2 and qwen3
+// (Architectures lists them). The CPU backend reads every supported type
+// (quant.SupportedTypes: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) in place in the file
+// mapping, so loading copies nothing but the small vectors (norms, biases,
+// rope factors).
 //
 // A sequence runs either alone over a ContiguousCache (Forward) or, for
 // continuous batching, together with others over a paged KV cache

@@ -128,11 +128,13 @@ var (
 //     activations rounded to their type, as llama.cpp does (kernels/
 //     cpu_round.go): measured 1.4e-3 (F16) and 1.3e-2 (BF16), bounded at
 //     5e-3 and 4e-2. Quantized weights multiply
-//     activations quantized to 8 bits (Q8_0 blocks for Q8_0 and Q4_0, Q8_K
-//     for the K-quants, as llama.cpp does), which adds the activations'
-//     rounding: measured 3.6e-2 (Q8_0), 4.1e-2 (Q4_0), 5.4e-2 (Q6_K) and
-//     5.9e-2 (Q4_K), bounded at 1e-1 and 1.2e-1. A wrong scale, nibble
-//     order or block layout shows up at order 1 either way.
+//     activations quantized to 8 bits, in the block type ggml pairs with
+//     the weights (vec.ActivationType: Q8_0 for Q8_0, Q4_0, Q5_0 and
+//     IQ4_NL; Q8_1 for Q4_1 and Q5_1; Q8_K for the K-quants and IQ4_XS),
+//     which adds the activations' rounding: measured 3.6e-2 (Q8_0), 4.1e-2
+//     (Q4_0), 5.4e-2 (Q6_K) and 5.9e-2 (Q4_K), bounded at 1e-1 and 1.2e-1
+//     (the other types' figures are beside their bounds below). A wrong
+//     scale, nibble order or block layout shows up at order 1 either way.
 //  2. Quantization: against the F32 model generated from the same weights,
 //     KL(F32‖quantized) of the next-token distributions and the largest
 //     logit difference relative to the F32 logits' standard deviation stay
