@@ -109,6 +109,10 @@ func TestCPUMatMulMatchesReference(t *testing.T) {
 // A token's products must not depend on the other tokens of the call, nor
 // on the thread count: decode must reproduce prefill bit for bit.
 func TestCPUMatMulBatchInvariant(t *testing.T) {
+	forEachVecImpl(t, testCPUMatMulBatchInvariant)
+}
+
+func testCPUMatMulBatchInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Enough rows that the split over workers changes with the token
 	// count.

@@ -108,8 +108,8 @@ type impl struct {
 	axpy4F16 func(y []float32, e *[4]float32, v0, v1, v2, v3 []byte)
 }
 
-// active is the implementation chosen at package initialisation; it is
-// never changed afterwards.
+// active is the implementation chosen at package initialisation; only
+// the test hook [SetImplementation] changes it afterwards.
 var active = chooseImpl()
 
 // Implementation names the kernels in use: "avx512", "avx2" or "purego".
