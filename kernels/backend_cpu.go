@@ -494,6 +494,9 @@ func (c *CPU) SiLUMul(dst, gate, up Buffer) error {
 	if err := CheckSiLUMul(len(d), len(g), len(u)); err != nil {
 		return err
 	}
+	if !aliasOrApart(d, g) || !aliasOrApart(d, u) {
+		return fmt.Errorf("%w: silu·mul output overlaps an input without being it", ErrShape)
+	}
 	// Blocks of siluBlock elements stand in for rows.
 	c.eachRow((len(d)+siluBlock-1)/siluBlock, func(lo, hi int) {
 		var buf [siluBlock]float32

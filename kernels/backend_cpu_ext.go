@@ -20,6 +20,14 @@ func (c *CPU) eachBlock(n int, fn func(lo, hi int)) {
 	})
 }
 
+// aliasOrApart reports whether an element-wise operation that writes d
+// while reading x, split over the pool in blocks, may run: d is x, or the
+// two do not overlap. At an offset, one block would read what another
+// block had already written, or was writing at the same time.
+func aliasOrApart(d, x []float32) bool {
+	return !overlap(d, x) || (len(d) == len(x) && &d[0] == &x[0])
+}
+
 // GELUMul implements ExtendedOps with [GELUMul]: ggml's binary16 table.
 func (c *CPU) GELUMul(dst, gate, up Buffer) error {
 	if err := c.enter(); err != nil {
@@ -33,6 +41,9 @@ func (c *CPU) GELUMul(dst, gate, up Buffer) error {
 	d, g, u := ops[0], ops[1], ops[2]
 	if err := CheckGELUMul(len(d), len(g), len(u)); err != nil {
 		return err
+	}
+	if !aliasOrApart(d, g) || !aliasOrApart(d, u) {
+		return fmt.Errorf("%w: gelu·mul output overlaps an input without being it", ErrShape)
 	}
 	c.eachBlock(len(d), func(lo, hi int) { GELUMul(d[lo:hi], g[lo:hi], u[lo:hi]) })
 	return nil
@@ -52,7 +63,7 @@ func (c *CPU) Scale(dst, x Buffer, s float32) error {
 	if err := CheckScale(len(d), len(xs)); err != nil {
 		return err
 	}
-	if overlap(d, xs) && (len(d) == 0 || &d[0] != &xs[0]) {
+	if !aliasOrApart(d, xs) {
 		return fmt.Errorf("%w: scale output overlaps its input without being it", ErrShape)
 	}
 	c.eachBlock(len(d), func(lo, hi int) {

@@ -109,6 +109,10 @@ func TestCPUMatMulMatchesReference(t *testing.T) {
 // A token's products must not depend on the other tokens of the call, nor
 // on the thread count: decode must reproduce prefill bit for bit.
 func TestCPUMatMulBatchInvariant(t *testing.T) {
+	forEachVecImpl(t, testCPUMatMulBatchInvariant)
+}
+
+func testCPUMatMulBatchInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Enough rows that the split over workers changes with the token
 	// count.
@@ -579,6 +583,13 @@ func TestCPURejectsBadOperands(t *testing.T) {
 		{"rope too many pairs", ErrShape, func() error { return c.Rope(a, b.Slice(0, 3), b.Slice(0, 3), 1, 4, RopeNormal) }},
 		{"softmax ragged", ErrShape, func() error { return c.Softmax(a, 3) }},
 		{"silu lengths", ErrShape, func() error { return c.SiLUMul(a, a, b.Slice(0, 4)) }},
+		// The output split over the pool in blocks must be its inputs or apart
+		// from them: at an offset, one block would read what another wrote.
+		{"silu output overlaps gate", ErrShape, func() error { return c.SiLUMul(a.Slice(0, 4), a.Slice(2, 6), b.Slice(0, 4)) }},
+		{"silu output overlaps up", ErrShape, func() error { return c.SiLUMul(a.Slice(2, 6), b.Slice(0, 4), a.Slice(0, 4)) }},
+		{"silu in place on gate", nil, func() error { return c.SiLUMul(a, a, b) }},
+		{"silu in place on up", nil, func() error { return c.SiLUMul(b, a, b) }},
+		{"silu gate and up overlapping", nil, func() error { return c.SiLUMul(b.Slice(0, 4), a.Slice(0, 4), a.Slice(2, 6)) }},
 		{"add ragged bias", ErrShape, func() error { return c.Add(a, a, b.Slice(0, 3)) }},
 		{"unsupported matrix", ErrUnsupported, func() error { _, err := c.LoadMatrix(quant.IQ2_XXS, 1, 256, make([]byte, 66)); return err }},
 		{"short matrix", ErrShape, func() error { _, err := c.LoadMatrix(quant.F32, 2, 4, make([]byte, 31)); return err }},

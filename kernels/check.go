@@ -132,10 +132,10 @@ func CheckAttention(l KVLayout, pages, layer, outLen, qLen int, rows []AttnRow) 
 }
 
 // CheckAttnOptions checks the options of an AttentionWith: a finite
-// Scale, a SoftCap that is finite and not negative (0 is off), a Window
+// Scale, a SoftCap that is 0 (off) or a valid [CheckSoftCap] cap, a Window
 // that is not negative (0 is off).
 func CheckAttnOptions(o AttnOptions) error {
-	if !finite(o.Scale) || !finite(o.SoftCap) || o.SoftCap < 0 || o.Window < 0 {
+	if !finite(o.Scale) || (o.SoftCap != 0 && CheckSoftCap(o.SoftCap) != nil) || o.Window < 0 {
 		return fmt.Errorf("%w: attention options scale %v, soft-cap %v, window %d", ErrShape, o.Scale, o.SoftCap, o.Window)
 	}
 	return nil
@@ -204,10 +204,12 @@ func CheckScale(dstLen, xLen int) error {
 	return nil
 }
 
-// CheckSoftCap checks a SoftCap's cap, which must be finite and > 0.
+// CheckSoftCap checks a SoftCap's cap, which must be finite and > 0, with
+// a finite float32 reciprocal (c ≥ about 2.9e-39): c·tanh(x·(1/c)) would
+// otherwise turn x = 0 into 0·Inf = NaN.
 func CheckSoftCap(c float32) error {
-	if !finite(c) || c <= 0 {
-		return fmt.Errorf("%w: soft-cap %v, want a finite value > 0", ErrShape, c)
+	if !finite(c) || c <= 0 || !finite(1/c) {
+		return fmt.Errorf("%w: soft-cap %v, want a finite value > 0 with a finite reciprocal", ErrShape, c)
 	}
 	return nil
 }

@@ -90,8 +90,12 @@ func actSteps(typ quant.Type, x []float32) []float64 {
 // work in several pieces. It also checks each result against the
 // reference float dot products, within the kernels' stated error (float
 // rounding, plus for quantized weights the quantization of the
-// activations).
+// activations). It runs for every kernels/vec implementation the CPU has.
 func TestMatmulBatchInvariance(t *testing.T) {
+	forEachVecImpl(t, testMatmulBatchInvariance)
+}
+
+func testMatmulBatchInvariance(t *testing.T) {
 	const rows, cols, tokens = 38, 4096, 72
 	for _, typ := range quant.SupportedTypes() {
 		t.Run(typ.String(), func(t *testing.T) {

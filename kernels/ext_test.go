@@ -184,6 +184,13 @@ func TestCPUExtendedOpsRejectBadOperands(t *testing.T) {
 		{"gelu lengths", ErrShape, func() error { return c.GELUMul(a, a, b.Slice(0, 4)) }},
 		{"gelu foreign", ErrForeign, func() error { return c.GELUMul(a, foreign, b) }},
 		{"gelu freed", ErrForeign, func() error { return c.GELUMul(freed, a, b) }},
+		// The output split over the pool in blocks must be its inputs or apart
+		// from them: at an offset, one block would read what another wrote.
+		{"gelu output overlaps gate", ErrShape, func() error { return c.GELUMul(a.Slice(0, 4), a.Slice(2, 6), b.Slice(0, 4)) }},
+		{"gelu output overlaps up", ErrShape, func() error { return c.GELUMul(a.Slice(2, 6), b.Slice(0, 4), a.Slice(0, 4)) }},
+		{"gelu in place on gate", nil, func() error { return c.GELUMul(a, a, b) }},
+		{"gelu in place on up", nil, func() error { return c.GELUMul(b, a, b) }},
+		{"gelu gate and up overlapping", nil, func() error { return c.GELUMul(b.Slice(0, 4), a.Slice(0, 4), a.Slice(2, 6)) }},
 		{"scale lengths", ErrShape, func() error { return c.Scale(a.Slice(0, 3), b, 2) }},
 		{"scale partly in place", ErrShape, func() error { return c.Scale(a.Slice(0, 4), a.Slice(2, 6), 2) }},
 		{"scale foreign", ErrForeign, func() error { return c.Scale(a, foreign, 2) }},
@@ -192,6 +199,12 @@ func TestCPUExtendedOpsRejectBadOperands(t *testing.T) {
 		{"softcap NaN", ErrShape, func() error { return c.SoftCap(a, nan) }},
 		{"softcap infinite", ErrShape, func() error { return c.SoftCap(a, float32(math.Inf(1))) }},
 		{"softcap freed", ErrForeign, func() error { return c.SoftCap(freed, 1) }},
+		// 1/c overflows float32 below about 2.9e-39, and 0·Inf is NaN.
+		{"softcap with an infinite reciprocal", ErrShape, func() error { return c.SoftCap(a, 1e-39) }},
+		{"softcap smallest with a finite reciprocal", nil, func() error { return c.SoftCap(a, 3e-39) }},
+		{"attend softcap with an infinite reciprocal", ErrShape, func() error {
+			return c.AttentionWith(out, q, kv, 0, row, AttnOptions{SoftCap: 1e-39})
+		}},
 		{"attend window negative", ErrShape, func() error { return c.AttentionWith(out, q, kv, 0, row, AttnOptions{Window: -1}) }},
 		{"attend softcap negative", ErrShape, func() error { return c.AttentionWith(out, q, kv, 0, row, AttnOptions{SoftCap: -2}) }},
 		{"attend softcap NaN", ErrShape, func() error { return c.AttentionWith(out, q, kv, 0, row, AttnOptions{SoftCap: nan}) }},
@@ -316,7 +329,14 @@ func newPagedSeq(t testing.TB, c *CPU, rng *rand.Rand, l KVLayout, n int, kScale
 	return s
 }
 
+// TestCPUAttentionWith checks AttentionWith against attendRef for every
+// kernels/vec implementation the CPU has (AVX2's windows that start inside
+// a group of positions do not run on an AVX-512 machine otherwise).
 func TestCPUAttentionWith(t *testing.T) {
+	forEachVecImpl(t, testCPUAttentionWith)
+}
+
+func testCPUAttentionWith(t *testing.T) {
 	rng := rand.New(rand.NewPCG(37, 38))
 	const hd, kvHeads, heads = 16, 2, 6
 	opts := []AttnOptions{

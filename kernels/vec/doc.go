@@ -65,8 +65,10 @@
 //
 // The quantized types follow ggml's vec_dot functions: activations are
 // quantized first, Q8_0 per 32 values for Q8_0, Q4_0, Q5_0 and IQ4_NL
-// weights ([QuantizeQ8_0], ggml's quantize_row_q8_0 reference rounding, bit
-// for bit), Q8_1 for Q4_1 and Q5_1 (the same blocks plus s = d·Σq, whose
+// weights ([QuantizeQ8_0]: bit for bit ggml's quantize_row_q8_0 as
+// llama.cpp's x86 builds run it, id = 127/amax and ties to even, not the
+// scalar reference's 1/d and halves away from zero), Q8_1 for Q4_1 and
+// Q5_1 (the same blocks plus s = d·Σq, whose
 // product with the weights' offset m is the offset's share of the block;
 // [QuantizeQ8_1]) and Q8_K per 256 values for the K-quants and IQ4_XS
 // ([QuantizeQ8_K], ggml's quantize_row_q8_K reference, bit for bit). Each

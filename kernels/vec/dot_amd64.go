@@ -1716,13 +1716,13 @@ func tileQ6_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, o
 func tileQ6_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 
 // quantQ8_0AVX2 quantizes nb blocks of 32 float32 values at x into Q8_0
-// blocks (34 bytes) at y, as ggml's quantize_row_q8_0 reference does:
+// blocks (34 bytes) at y, as ggml's x86 quantize_row_q8_0 does:
 //
 //	for b := 0; b < nb; b++ {
 //		amax := max |x[32b+j]|
 //		d := amax / 127
-//		id := 0 if d == 0, else 1 / d
-//		y[34b:] = f16(d), then int8(roundHalfAway(x[32b+j] * id)) for j < 32
+//		id := 0 if amax == 0, else 127 / amax
+//		y[34b:] = f16(d), then sat8(x86Round(x[32b+j] * id)) for j < 32
 //	}
 //
 // A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d
@@ -1738,6 +1738,7 @@ func quantQ8_0AVX2(x *float32, y *byte, nb int)
 //		v := the first x[256b+j] of largest magnitude
 //		if v == 0 { y[292b:] = 0 (292 bytes); continue }
 //		iscale := -127 / v
+//		if iscale is ±Inf { y[292b:] = float32(1 / iscale), then zeros; continue }
 //		q[j] = min(127, roundHalfEven(iscale * x[256b+j])) for j < 256
 //		y[292b:] = float32(1 / iscale), q as int8, then int16(Σ q[16g:16g+16]) for g < 16
 //	}
@@ -1784,14 +1785,14 @@ func axpy4F32AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *b
 func axpy4F16AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
 
 // quantQ8_1AVX2 quantizes nb blocks of 32 float32 values at x into Q8_1
-// blocks (36 bytes) at y, as ggml's quantize_row_q8_1 reference does:
+// blocks (36 bytes) at y, as ggml's x86 quantize_row_q8_1 does:
 //
 //	for b := 0; b < nb; b++ {
 //		amax := max |x[32b+j]|
 //		d := amax / 127
-//		id := 0 if d == 0, else 1 / d
-//		q[j] := int8(roundHalfAway(x[32b+j] * id)) for j < 32
-//		y[36b:] = f16(d), f16(float32(Σq) * d), then q
+//		id := 0 if amax == 0, else 127 / amax
+//		r[j] := x86Round(x[32b+j] * id) for j < 32
+//		y[36b:] = f16(d), f16(float32(Σr) * d), then sat8(r[j])
 //	}
 //
 // A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d

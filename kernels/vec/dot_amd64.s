@@ -8350,26 +8350,6 @@ DATA vec_cAbs<>+24(SB)/4, $0x7fffffff
 DATA vec_cAbs<>+28(SB)/4, $0x7fffffff
 GLOBL vec_cAbs<>(SB), RODATA|NOPTR, $32
 
-DATA vec_cSign<>+0(SB)/4, $0x80000000
-DATA vec_cSign<>+4(SB)/4, $0x80000000
-DATA vec_cSign<>+8(SB)/4, $0x80000000
-DATA vec_cSign<>+12(SB)/4, $0x80000000
-DATA vec_cSign<>+16(SB)/4, $0x80000000
-DATA vec_cSign<>+20(SB)/4, $0x80000000
-DATA vec_cSign<>+24(SB)/4, $0x80000000
-DATA vec_cSign<>+28(SB)/4, $0x80000000
-GLOBL vec_cSign<>(SB), RODATA|NOPTR, $32
-
-DATA vec_cHalf<>+0(SB)/4, $0x3effffff
-DATA vec_cHalf<>+4(SB)/4, $0x3effffff
-DATA vec_cHalf<>+8(SB)/4, $0x3effffff
-DATA vec_cHalf<>+12(SB)/4, $0x3effffff
-DATA vec_cHalf<>+16(SB)/4, $0x3effffff
-DATA vec_cHalf<>+20(SB)/4, $0x3effffff
-DATA vec_cHalf<>+24(SB)/4, $0x3effffff
-DATA vec_cHalf<>+28(SB)/4, $0x3effffff
-GLOBL vec_cHalf<>(SB), RODATA|NOPTR, $32
-
 DATA vec_cInf<>+0(SB)/4, $0x7f800000
 DATA vec_cInf<>+4(SB)/4, $0x7f800000
 DATA vec_cInf<>+8(SB)/4, $0x7f800000
@@ -8467,35 +8447,23 @@ block:
 	VMAXPS       X1, X0, X0
 	VPERMILPS    $0xb1, X0, X1
 	VMAXSS       X1, X0, X0
-	VDIVSS       vec_c127f<>+0(SB), X0, X0
-	VMOVSS       vec_cOnef<>+0(SB), X1
-	VDIVSS       X0, X1, X1
-	VXORPS       X2, X2, X2
-	VCMPSS       $0x04, X2, X0, X2
-	VANDPS       X2, X1, X1
-	VCVTPS2PH    $0x00, X0, X0
-	VPEXTRW      $0x00, X0, (CX)
-	VBROADCASTSS X1, Y0
+	VDIVSS       vec_c127f<>+0(SB), X0, X1
+	VMOVSS       vec_c127f<>+0(SB), X2
+	VDIVSS       X0, X2, X2
+	VXORPS       X3, X3, X3
+	VCMPSS       $0x04, X3, X0, X0
+	VANDPS       X0, X2, X2
+	VBROADCASTSS X2, Y0
+	VCVTPS2PH    $0x00, X1, X1
+	VPEXTRW      $0x00, X1, (CX)
 	VMULPS       (AX), Y0, Y1
-	VANDPS       vec_cSign<>+0(SB), Y1, Y2
-	VORPS        vec_cHalf<>+0(SB), Y2, Y2
-	VADDPS       Y2, Y1, Y1
-	VCVTTPS2DQ   Y1, Y1
+	VCVTPS2DQ    Y1, Y1
 	VMULPS       32(AX), Y0, Y2
-	VANDPS       vec_cSign<>+0(SB), Y2, Y3
-	VORPS        vec_cHalf<>+0(SB), Y3, Y3
-	VADDPS       Y3, Y2, Y2
-	VCVTTPS2DQ   Y2, Y2
+	VCVTPS2DQ    Y2, Y2
 	VMULPS       64(AX), Y0, Y3
-	VANDPS       vec_cSign<>+0(SB), Y3, Y4
-	VORPS        vec_cHalf<>+0(SB), Y4, Y4
-	VADDPS       Y4, Y3, Y3
-	VCVTTPS2DQ   Y3, Y3
+	VCVTPS2DQ    Y3, Y3
 	VMULPS       96(AX), Y0, Y0
-	VANDPS       vec_cSign<>+0(SB), Y0, Y4
-	VORPS        vec_cHalf<>+0(SB), Y4, Y4
-	VADDPS       Y4, Y0, Y0
-	VCVTTPS2DQ   Y0, Y0
+	VCVTPS2DQ    Y0, Y0
 	VPACKSSDW    Y2, Y1, Y1
 	VPACKSSDW    Y0, Y3, Y3
 	VPACKSSWB    Y3, Y1, Y1
@@ -8721,6 +8689,9 @@ found:
 	VMOVSS       vec_cOnef<>+0(SB), X0
 	VDIVSS       X1, X0, X0
 	VMOVSS       X0, (CX)
+	VANDPS       vec_cAbs<>+0(SB), X1, X0
+	VUCOMISS     vec_cInf<>+0(SB), X0
+	JE           clear
 	VBROADCASTSS X1, Y0
 	VMULPS       (AX), Y0, Y1
 	VCVTPS2DQ    Y1, Y1
@@ -9527,37 +9498,25 @@ block:
 	VMAXPS       X1, X0, X0
 	VPERMILPS    $0xb1, X0, X1
 	VMAXSS       X1, X0, X0
-	VDIVSS       vec_c127f<>+0(SB), X0, X0
-	VMOVSS       vec_cOnef<>+0(SB), X1
-	VDIVSS       X0, X1, X1
-	VXORPS       X2, X2, X2
-	VCMPSS       $0x04, X2, X0, X2
-	VANDPS       X2, X1, X1
-	VCVTPS2PH    $0x00, X0, X2
+	VDIVSS       vec_c127f<>+0(SB), X0, X1
+	VMOVSS       vec_c127f<>+0(SB), X2
+	VDIVSS       X0, X2, X2
+	VXORPS       X3, X3, X3
+	VCMPSS       $0x04, X3, X0, X0
+	VANDPS       X0, X2, X2
+	VBROADCASTSS X2, Y0
+	VCVTPS2PH    $0x00, X1, X2
 	VPEXTRW      $0x00, X2, (CX)
-	VBROADCASTSS X1, Y2
-	VMULPS       (AX), Y2, Y1
-	VANDPS       vec_cSign<>+0(SB), Y1, Y3
-	VORPS        vec_cHalf<>+0(SB), Y3, Y3
-	VADDPS       Y3, Y1, Y1
-	VCVTTPS2DQ   Y1, Y1
-	VMULPS       32(AX), Y2, Y3
-	VANDPS       vec_cSign<>+0(SB), Y3, Y4
-	VORPS        vec_cHalf<>+0(SB), Y4, Y4
-	VADDPS       Y4, Y3, Y3
-	VCVTTPS2DQ   Y3, Y3
-	VMULPS       64(AX), Y2, Y4
-	VANDPS       vec_cSign<>+0(SB), Y4, Y5
-	VORPS        vec_cHalf<>+0(SB), Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VCVTTPS2DQ   Y4, Y4
-	VMULPS       96(AX), Y2, Y5
-	VANDPS       vec_cSign<>+0(SB), Y5, Y2
-	VORPS        vec_cHalf<>+0(SB), Y2, Y2
-	VADDPS       Y2, Y5, Y5
-	VCVTTPS2DQ   Y5, Y5
-	VPADDD       Y3, Y1, Y2
-	VPADDD       Y5, Y4, Y6
+	VMULPS       (AX), Y0, Y3
+	VCVTPS2DQ    Y3, Y3
+	VMULPS       32(AX), Y0, Y4
+	VCVTPS2DQ    Y4, Y4
+	VMULPS       64(AX), Y0, Y5
+	VCVTPS2DQ    Y5, Y5
+	VMULPS       96(AX), Y0, Y0
+	VCVTPS2DQ    Y0, Y0
+	VPADDD       Y4, Y3, Y2
+	VPADDD       Y0, Y5, Y6
 	VPADDD       Y6, Y2, Y2
 	VEXTRACTI128 $0x01, Y2, X6
 	VPADDD       X6, X2, X2
@@ -9566,15 +9525,15 @@ block:
 	VPSHUFD      $0xb1, X2, X6
 	VPADDD       X6, X2, X2
 	VCVTDQ2PS    X2, X2
-	VMULSS       X0, X2, X2
+	VMULSS       X1, X2, X2
 	VCVTPS2PH    $0x00, X2, X2
 	VPEXTRW      $0x00, X2, 2(CX)
-	VPACKSSDW    Y3, Y1, Y1
-	VPACKSSDW    Y5, Y4, Y4
-	VPACKSSWB    Y4, Y1, Y1
+	VPACKSSDW    Y4, Y3, Y3
+	VPACKSSDW    Y0, Y5, Y5
+	VPACKSSWB    Y5, Y3, Y3
 	VMOVDQU      vec_cPackDw<>+0(SB), Y0
-	VPERMD       Y1, Y0, Y1
-	VMOVDQU      Y1, 4(CX)
+	VPERMD       Y3, Y0, Y3
+	VMOVDQU      Y3, 4(CX)
 	JMP          next
 
 nonfinite:

@@ -280,13 +280,34 @@ func dotQ6_KGo(w, xq []byte, nb int) float32 {
 	return sum
 }
 
-// roundHalfAway rounds like C's roundf. Adding the largest float32 below ½
-// with p's sign and truncating is exact for every float32: sums that reach
-// the next integer do so only when p's fraction is at least ½.
-func roundHalfAway(p float32) int32 {
-	c := math.Float32frombits(math.Float32bits(p)&0x80000000 | 0x3effffff)
-	return int32(p + c)
+// x86Round is how ggml's x86 activation quantizers (quantize_row_q8_0 and
+// quantize_row_q8_1 of llama.cpp's AVX builds) turn a product into an
+// integer: round to nearest, ties to even, then cvtps2dq, which gives
+// math.MinInt32 for a NaN or a value beyond int32 (the +Inf of a block
+// whose 127/amax overflows). The caller saturates to int8 as the packs do;
+// Q8_1 sums the int32 values before that.
+func x86Round(p float32) int32 {
+	r := math.RoundToEven(float64(p))
+	if !(r >= math.MinInt32 && r <= math.MaxInt32) { // NaN too
+		return math.MinInt32
+	}
+	return int32(r)
 }
+
+// x86Scale returns the scale d = amax/127 of a Q8_0 or Q8_1 block and the
+// multiplier id = 127/amax (0 for an all-zero block) of ggml's x86
+// quantizers. ggml's scalar reference, which its ARM and baseline builds
+// run, multiplies by 1/d instead, which differs from 127/amax in the last
+// place for about a third of the blocks; Baton follows x86.
+func x86Scale(amax float32) (d, id float32) {
+	if amax != 0 {
+		id = 127 / amax
+	}
+	return amax / 127, id
+}
+
+// sat8 saturates to int8, like vpackssdw followed by vpacksswb.
+func sat8(i int32) byte { return byte(int8(max(-128, min(127, i)))) }
 
 // nearestInt rounds to nearest, ties to even, for |f| < 2²²: ggml's
 // nearest_int, which adds 1.5·2²³ so that the float32 addition itself
@@ -315,14 +336,10 @@ func quantQ8_0Go(x []float32, dst []byte) {
 			clear(yb[2:])
 			continue
 		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
+		d, id := x86Scale(amax)
 		binary.LittleEndian.PutUint16(yb[0:], quant.F32ToF16(d))
 		for j, v := range xb {
-			yb[2+j] = byte(int8(roundHalfAway(float32(v * id))))
+			yb[2+j] = sat8(x86Round(float32(v * id)))
 		}
 	}
 }

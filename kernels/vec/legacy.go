@@ -84,7 +84,7 @@ func MatMulIQ4_NL(dst []float32, ldd int, w, xq []byte, rows, cols, tokens int) 
 // QuantizeQ8_1 quantizes x, whose length must be a multiple of 32, into
 // len(x)/32 Q8_1 blocks in dst (36 bytes each), the activation format of
 // the Q4_1 and Q5_1 kernels: the values and d exactly as [QuantizeQ8_0]
-// (ggml's quantize_row_q8_1 reference), and s = d·Σq rounded to binary16.
+// (ggml's x86 quantize_row_q8_1), and s = d·Σq rounded to binary16.
 // A block holding a NaN or an infinity gets NaN d and s and zero values.
 func QuantizeQ8_1(x []float32, dst []byte) error {
 	if len(x)%Q8_1Values != 0 || len(dst) != len(x)/Q8_1Values*Q8_1Bytes {
@@ -126,16 +126,12 @@ func quantQ8_1Go(x []float32, dst []byte) {
 			clear(yb[4:])
 			continue
 		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
+		d, id := x86Scale(amax)
 		var sum int32
 		for j, v := range xb {
-			q := roundHalfAway(float32(v * id))
-			yb[4+j] = byte(int8(q))
-			sum += q
+			q := x86Round(float32(v * id))
+			yb[4+j] = sat8(q)
+			sum += q // wraps like vpaddd
 		}
 		binary.LittleEndian.PutUint16(yb[0:], quant.F32ToF16(d))
 		binary.LittleEndian.PutUint16(yb[2:], quant.F32ToF16(float32(sum)*d))

@@ -148,7 +148,7 @@ func TestQuantizeQ8_1(t *testing.T) {
 			check(t, "QuantizeQ8_1 dst")
 			for b := range len(x) / 32 {
 				g, w := got[36*b:36*b+36], q0[34*b:34*b+34]
-				// d and the values as Q8_0 (ggml's reference rounding).
+				// d and the values as Q8_0 (ggml's x86 rounding).
 				if !slices.Equal(g[:2], w[:2]) || !slices.Equal(g[4:], w[2:]) {
 					t.Fatalf("block %d: d or values differ from the Q8_0 block", b)
 				}

@@ -108,8 +108,8 @@ type impl struct {
 	axpy4F16 func(y []float32, e *[4]float32, v0, v1, v2, v3 []byte)
 }
 
-// active is the implementation chosen at package initialisation; it is
-// never changed afterwards.
+// active is the implementation chosen at package initialisation; only
+// the test hook [SetImplementation] changes it afterwards.
 var active = chooseImpl()
 
 // Implementation names the kernels in use: "avx512", "avx2" or "purego".
@@ -468,10 +468,15 @@ func MatMulQ6_K(dst []float32, ldd int, w, xq []byte, rows, cols, tokens int) {
 // QuantizeQ8_0 quantizes x, whose length must be a multiple of 32, into
 // len(x)/32 Q8_0 blocks in dst (34 bytes each), the activation format of
 // the Q8_0 and Q4_0 kernels. Each block gets d = max|x|/127, stored as
-// binary16, and values round(x/d) computed as ggml's quantize_row_q8_0
-// reference does (x times the float32 reciprocal of d, halves rounded away
-// from zero), bit for bit. Several rows of activations are quantized by
-// quantizing each and laying the results end to end.
+// binary16, and values x·(127/max|x|) rounded to nearest, ties to even, bit
+// for bit as ggml's quantize_row_q8_0 of llama.cpp's x86 builds (its AVX
+// code, which every x86-64 CPU with AVX runs) computes them, down to the
+// −128 of a block so small that 127/max|x| is +Inf. ggml's scalar
+// reference, which ARM and baseline builds run, multiplies by 1/d and
+// rounds halves away from zero: Baton follows x86. A block holding a NaN
+// or an infinity gets the binary16 NaN as d and zero values (ggml's result
+// there depends on where the NaN sits). Several rows of activations are
+// quantized by quantizing each and laying the results end to end.
 func QuantizeQ8_0(x []float32, dst []byte) error {
 	if len(x)%Q8_0Values != 0 || len(dst) != len(x)/Q8_0Values*Q8_0Bytes {
 		return fmt.Errorf("%w: %d values need %d bytes of Q8_0 blocks (a multiple of %d values), dst has %d",
@@ -484,10 +489,13 @@ func QuantizeQ8_0(x []float32, dst []byte) error {
 // QuantizeQ8_K quantizes x, whose length must be a multiple of 256, into
 // len(x)/256 Q8_K blocks in dst (292 bytes each), the activation format of
 // the Q4_K and Q6_K kernels. As in ggml's quantize_row_q8_K reference,
-// each block takes the value v of largest magnitude (the first, on a tie),
-// sets iscale = −127/v, stores d = 1/iscale as a float32 and the values
-// min(127, round-half-even(iscale·x)), and appends the int16 sums of each
-// 16 consecutive values. An all-zero block stores d = 0.
+// which llama.cpp's x86 builds run too (ggml has no x86 SIMD Q8_K
+// quantizer), each block takes the value v of largest magnitude (the
+// first, on a tie), sets iscale = −127/v, stores d = 1/iscale as a float32
+// and the values min(127, round-half-even(iscale·x)), and appends the int16
+// sums of each 16 consecutive values. An all-zero block stores d = 0; a
+// block so small that iscale is infinite stores d = ±0 and zero values
+// (ggml's nearest_int of ±Inf and NaN).
 func QuantizeQ8_K(x []float32, dst []byte) error {
 	if len(x)%Q8_KValues != 0 || len(dst) != len(x)/Q8_KValues*Q8_KBytes {
 		return fmt.Errorf("%w: %d values need %d bytes of Q8_K blocks (a multiple of %d values), dst has %d",

@@ -463,47 +463,27 @@ func quantQ81() {
 	Pragma("noescape")
 	Doc(
 		"quantQ8_1AVX2 quantizes nb blocks of 32 float32 values at x into Q8_1",
-		"blocks (36 bytes) at y, as ggml's quantize_row_q8_1 reference does:",
+		"blocks (36 bytes) at y, as ggml's x86 quantize_row_q8_1 does:",
 		"",
 		"\tfor b := 0; b < nb; b++ {",
 		"\t\tamax := max |x[32b+j]|",
 		"\t\td := amax / 127",
-		"\t\tid := 0 if d == 0, else 1 / d",
-		"\t\tq[j] := int8(roundHalfAway(x[32b+j] * id)) for j < 32",
-		"\t\ty[36b:] = f16(d), f16(float32(Σq) * d), then q",
+		"\t\tid := 0 if amax == 0, else 127 / amax",
+		"\t\tr[j] := x86Round(x[32b+j] * id) for j < 32",
+		"\t\ty[36b:] = f16(d), f16(float32(Σr) * d), then sat8(r[j])",
 		"\t}",
 		"",
 		"A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d",
 		"and s, and zero values.",
 	)
 	quantBlocks(4, 36, func(x, y Register, amax VecVirtual) {
-		d := XMM()
-		VDIVSS(c127f, amax, d)
-		one := XMM()
-		VMOVSS(cOnef, one)
-		id := XMM()
-		VDIVSS(d, one, id)
-		z := XMM()
-		VXORPS(z, z, z)
-		nz := XMM()
-		VCMPSS(U8(4), z, d, nz) // d != 0
-		VANDPS(nz, id, id)
+		d, vid := q8Scale(amax)
 		h := XMM()
 		VCVTPS2PH(U8(0), d, h)
 		VPEXTRW(U8(0), h, Mem{Base: y})
-		vid := YMM()
-		VBROADCASTSS(id, vid)
-		var q [4]VecVirtual
-		for i := range q {
-			q[i] = YMM()
-			VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
-			c := YMM()
-			VANDPS(cSign, q[i], c)
-			VORPS(cHalf, c, c)
-			VADDPS(c, q[i], q[i])
-			VCVTTPS2DQ(q[i], q[i])
-		}
-		// Σq before the packing overwrites q.
+		q := q8Round(x, vid)
+		// Σq (of the int32, wrapping, as ggml's vpaddd) before the packing
+		// overwrites q.
 		sum := YMM()
 		VPADDD(q[1], q[0], sum)
 		t := YMM()

@@ -11,8 +11,6 @@ import (
 // Constants of the activation quantizers (8 float32 lanes each).
 var (
 	cAbs    Mem // 0x7fffffff
-	cSign   Mem // 0x80000000
-	cHalf   Mem // 0x3effffff: the largest float32 below ½
 	cInf    Mem // +Inf
 	c127f   Mem // 127.0
 	cM127f  Mem // −127.0
@@ -26,8 +24,6 @@ func genQuantConstants() {
 		return dwordsConst(name, []uint32{v, v, v, v, v, v, v, v})
 	}
 	cAbs = splat("vec_cAbs", 0x7fffffff)
-	cSign = splat("vec_cSign", 0x80000000)
-	cHalf = splat("vec_cHalf", 0x3effffff)
 	cInf = splat("vec_cInf", 0x7f800000)
 	c127f = splat("vec_c127f", 0x42fe0000)
 	cM127f = splat("vec_cM127f", 0xc2fe0000)
@@ -131,53 +127,67 @@ func quantBlocks(vecs, yBytes int, body func(x, y Register, amax VecVirtual)) {
 	RET()
 }
 
+// q8Scale computes, from lane 0 of amax, the scale d = amax/127 of a Q8_0
+// or Q8_1 block (lane 0 of d) and the multiplier id = 127/amax of ggml's
+// x86 quantizers, 0 for an all-zero block, broadcast to 8 lanes. (ggml's
+// scalar reference multiplies by 1/d, which differs in the last place for
+// about a third of the blocks.)
+func q8Scale(amax VecVirtual) (d, vid VecVirtual) {
+	d = XMM()
+	VDIVSS(c127f, amax, d)
+	id := XMM()
+	VMOVSS(c127f, id)
+	VDIVSS(amax, id, id)
+	// id = 0 where amax == 0 (all-zero block): 127/0 would turn 0·x into NaN.
+	z := XMM()
+	VXORPS(z, z, z)
+	nz := XMM()
+	VCMPSS(U8(4), z, amax, nz) // amax != 0
+	VANDPS(nz, id, id)
+	vid = YMM()
+	VBROADCASTSS(id, vid)
+	return d, vid
+}
+
+// q8Round returns the four vectors of int32 x[j]·id for the 32 values at
+// x, rounded as ggml's x86 quantizers round them: vcvtps2dq under Go's
+// MXCSR (nearest, ties to even; ggml's vroundps before it changes nothing,
+// and gcc drops it), which makes a NaN or an out-of-range product (the
+// +Inf of a block whose 127/amax overflows) 0x80000000, and the packs
+// saturate that to −128.
+func q8Round(x Register, vid VecVirtual) [4]VecVirtual {
+	var q [4]VecVirtual
+	for i := range q {
+		q[i] = YMM()
+		VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
+		VCVTPS2DQ(q[i], q[i])
+	}
+	return q
+}
+
 func quantQ80() {
 	TEXT("quantQ8_0AVX2", NOSPLIT, "func(x *float32, y *byte, nb int)")
 	Pragma("noescape")
 	Doc(
 		"quantQ8_0AVX2 quantizes nb blocks of 32 float32 values at x into Q8_0",
-		"blocks (34 bytes) at y, as ggml's quantize_row_q8_0 reference does:",
+		"blocks (34 bytes) at y, as ggml's x86 quantize_row_q8_0 does:",
 		"",
 		"\tfor b := 0; b < nb; b++ {",
 		"\t\tamax := max |x[32b+j]|",
 		"\t\td := amax / 127",
-		"\t\tid := 0 if d == 0, else 1 / d",
-		"\t\ty[34b:] = f16(d), then int8(roundHalfAway(x[32b+j] * id)) for j < 32",
+		"\t\tid := 0 if amax == 0, else 127 / amax",
+		"\t\ty[34b:] = f16(d), then sat8(x86Round(x[32b+j] * id)) for j < 32",
 		"\t}",
 		"",
 		"A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d",
 		"and zero values.",
 	)
 	quantBlocks(4, 34, func(x, y Register, amax VecVirtual) {
-		d := XMM()
-		VDIVSS(c127f, amax, d)
-		one := XMM()
-		VMOVSS(cOnef, one)
-		id := XMM()
-		VDIVSS(d, one, id)
-		// id = 0 where d == 0 (all-zero block): 1/0 would turn 0·x into NaN.
-		z := XMM()
-		VXORPS(z, z, z)
-		nz := XMM()
-		VCMPSS(U8(4), z, d, nz) // d != 0
-		VANDPS(nz, id, id)
+		d, vid := q8Scale(amax)
 		h := XMM()
 		VCVTPS2PH(U8(0), d, h) // round to nearest even
 		VPEXTRW(U8(0), h, Mem{Base: y})
-		vid := YMM()
-		VBROADCASTSS(id, vid)
-		var q [4]VecVirtual
-		for i := range q {
-			q[i] = YMM()
-			VMULPS(Mem{Base: x, Disp: 32 * i}, vid, q[i])
-			// Round half away from zero: add the largest float32 below ½ with
-			// x's sign and truncate; exact for every float32.
-			c := YMM()
-			VANDPS(cSign, q[i], c)
-			VORPS(cHalf, c, c)
-			VADDPS(c, q[i], q[i])
-			VCVTTPS2DQ(q[i], q[i])
-		}
+		q := q8Round(x, vid)
 		packStore(q, Mem{Base: y, Disp: 2})
 		JMP(LabelRef("next"))
 
@@ -200,6 +210,7 @@ func quantQ8K() {
 		"\t\tv := the first x[256b+j] of largest magnitude",
 		"\t\tif v == 0 { y[292b:] = 0 (292 bytes); continue }",
 		"\t\tiscale := -127 / v",
+		"\t\tif iscale is ±Inf { y[292b:] = float32(1 / iscale), then zeros; continue }",
 		"\t\tq[j] = min(127, roundHalfEven(iscale * x[256b+j])) for j < 256",
 		"\t\ty[292b:] = float32(1 / iscale), q as int8, then int16(Σ q[16g:16g+16]) for g < 16",
 		"\t}",
@@ -240,6 +251,12 @@ func quantQ8K() {
 		VMOVSS(cOnef, one)
 		VDIVSS(is, one, one) // d = 1 / iscale
 		VMOVSS(one, Mem{Base: y})
+		// A block so small that iscale overflows: ggml's nearest_int makes
+		// every ±Inf and NaN product 0 (vcvtps2dq would give −128).
+		ai := XMM()
+		VANDPS(cAbs, is, ai)
+		VUCOMISS(cInf, ai)
+		JE(LabelRef("clear"))
 		vis := YMM()
 		VBROADCASTSS(is, vis)
 		for c := 0; c < 8; c++ { // 32 values: two 16-value groups

@@ -1,5 +1,8 @@
 // legacy_gen writes ggml's reference encodings, dequantized values and vec_dot results
-// for Q4_1, Q5_0, Q5_1, IQ4_NL (and the Q8_0/Q8_1 activations) of input.f32.
+// for Q4_1, Q5_0, Q5_1, IQ4_NL of input.f32. The activations of the dots are
+// act_q8_0.bin and act_q8_1.bin, which act_gen (built for the native x86 CPU)
+// writes first; legacy_gen itself is built for baseline x86-64, so that the
+// dots are ggml's scalar code, the order of Baton's pure-Go kernels.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +19,10 @@ static void wr(const char *name, const void *p, size_t n) {
 }
 
 int main(int argc, char **argv) {
-	static float x[N], y[N], deq[N];
+	static float x[N], deq[N];
 	FILE *f = fopen(argv[1], "rb");
 	if (!f || fread(x, 4, N, f) != N) { perror("input"); return 1; }
 	fclose(f);
-	for (int i = 0; i < N; i++) y[i] = x[N-1-i]; // activations: input reversed
 
 	static block_q4_1 q41[N/32]; static block_q5_0 q50[N/32];
 	static block_q5_1 q51[N/32]; static block_iq4_nl iq4[N/32];
@@ -29,11 +31,15 @@ int main(int argc, char **argv) {
 	quantize_row_q5_0_ref(x, q50, N);
 	quantize_row_q5_1_ref(x, q51, N);
 	quantize_iq4_nl(x, iq4, 1, N, NULL);
-	quantize_row_q8_0(y, a80, N);
-	quantize_row_q8_1(y, a81, N);
+	// The activations (input reversed) as llama.cpp's x86 build quantizes them.
+	FILE *a = fopen("act_q8_0.bin", "rb");
+	if (!a || fread(a80, 1, sizeof a80, a) != sizeof a80) { perror("act_q8_0.bin (run act_gen first)"); return 1; }
+	fclose(a);
+	a = fopen("act_q8_1.bin", "rb");
+	if (!a || fread(a81, 1, sizeof a81, a) != sizeof a81) { perror("act_q8_1.bin (run act_gen first)"); return 1; }
+	fclose(a);
 	wr("q4_1.bin", q41, sizeof q41); wr("q5_0.bin", q50, sizeof q50);
 	wr("q5_1.bin", q51, sizeof q51); wr("iq4_nl.bin", iq4, sizeof iq4);
-	wr("act_q8_0.bin", a80, sizeof a80); wr("act_q8_1.bin", a81, sizeof a81);
 
 	// Dequantized values, one file of N float32 per type, in the order above.
 	static float deqs[4][N];
