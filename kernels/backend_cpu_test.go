@@ -580,7 +580,7 @@ func TestCPURejectsBadOperands(t *testing.T) {
 		{"softmax ragged", ErrShape, func() error { return c.Softmax(a, 3) }},
 		{"silu lengths", ErrShape, func() error { return c.SiLUMul(a, a, b.Slice(0, 4)) }},
 		{"add ragged bias", ErrShape, func() error { return c.Add(a, a, b.Slice(0, 3)) }},
-		{"unsupported matrix", ErrUnsupported, func() error { _, err := c.LoadMatrix(quant.Q5_0, 1, 32, make([]byte, 22)); return err }},
+		{"unsupported matrix", ErrUnsupported, func() error { _, err := c.LoadMatrix(quant.IQ2_XXS, 1, 256, make([]byte, 66)); return err }},
 		{"short matrix", ErrShape, func() error { _, err := c.LoadMatrix(quant.F32, 2, 4, make([]byte, 31)); return err }},
 		{"store slot out of range", ErrShape, func() error { return c.StoreKV(kv, 0, []int32{4}, a.Slice(0, 4), b.Slice(0, 4)) }},
 		{"store layer out of range", ErrShape, func() error { return c.StoreKV(kv, 1, []int32{0}, a.Slice(0, 4), b.Slice(0, 4)) }},

@@ -7,10 +7,12 @@ import (
 	"github.com/baton-serving/baton/kernels/vec"
 )
 
-// Weight products run on the kernels of kernels/vec: float weights (F32,
-// F16, BF16) multiply the float activations directly; quantized weights
-// multiply activations quantized once per call (Q8_0 blocks for Q8_0 and
-// Q4_0 weights, Q8_K blocks for Q4_K and Q6_K), with integer block dot
+// Weight products run on the kernels of kernels/vec: F32 weights multiply
+// the float activations directly, F16 and BF16 weights the activations
+// rounded to their type (cpu_round.go); quantized weights
+// multiply activations quantized once per call (Q8_0 blocks for Q8_0,
+// Q4_0, Q5_0 and IQ4_NL weights, Q8_1 for Q4_1 and Q5_1, Q8_K blocks for
+// the K-quants and IQ4_XS), with integer block dot
 // products, as llama.cpp does.
 //
 // A token's results must not depend on the batch it is computed in, nor
@@ -68,6 +70,8 @@ type mmCall struct {
 	// Buffers kept across calls.
 	qbuf  []byte
 	pbuf  []float32
+	rbuf  []float32 // activations rounded for F16 or BF16 weights
+	round roundTask
 	quan  quantizeTask
 	group groupTask
 }
@@ -79,6 +83,7 @@ type quantizeTask struct {
 	cols  int
 	xRow  int // bytes per quantized row
 	kquan bool
+	q81   bool // Q8_1 blocks (Q4_1 and Q5_1 weights)
 }
 
 func (q *quantizeTask) run(_, lo, hi int) {
@@ -86,6 +91,8 @@ func (q *quantizeTask) run(_, lo, hi int) {
 	var err error
 	if q.kquan {
 		err = vec.QuantizeQ8_K(x, xq)
+	} else if q.q81 {
+		err = vec.QuantizeQ8_1(x, xq)
 	} else {
 		err = vec.QuantizeQ8_0(x, xq)
 	}
@@ -116,6 +123,22 @@ func (c *mmCall) run(_, lo, hi int) {
 		vec.MatMulQ4_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	case quant.Q6_K:
 		vec.MatMulQ6_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q4_1:
+		vec.MatMulQ4_1(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q5_0:
+		vec.MatMulQ5_0(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q5_1:
+		vec.MatMulQ5_1(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.IQ4_NL:
+		vec.MatMulIQ4_NL(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q2_K:
+		vec.MatMulQ2_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q3_K:
+		vec.MatMulQ3_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.Q5_K:
+		vec.MatMulQ5_K(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
+	case quant.IQ4_XS:
+		vec.MatMulIQ4_XS(dst, w.rows, wd, c.xq, rows, w.cols, c.n)
 	default:
 		// Types without a vec kernel: the reference dot products, a token
 		// at a time (the same arithmetic for any n).
@@ -154,9 +177,11 @@ func (mm *matmuls) chunkRows(w *cpuMatrix, n int) int {
 // (kquant, bytes per row of cols activations), ok false for float weights.
 func quantized(w *cpuMatrix) (kquant bool, xRow int, ok bool) {
 	switch w.typ {
-	case quant.Q8_0, quant.Q4_0:
+	case quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.IQ4_NL:
 		return false, w.cols / vec.Q8_0Values * vec.Q8_0Bytes, true
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_1, quant.Q5_1:
+		return false, w.cols / vec.Q8_1Values * vec.Q8_1Bytes, true
+	case quant.Q4_K, quant.Q6_K, quant.Q2_K, quant.Q3_K, quant.Q5_K, quant.IQ4_XS:
 		return true, w.cols / vec.Q8_KValues * vec.Q8_KBytes, true
 	}
 	return false, 0, false
@@ -273,12 +298,16 @@ func (mm *matmuls) prepare(dst []float32, w *cpuMatrix, x []float32, n int, shar
 			// Quantize every token's activations once, before the rows
 			// are split, in parallel by tokens for a long prompt.
 			c.qbuf = growBytes(c.qbuf, n*xRow)
-			c.quan = quantizeTask{x: c.x, xq: c.qbuf, cols: w.cols, xRow: xRow, kquan: kq}
+			act, _ := vec.ActivationType(w.typ)
+			c.quan = quantizeTask{x: c.x, xq: c.qbuf, cols: w.cols, xRow: xRow, kquan: kq, q81: act == quant.Q8_1}
 			mm.pool.run(n, max(1, (n+mm.pool.n-1)/mm.pool.n), &c.quan)
 			c.quan.x = nil
 			c.xq = c.qbuf
 		}
 	} else if w.typ == quant.F32 || w.typ == quant.F16 || w.typ == quant.BF16 {
+		if halfRounding(w.typ) {
+			mm.roundActivations(c, shared)
+		}
 		// Pack the tokens for the kernels once, not once per row chunk.
 		if shared != nil && shared.xp != nil {
 			c.xp = shared.xp

@@ -63,9 +63,9 @@ func actSteps(typ quant.Type, x []float32) []float64 {
 	steps := make([]float64, len(x))
 	size := 0
 	switch typ {
-	case quant.Q8_0, quant.Q4_0:
+	case quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.IQ4_NL:
 		size = vec.Q8_0Values
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q6_K, quant.Q2_K, quant.Q3_K, quant.Q5_K, quant.IQ4_XS:
 		size = vec.Q8_KValues
 	default:
 		return steps
@@ -101,7 +101,7 @@ func TestMatmulBatchInvariance(t *testing.T) {
 			// Q8_0 activation blocks store their scale as binary16, whose
 			// rounding moves every value by up to 2⁻¹¹ of itself.
 			half := 0.0
-			if typ == quant.Q8_0 || typ == quant.Q4_0 {
+			if act, _ := vec.ActivationType(typ); act == quant.Q8_0 || act == quant.Q8_1 {
 				half = 1.0 / 2048
 			}
 
@@ -113,6 +113,14 @@ func TestMatmulBatchInvariance(t *testing.T) {
 			}
 			for tk := 0; tk < tokens; tk += 7 {
 				xt := x[tk*cols : (tk+1)*cols]
+				if typ == quant.F16 || typ == quant.BF16 {
+					// Their products take the activations rounded to their
+					// type, as ggml's (TestMatMulHalfWeightsRoundActivations).
+					xt = slices.Clone(xt)
+					for i, v := range xt {
+						xt[i] = roundTo(typ, v)
+					}
+				}
 				steps := actSteps(typ, xt)
 				for row := range rows {
 					wr := deq[row*cols : (row+1)*cols]
@@ -123,6 +131,7 @@ func TestMatmulBatchInvariance(t *testing.T) {
 						mag += math.Abs(p)
 						qerr += math.Abs(float64(wr[i])) * (steps[i]/2 + half*math.Abs(float64(v)))
 					}
+					qerr += offsetErr(typ, wr, xt)
 					got := float64(want[tk*rows+row])
 					if d := math.Abs(got - ref); !(d <= qerr+1e-5*mag) {
 						t.Fatalf("token %d row %d: %g, reference %g: |Δ| %.3g exceeds %.3g", tk, row, got, ref, d, qerr+1e-5*mag)

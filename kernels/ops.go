@@ -23,16 +23,26 @@ func Dot(a, b []float32) float32 {
 // RMSNorm writes x / rms(x) * weight to dst, where rms(x) = sqrt(mean(x²) + eps).
 // dst may alias x. The sum of squares is accumulated in float64 so that long
 // rows (8192+ elements) do not lose the small components.
+//
+// The rounding is ggml-cpu's rms_norm followed by its weight multiplication,
+// bit for bit: float32 squares summed in float64, the mean rounded to
+// float32, scale = 1/sqrtf(mean + eps) in float32, and (x·scale)·w. The norm
+// feeds the activation quantizers (Q8_0, Q8_K) of quantized weights, where
+// rows of a quantized embedding normalize to values exactly on rounding
+// ties: a last-bit difference there changes a quantized activation by a
+// whole step, and the model's outputs by far more than rounding
+// (TestRMSNormMatchesGGML).
 func RMSNorm(dst, x, weight []float32, eps float32) {
 	var ss float64
 	for _, v := range x {
-		ss += float64(v) * float64(v)
+		ss += float64(float32(v * v))
 	}
-	scale := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	mean := float32(ss / float64(len(x)))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
 	weight = weight[:len(x)]
 	dst = dst[:len(x)]
 	for i, v := range x {
-		dst[i] = v * scale * weight[i]
+		dst[i] = float32(v*scale) * weight[i]
 	}
 }
 

@@ -11,6 +11,9 @@
 #
 # Usage: scripts/bench-kernels.sh [--models-dir DIR] [--out DIR] [-r R]
 #          [--threads "2 1"] [--shapes "llama-110m-f32 tinyllama-1.1b-q8_0 tinyllama-1.1b-f16"]
+#
+#   --shapes LIST     PRESET-TYPE names: llama-110m or tinyllama-1.1b, and any
+#                     type gen-model writes (e.g. tinyllama-1.1b-q5_k)
 #          [--llama-bench PATH]
 #
 #   --models-dir DIR  where the GGUF files are, or are generated once with
@@ -51,11 +54,12 @@ for s in $SHAPES; do
   p=$(model_path "$s")
   [[ -f $p ]] && continue
   echo "== generating $p"
-  case $s in
-    llama-110m-f32) "$BATONCTL" gen-model --preset llama-110m --type f32 --out "$p" ;;
-    tinyllama-1.1b-q8_0) "$BATONCTL" gen-model --preset tinyllama-1.1b --type q8_0 --out "$p" ;;
-    tinyllama-1.1b-f16) "$BATONCTL" gen-model --preset tinyllama-1.1b --type f16 --out "$p" ;;
-    *) echo "bench-kernels: unknown shape $s" >&2; exit 2 ;;
+  # A shape is PRESET-TYPE: a gen-model preset and a storage type
+  # (tinyllama-1.1b-q5_k is the 1.1B shape in Q5_K).
+  preset=${s%-*} typ=${s##*-}
+  case $preset in
+    llama-110m | tinyllama-1.1b) "$BATONCTL" gen-model --preset "$preset" --type "$typ" --out "$p" ;;
+    *) echo "bench-kernels: unknown shape $s (want llama-110m-TYPE or tinyllama-1.1b-TYPE)" >&2; exit 2 ;;
   esac
 done
 

@@ -19,16 +19,20 @@ import (
 )
 
 // archSpecs are small files of every registered architecture, with a std
-// large enough for the logits to spread, and for qwen3 a head width that
-// is not dim/heads.
+// large enough for the logits to spread, for qwen3 a head width that is
+// not dim/heads, and for those with a sliding window one of 3 positions,
+// which the 5-token runs reach past (phi3: every layer; Gemma: gemmaSpec).
 func archSpecs() map[string]testmodel.Spec {
 	base := testmodel.Spec{Dim: 64, Hidden: 96, Layers: 2, Heads: 4, KVHeads: 2, Vocab: 300, Context: 64, Type: quant.F32, Seed: 3, Std: 0.3}
 	out := map[string]testmodel.Spec{}
 	for _, name := range arch.Names() {
 		s := base
 		s.Arch = name
-		if name == "qwen3" {
+		switch name {
+		case "qwen3":
 			s.HeadDim = 24
+		case "phi3":
+			s.SlidingWindow = 3
 		}
 		gemmaSpec(&s)
 		out[name] = s
@@ -42,7 +46,10 @@ func archSpecs() map[string]testmodel.Spec {
 // binding that put a weight in the wrong role, a bias added at the wrong
 // place or the wrong RoPE pairing shows up as a logit difference.
 type refModel struct {
-	f    *gguf.File
+	f *gguf.File
+	// c's scales, soft-caps and sliding window (SlidingWindow in its
+	// Local layers: every phi3 layer, Gemma's local ones) apply as score
+	// (gemma_test.go) reads them.
 	c    Config
 	neox bool
 	gelu bool // GeGLU (gemma_test.go) instead of SwiGLU
@@ -51,7 +58,6 @@ type refModel struct {
 	// (attn_factor; 0 means 1).
 	factors []float64
 	mscale  float64
-	window  int // every layer attends to the last window positions; 0: all
 }
 
 // matrix reads block l's matrix name, or its rows of a fused tensor: the
@@ -194,15 +200,7 @@ func (r *refModel) logits(t testing.TB, tokens []int32) []float32 {
 				q := qs[p][h*c.HeadDim : (h+1)*c.HeadDim]
 				sc := make([]float64, p+1)
 				mx := math.Inf(-1)
-				j0 := 0
-				if r.window > 0 {
-					j0 = max(0, p+1-r.window)
-				}
 				for j := range p + 1 {
-					if j < j0 {
-						sc[j] = math.Inf(-1)
-						continue
-					}
 					var d float64
 					for i, qv := range q {
 						d += qv * ks[j][kh*c.HeadDim+i]
@@ -439,7 +437,7 @@ func TestArchLoadErrors(t *testing.T) {
 		{"qwen3", "relabelled llama", setKV("general.architecture", "llama"), nil, engine.ErrInvalidInput, "required key llama.embedding_length is missing"},
 		{"qwen3", "relabelled qwen2", relabel("qwen3", "qwen2"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q.bias is missing"},
 		{"qwen2", "relabelled qwen3", relabel("qwen2", "qwen3"), nil, engine.ErrInvalidInput, "tensor blk.0.attn_q_norm.weight is missing"},
-		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: ` + strings.Join(arch.Names(), ", ") + ")"},
+		{"llama", "unknown", setKV("general.architecture", "gemma7"), nil, engine.ErrUnsupported, `architecture "gemma7" is not supported (supported: ` + strings.Join(Architectures(), ", ") + ")"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.arch+"/"+tc.name, func(t *testing.T) {
@@ -473,6 +471,8 @@ func TestExtendedHooksRefused(t *testing.T) {
 		{func(c *Config, _ *arch.Arch) { c.AttnScale = 0.1 }, "attention scale"},
 		{func(c *Config, _ *arch.Arch) { c.QueryScale = 0.1 }, "query scale"},
 		{func(_ *Config, a *arch.Arch) { a.Act = arch.GELU }, "gelu activation"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow, c.SWAPattern = 4, 64, 16, 2 }, "sliding-window attention (a window of 16 positions)"},
+		{func(c *Config, _ *arch.Arch) { c.Layers, c.ContextLength, c.SlidingWindow = 4, 64, 63 }, "sliding-window attention (a window of 63 positions)"},
 	} {
 		c, aa := Config{}, *a
 		tc.set(&c, &aa)
@@ -484,8 +484,12 @@ func TestExtendedHooksRefused(t *testing.T) {
 			t.Errorf("%s on the CPU backend: %v, %v", tc.text, ext, err)
 		}
 	}
-	if ext, err := extendedOps(a, Config{}, plain); ext != nil || err != nil {
-		t.Errorf("plain llama: %v, %v", ext, err)
+	// A window that masks nothing (at least the context window in use), or
+	// one on global layers only, needs nothing.
+	for _, c := range []Config{{}, {Layers: 4, ContextLength: 64, SlidingWindow: 64}, {Layers: 4, ContextLength: 64, SlidingWindow: 16, SWAPattern: 1}} {
+		if ext, err := extendedOps(a, c, plain); ext != nil || err != nil {
+			t.Errorf("plain llama with %+v: %v, %v", c, ext, err)
+		}
 	}
 }
 

@@ -11,7 +11,15 @@ import (
 // Numerics selects the arithmetic a model computes with.
 //
 // The engine's own kernels (NumericsDefault) compute in float32 with a
-// float32 KV cache. llama.cpp stores keys and values in F16 and sums in
+// float32 KV cache, except that products with F16 or BF16 weights take the
+// activations rounded to the weights' type (to nearest even), as
+// llama.cpp's CPU backend does: ggml converts the activations of a product
+// to its weights' vec_dot_type, F16 for F16 weights and BF16 for BF16.
+// With float32 activations instead, greedy generations of F16 and BF16
+// files (common among published GGUFs) parted from llama.cpp's within a
+// few tokens on random-weight models; with the rounding they agree. Each
+// such product is then exact in float32, so only the summation order
+// differs. llama.cpp stores keys and values in F16 by default and sums in
 // orders set by its vector code, so the two agree on greedy tokens but
 // differ in the fourth decimal of probabilities (2e-3 on the stories260K
 // golden generations). NumericsLlamaCpp is for operators who migrate from
@@ -20,9 +28,10 @@ import (
 type Numerics int
 
 const (
-	// NumericsDefault is the engine's own arithmetic: float32 throughout,
-	// every supported tensor type, batched and paged execution, and the
-	// fast kernels.
+	// NumericsDefault is the engine's own arithmetic: float32 throughout
+	// save the activations of F16 and BF16 weight products, rounded to the
+	// weights' type as llama.cpp rounds them; every supported tensor type,
+	// batched and paged execution, and the fast kernels.
 	NumericsDefault Numerics = iota
 
 	// NumericsLlamaCpp reproduces the logits of llama.cpp's CPU backend as

@@ -16,8 +16,9 @@ import (
 // is data: which roles its tensor table binds (biases, q/k norms,
 // post-attention and post-FFN norms, FFN biases, rope frequency factors)
 // switches the matching operations on, and arch.Arch and Config carry the
-// rest (the RoPE layout, the activation, and the hooks of operations not
-// run yet, which loadDecoder refuses).
+// rest (the RoPE layout, the activation, and the operations that need the
+// backend's ExtendedOps, which loadDecoder refuses on a backend without
+// them).
 type decoder struct {
 	cfg    Config
 	a      *arch.Arch
@@ -303,9 +304,9 @@ func (m *decoder) forward(s *scratch, kv kernels.KVCache, pageSize int) error {
 }
 
 // attention runs layer li's attention of the rows of q into att: with the
-// model's score scale, soft-cap and (in a local layer) sliding window
-// through the backend's ExtendedOps when it has any, else plain
-// Attention. Queries are scaled first when the model says so (Gemma 2
+// model's score scale, soft-cap and the layer's sliding window
+// (Config.LayerWindow: Gemma's local layers, every phi3 layer) through the
+// backend's ExtendedOps when it has any, else plain Attention. Queries are scaled first when the model says so (Gemma 2
 // scales q after RoPE and scores with scale 1, as llama.cpp does, so that
 // the soft-cap sees the same numbers).
 func (m *decoder) attention(do func(error), att, q kernels.Buffer, kv kernels.KVCache, li int, rows []kernels.AttnRow) {
@@ -313,7 +314,7 @@ func (m *decoder) attention(do func(error), att, q kernels.Buffer, kv kernels.KV
 	if c.QueryScale != 0 {
 		do(m.ext.Scale(q, q, c.QueryScale))
 	}
-	o := kernels.AttnOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap, Window: layerWindow(c, li)}
+	o := kernels.AttnOptions{Scale: c.AttnScale, SoftCap: c.AttnSoftCap, Window: c.LayerWindow(li)}
 	if o == (kernels.AttnOptions{}) {
 		do(m.be.Attention(att, q, kv, li, rows))
 		return

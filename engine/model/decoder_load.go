@@ -76,20 +76,12 @@ func loadDecoder(f *gguf.File, a *arch.Arch, c Config, opts Options) (Model, err
 }
 
 // extendedOps returns be's ExtendedOps when the architecture needs them
-// (GELU, soft-caps, sliding windows, score and embedding scales, per-layer
-// rope bases: c.Extended), nil when it needs none, and an error wrapping
+// (GELU, soft-caps, sliding windows narrower than the context window,
+// score and embedding scales, per-layer rope bases: c.Extended), nil when
+// it needs none, and an error wrapping
 // engine.ErrUnsupported that names what is missing when be lacks them
 // (the CUDA backend, for now).
 func extendedOps(a *arch.Arch, c Config, be kernels.Backend) (kernels.ExtendedOps, error) {
-	// A window no layer attends through (at least the context window, see
-	// layerWindow) masks nothing and needs nothing.
-	windowed := false
-	for li := range c.Layers {
-		windowed = windowed || layerWindow(c, li) > 0
-	}
-	if !windowed {
-		c.SlidingWindow = 0
-	}
 	need := c.Extended()
 	if a.Act != arch.SiLU {
 		need = append(need, a.Act.String()+" activation")

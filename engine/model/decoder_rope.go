@@ -41,19 +41,3 @@ func ropeTensorName(a *arch.Arch, r arch.Role) string {
 	}
 	return r.String()
 }
-
-// layerWindow is layer li's sliding attention window, 0 for none: every
-// layer's when SWAPattern is 0 (phi3), else the local layers' (those with
-// (li+1) % SWAPattern ≠ 0). A window at least as long as the context
-// window masks nothing and is dropped, so such a model runs on backends
-// without kernels.ExtendedOps.
-func layerWindow(c Config, li int) int {
-	w := c.SlidingWindow
-	if w <= 0 || w >= c.ContextLength {
-		return 0
-	}
-	if c.SWAPattern > 0 && (li+1)%c.SWAPattern == 0 {
-		return 0
-	}
-	return w
-}

@@ -24,9 +24,9 @@ import (
 func gemmaSpec(s *testmodel.Spec) {
 	switch s.Arch {
 	case "gemma2":
-		s.Window = 3
+		s.SlidingWindow = 3
 	case "gemma3":
-		s.Window, s.Layers, s.RopeBase = 3, 6, 1e6
+		s.SlidingWindow, s.Layers, s.RopeBase = 3, 6, 1e6
 	}
 }
 
@@ -85,7 +85,7 @@ func (r *refModel) act(g float64) float64 {
 // global, 6 local).
 func gemmaFile(t testing.TB, arch string, window int, typ quant.Type) *gguf.File {
 	s := testmodel.Spec{Arch: arch, Dim: 64, Hidden: 96, Layers: 3, Heads: 4, KVHeads: 2, Vocab: 300, Context: 96,
-		Type: typ, Seed: 5, Std: 0.3, Window: window}
+		Type: typ, Seed: 5, Std: 0.3, SlidingWindow: window}
 	if arch == "gemma3" {
 		s.Layers, s.RopeBase = 7, 1e6
 	}
@@ -125,6 +125,24 @@ func TestGemmaConfig(t *testing.T) {
 	for il := range 7 {
 		if c3.Local(il) != (il != 5) {
 			t.Errorf("gemma3 block %d: local %v", il, c3.Local(il))
+		}
+	}
+	// query_pre_attn_scalar has no key: llama.cpp takes head_dim, but
+	// embedding_length/head_count for the 27B models (46 and 62 blocks).
+	for _, tc := range []struct {
+		arch          string
+		layers        int
+		query, scores float32
+	}{
+		{"gemma2", 26, 1 / float32(math.Sqrt(32)), 1}, {"gemma2", 46, 0.25, 1},
+		{"gemma3", 26, 0, 1 / float32(math.Sqrt(32))}, {"gemma3", 62, 0, 0.25},
+	} {
+		s := testmodel.Spec{Arch: tc.arch, Dim: 64, Hidden: 32, Layers: tc.layers, Heads: 4, KVHeads: 2, HeadDim: 32,
+			Vocab: testmodel.MinVocab, Context: 16, Type: quant.F32, Seed: 1}
+		c := m0Config(t, writeModel(t, s))
+		if c.QueryScale != tc.query || c.AttnScale != tc.scores {
+			t.Errorf("%s with %d blocks (dim 64, 4 heads of 32): query scale %v, score scale %v; want %v, %v",
+				tc.arch, tc.layers, c.QueryScale, c.AttnScale, tc.query, tc.scores)
 		}
 	}
 }

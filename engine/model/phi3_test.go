@@ -171,14 +171,17 @@ func TestPhi3LongRope(t *testing.T) {
 // context window masks nothing and runs on a backend without ExtendedOps.
 func TestPhi3SlidingWindow(t *testing.T) {
 	s := archSpecs()["phi3"]
-	s.Window = 3
+	s.SlidingWindow = 3
 	f := writeModel(t, s)
 	m := load(t, f, Options{Threads: 2})
 	got := run(t, m, phi3Prompt[:5], phi3Prompt[5:])
+	if c := m.Config(); c.SlidingWindow != 3 || c.SWAPattern != 0 {
+		t.Fatalf("window %d, pattern %d; want 3 on every layer", c.SlidingWindow, c.SWAPattern)
+	}
 	r := refFor(t, f, m)
-	r.window = 3
+	r.c.SlidingWindow = 3 // every layer (SWAPattern 0)
 	checkRef(t, r, got, 5)
-	r.window, r.c.SlidingWindow = 0, 0 // the second: refModel.score masks by the Config's window too
+	r.c.SlidingWindow = 0
 	if e := relLogitErr(r.logits(t, phi3Prompt), got[len(got)-1]); e < 1e-2 {
 		t.Errorf("without the window the reference differs by %.3g only", e)
 	}
@@ -186,10 +189,10 @@ func TestPhi3SlidingWindow(t *testing.T) {
 	plain := plainBackend{kernels.NewCPU(1)}
 	defer plain.Close()
 	_, err := Load(f, Options{Backend: plain})
-	if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "architecture phi3 needs sliding-window attention") {
+	if !errors.Is(err, engine.ErrUnsupported) || !strings.Contains(err.Error(), "sliding-window attention (a window of 3 positions)") {
 		t.Fatalf("Load on a backend without ExtendedOps: %v", err)
 	}
-	s.Window = s.Context
+	s.SlidingWindow = s.Context
 	wide, err := Load(writeModel(t, s), Options{Backend: plain})
 	if err != nil {
 		t.Fatalf("a window the size of the context: %v", err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/gguf"
-	"github.com/baton-serving/baton/engine/model/arch"
 	"github.com/baton-serving/baton/engine/testmodel"
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -124,8 +123,11 @@ var (
 //
 //  1. Kernels: against an F32 copy of the same file (every tensor
 //     dequantized), the weights are identical and only the kernels differ.
-//     Float weights must agree to float32 rounding: max |Δlogit| ≤ 1e-4 ×
-//     std(logits) (measured: ≤ 4.4e-6). Quantized weights multiply
+//     F32 weights must agree to float32 rounding: max |Δlogit| ≤ 1e-4 ×
+//     std(logits) (measured: ≤ 4.4e-6). F16 and BF16 weights multiply
+//     activations rounded to their type, as llama.cpp does (kernels/
+//     cpu_round.go): measured 1.4e-3 (F16) and 1.3e-2 (BF16), bounded at
+//     5e-3 and 4e-2. Quantized weights multiply
 //     activations quantized to 8 bits (Q8_0 blocks for Q8_0 and Q4_0, Q8_K
 //     for the K-quants, as llama.cpp does), which adds the activations'
 //     rounding: measured 3.6e-2 (Q8_0), 4.1e-2 (Q4_0), 5.4e-2 (Q6_K) and
@@ -135,7 +137,7 @@ var (
 //     KL(F32‖quantized) of the next-token distributions and the largest
 //     logit difference relative to the F32 logits' standard deviation stay
 //     within bounds of about twice the values measured for this shape and
-//     seed (KL / relative error): F16 1.4e-8 / 2.1e-3, BF16 9.2e-7 / 1.5e-2, Q8_0 1.5e-5 / 6.6e-2,
+//     seed (KL / relative error): F16 2.6e-8 / 2.8e-3, BF16 1.5e-6 / 1.8e-2, Q8_0 1.5e-5 / 6.6e-2,
 //     Q6_K 1.1e-4 / 1.5e-1, Q4_K 1.4e-3 / 6.4e-1, Q4_0 2.1e-3 / 7.6e-1. They follow the types'
 //     precision (per-weight relative RMS error: F16 3e-4, BF16 2e-3, Q8_0
 //     5e-3, Q6_K 2e-2, Q4_K 5e-2, Q4_0 8e-2) compounded over the matrix
@@ -145,12 +147,23 @@ var (
 func TestQuantizedTypes(t *testing.T) {
 	base := testmodel.Spec{Dim: 256, Hidden: 512, Layers: 1, Heads: 4, KVHeads: 2, Vocab: 320, Context: 64, Seed: 5}
 	bounds := map[quant.Type]struct{ kl, rel, kernel float64 }{
-		quant.F16:  {3e-8, 5e-3, 1e-4},
-		quant.BF16: {2e-6, 3e-2, 1e-4},
+		quant.F16:  {5e-8, 5e-3, 5e-3},
+		quant.BF16: {3e-6, 3e-2, 4e-2},
 		quant.Q8_0: {3e-5, 1.3e-1, 1e-1},
 		quant.Q6_K: {2e-4, 3e-1, 1.2e-1},
 		quant.Q4_K: {3e-3, 1.3, 1.2e-1},
 		quant.Q4_0: {4.2e-3, 1.5, 1e-1},
+		// Issue 19's 32-value types, measured: KL / relative / kernel error
+		// Q4_1 1.9e-3 / 6.7e-1 / 4.2e-2, Q5_0 5.8e-4 / 3.4e-1 / 4.5e-2,
+		// Q5_1 4.7e-4 / 3.7e-1 / 4.5e-2, IQ4_NL 1.4e-3 / 7.4e-1 / 3.3e-2.
+		quant.Q4_1:   {4e-3, 1.4, 1e-1},
+		quant.Q5_0:   {1.2e-3, 7e-1, 1e-1},
+		quant.Q5_1:   {1e-3, 7.5e-1, 1e-1},
+		quant.IQ4_NL: {3e-3, 1.5, 1e-1},
+		// Measured (KL / relative / kernel): Q2_K 2.0e-2 / 2.2 / 5.6e-2, Q3_K 8.7e-3 / 1.6 / 6.9e-2,
+		// Q5_K 4.4e-4 / 3.3e-1 / 5.3e-2, IQ4_XS 1.6e-3 / 6.2e-1 / 5.1e-2.
+		quant.Q2_K: {4e-2, 4.4, 1.2e-1}, quant.Q3_K: {1.8e-2, 3.1, 1.2e-1},
+		quant.Q5_K: {9e-4, 6.6e-1, 1.2e-1}, quant.IQ4_XS: {3.2e-3, 1.25, 1.2e-1},
 	}
 	ref := base
 	ref.Type = quant.F32
@@ -493,7 +506,7 @@ func TestLoadErrors(t *testing.T) {
 		want   error
 		text   string
 	}{
-		{"architecture", setKV("general.architecture", "gptj"), nil, engine.ErrUnsupported, `architecture "gptj" is not supported (supported: ` + strings.Join(arch.Names(), ", ") + ")"},
+		{"architecture", setKV("general.architecture", "gptj"), nil, engine.ErrUnsupported, `architecture "gptj" is not supported (supported: ` + strings.Join(Architectures(), ", ") + ")"},
 		{"no architecture", setKV("general.architecture", nil), nil, engine.ErrInvalidInput, "no general.architecture"},
 		{"missing key", setKV("llama.block_count", nil), nil, engine.ErrInvalidInput, "required key llama.block_count is missing"},
 		{"zero heads", setKV("llama.attention.head_count", uint32(0)), nil, engine.ErrInvalidInput, "llama.attention.head_count = 0"},
@@ -510,7 +523,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unsupported type", nil, tensorEdit("blk.0.attn_q.weight", func(i *gguf.TensorInfo, d []byte) ([]byte, bool) {
 			i.Type = quant.I8 // 4096 elements of 1 byte: a different but valid size
 			return d[:4096], true
-		}), engine.ErrUnsupported, "type I8, which is not supported (supported: F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16)"},
+		}), engine.ErrUnsupported, "type I8, which is not supported (supported: F32, F16, Q4_0,"},
 		{"renamed tensor", nil, func(info gguf.TensorInfo, data []byte) (gguf.TensorInfo, []byte, bool) {
 			if info.Name == "blk.0.ffn_norm.weight" {
 				info.Name = "blk.0.ffn_gate_inp.weight"

@@ -14,10 +14,10 @@ type PresetInfo struct {
 	Spec Spec
 }
 
-// TinyStd is the weight std of the tiny-ARCH presets: large enough that a
-// greedy step's top-2 probability margin stays well above 1e-3 at dim 256
+// TinyStd is the weight std of most tiny-ARCH presets: large enough that
+// a greedy step's top-2 probability margin stays well above 1e-3 at dim 256
 // (see docs/models.md), so their output can be compared token for token
-// with another engine's.
+// with another engine's. The Gemma presets use less (see presetList).
 const TinyStd = 1.0
 
 // tinyShape is the shape of the tiny-ARCH presets: rows of 256, so every
@@ -64,14 +64,23 @@ func presetList() []PresetInfo {
 			tiny("qwen2", func(s *Spec) { s.RopeBase, s.NormEps, s.Tied = 1e6, 1e-6, true })},
 		{"tiny-qwen3", "qwen3 (q/k norms), 4 heads of 128 (key_length ≠ dim/heads), rope base 1e6, eps 1e-6, tied, std 1",
 			tiny("qwen3", func(s *Spec) { s.HeadDim, s.RopeBase, s.NormEps, s.Tied = 128, 1e6, 1e-6, true })},
+		{"tiny-phi3", "phi3 (fused attn_qkv and gate+up ffn_up), window 32 on every layer, untied, std 1",
+			tiny("phi3", func(s *Spec) { s.SlidingWindow = 32 })},
 		// 26 layers, as Gemma-2-2B: llama.cpp c392e50 picks gemma2's query
 		// scale by model size and aborts on any other layer count than 26,
-		// 42 and 46.
-		{"tiny-gemma2", "gemma2, 26 layers (window 32 on even ones), 4 heads of 128, soft-caps 50/30, eps 1e-6, tied, std 1",
-			tiny("gemma2", func(s *Spec) { s.Layers, s.HeadDim, s.Window, s.NormEps, s.Tied = 26, 128, 32, 1e-6, true })},
-		{"tiny-gemma3", "gemma3, 6 layers (5 local with window 32, 1 global), 4 heads of 128, rope bases 1e6/10000, eps 1e-6, tied, std 1",
+		// 42 and 46. Std 0.15 (about 3/√dim): Gemma multiplies the embedding
+		// by √dim and gemma2's head is always the embedding, so with a
+		// larger std every step repeats its input token; even at 0.15 a
+		// prompt's continuation is a handful of distinct tokens.
+		{"tiny-gemma2", "gemma2, 26 layers (window 32 on even ones), 4 heads of 128, soft-caps 50/30, eps 1e-6, tied, std 0.15",
+			tiny("gemma2", func(s *Spec) {
+				s.Layers, s.HeadDim, s.SlidingWindow, s.NormEps, s.Tied, s.Std = 26, 128, 32, 1e-6, true, 0.15
+			})},
+		// Untied (gemma3 files may carry output.weight): tied, a random
+		// Gemma 3 repeats its input token at any std with clear margins.
+		{"tiny-gemma3", "gemma3, 6 layers (5 local with window 32, 1 global), 4 heads of 128, rope bases 1e6/10000, eps 1e-6, untied, std 0.35",
 			tiny("gemma3", func(s *Spec) {
-				s.Layers, s.HeadDim, s.Window, s.RopeBase, s.NormEps, s.Tied = 6, 128, 32, 1e6, 1e-6, true
+				s.Layers, s.HeadDim, s.SlidingWindow, s.RopeBase, s.NormEps, s.Std = 6, 128, 32, 1e6, 1e-6, 0.35
 			})},
 
 		{"llama-110m", "the llama2.c stories110M shape (Llama 2 vocabulary size), tied",
@@ -87,12 +96,15 @@ func presetList() []PresetInfo {
 		{"qwen3-0.6b", "Qwen3-0.6B: qwen3, 1024×28, 16/8 heads of 128, vocab 151936, rope base 1e6, tied",
 			Spec{Arch: "qwen3", Dim: 1024, Hidden: 3072, Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128, Vocab: 151936, Context: 40960,
 				RopeBase: 1e6, NormEps: 1e-6, Tied: true, Type: quant.Q8_0, Seed: 1}},
+		{"phi3-mini", "Phi-3-mini-4k: phi3, 3072×32, 32/32 heads of 96, vocab 32064, window 2047, context 4096",
+			Spec{Arch: "phi3", Dim: 3072, Hidden: 8192, Layers: 32, Heads: 32, KVHeads: 32, Vocab: 32064, Context: 4096,
+				RopeBase: 10000, NormEps: 1e-5, SlidingWindow: 2047, Type: quant.Q8_0, Seed: 1}},
 		{"gemma2-2b", "Gemma-2-2B: gemma2, 2304×26, 8/4 heads of 256, vocab 256000, window 4096, soft-caps 50/30, tied",
 			Spec{Arch: "gemma2", Dim: 2304, Hidden: 9216, Layers: 26, Heads: 8, KVHeads: 4, HeadDim: 256, Vocab: 256000, Context: 8192,
-				RopeBase: 10000, NormEps: 1e-6, Window: 4096, Tied: true, Type: quant.Q8_0, Seed: 1}},
+				RopeBase: 10000, NormEps: 1e-6, SlidingWindow: 4096, Tied: true, Type: quant.Q8_0, Seed: 1}},
 		{"gemma3-1b", "Gemma-3-1B: gemma3, 1152×26, 4/1 heads of 256, vocab 262144, window 512, rope bases 1e6/10000, tied (dim 1152: not a K-quant row)",
 			Spec{Arch: "gemma3", Dim: 1152, Hidden: 6912, Layers: 26, Heads: 4, KVHeads: 1, HeadDim: 256, Vocab: 262144, Context: 32768,
-				RopeBase: 1e6, NormEps: 1e-6, Window: 512, Tied: true, Type: quant.Q8_0, Seed: 1}},
+				RopeBase: 1e6, NormEps: 1e-6, SlidingWindow: 512, Tied: true, Type: quant.Q8_0, Seed: 1}},
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/engine/model/arch"
@@ -61,12 +62,21 @@ type Spec struct {
 	// shapes (the logits are nearly flat); see docs/models.md for the std
 	// that does.
 	Std float64
-	// Window is the sliding window written as attention.sliding_window by
-	// the architectures that have one, at most Context; 0 means the
-	// architecture's default: Gemma 2's 4096 and Gemma-3-1B's 512 clamped
-	// to Context; for phi3 no window (0, as Phi-4's files say). Other
-	// architectures ignore it.
-	Window int
+	// OutputStd, when > 0, is the standard deviation of output.weight (and
+	// of token_embd.weight when Tied, as it is then the output head); 0
+	// means Std. Large logits give clear margins, while large hidden
+	// weights make a random model chaotic (near-argmax attention), so that
+	// last-bit differences between engines flip greedy choices: golden
+	// files use a small Std and a large OutputStd (docs/models.md).
+	OutputStd float64
+
+	// SlidingWindow is written as {arch}.attention.sliding_window by the
+	// architectures that have one (gemma2, gemma3, phi3; others ignore
+	// it); 0 means the architecture's default: Gemma 2's 4096 and
+	// Gemma-3-1B's 512, clamped to Context, and for phi3 no window (0, as
+	// Phi-4's files write). At most Context: a wider window masks nothing
+	// more, and Gemma's readers refuse it, as llama.cpp's do.
+	SlidingWindow int
 	// Llama3Rope, when set, adds rope_freqs.weight with Llama 3.1's
 	// "llama3" RoPE scaling factors (architectures with that tensor: llama).
 	Llama3Rope Llama3Rope
@@ -142,7 +152,7 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
 		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
-		SlidingWindow: s.Window,
+		SlidingWindow: s.SlidingWindow,
 	}
 	orig := s.Context
 	if s.RopeOrigContext > 0 {
@@ -174,6 +184,15 @@ func (s Spec) std() float64 {
 		return s.Std
 	}
 	return WeightStd
+}
+
+// roleStd is the standard deviation of the weights of role r: OutputStd
+// for the output head (the embedding too when tied), else Std.
+func (s Spec) roleStd(r arch.Role) float64 {
+	if s.OutputStd > 0 && (r == arch.Output || (r == arch.TokEmbd && s.Tied)) {
+		return s.OutputStd
+	}
+	return s.std()
 }
 
 // Params returns the number of weights in the file (norms included).
@@ -218,12 +237,14 @@ func (s Spec) Validate() error {
 		return bad("heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)
 	case s.headDim()%2 != 0:
 		return bad("head dimension %d is odd; RoPE rotates pairs", s.headDim())
-	case s.Window < 0 || s.Window > s.Context:
-		return bad("window = %d, want [0, context %d]", s.Window, s.Context)
 	case !(s.NormEps >= 0) || s.NormEps > 1 || !(s.RopeBase >= 0) || s.RopeBase > 1e9:
 		return bad("norm eps %v or rope base %v out of range", s.NormEps, s.RopeBase)
 	case !(s.Std >= 0) || s.Std > 100:
 		return bad("std = %v, want (0, 100] (or 0 for the default %g)", s.Std, WeightStd)
+	case !(s.OutputStd >= 0) || s.OutputStd > 100:
+		return bad("output std = %v, want (0, 100] (or 0 for std)", s.OutputStd)
+	case s.SlidingWindow < 0 || s.SlidingWindow > s.Context:
+		return bad("sliding window = %d, want [0, context %d]", s.SlidingWindow, s.Context)
 	case s.RopeOrigContext < 0 || s.RopeOrigContext > limit:
 		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
 	case s.LongRope && s.RopeOrigContext == 1:
@@ -291,35 +312,48 @@ func Vocabulary(size int, seed uint64) (tokens []string, scores []float32, types
 		tokens = append(tokens, fmt.Sprintf("<0x%02X>", b))
 		types = append(types, typeByte)
 	}
-	seen := make(map[string]bool)
+	seen := make(map[string]bool, size)
 	var pieces []string
-	add := func(p string) {
+	var runes []int // runes[i] is pieces[i]'s length in runes
+	add := func(p string, n int) {
 		if len(tokens) < size && !seen[p] {
 			seen[p] = true
 			pieces = append(pieces, p)
+			runes = append(runes, n)
 			tokens = append(tokens, p)
 			types = append(types, typeNormal)
 		}
 	}
 	for _, r := range alphabet {
-		add(string(r))
+		add(string(r), 1)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed_70c3))
+	var buf []byte
 	for tries := 0; len(tokens) < size; tries++ {
 		// Favour pieces that start with a space, as real vocabularies do,
-		// and keep pieces short enough to be plausible words.
-		a := pieces[rng.IntN(len(pieces))]
+		// and keep pieces short enough to be plausible words. The rune
+		// counts kept beside the pieces reject a long join without
+		// building it: most tries are rejected once the vocabulary is
+		// large (a 262144-token one took 45 s before).
+		ai := rng.IntN(len(pieces))
+		a, na := pieces[ai], runes[ai]
 		if tries%3 == 0 {
-			a = "▁"
+			a, na = "▁", 1
 		}
-		p := a + pieces[rng.IntN(len(pieces))]
-		if len([]rune(p)) <= 12 {
-			add(p)
+		bi := rng.IntN(len(pieces))
+		if n := na + runes[bi]; n <= 12 {
+			// Joined in a reused buffer: the map lookup of string(buf)
+			// does not allocate, and most joins are already taken.
+			buf = append(append(buf[:0], a...), pieces[bi]...)
+			if !seen[string(buf)] {
+				add(string(buf), n)
+			}
 		}
 		if tries > 100*size {
 			// Unreachable for the sizes Validate allows; keeps a bad seed
 			// from looping forever.
-			add(fmt.Sprintf("▁tok%d", len(tokens)))
+			p := fmt.Sprintf("▁tok%d", len(tokens))
+			add(p, utf8.RuneCountInString(p))
 		}
 	}
 	// Pieces made earlier score higher, so SentencePiece merges build later
@@ -360,9 +394,17 @@ func Weights(seed uint64, name string, rows, cols int) []float32 {
 func (s Spec) Weights(name string, rows, cols int) []float32 {
 	pcg := rand.NewPCG(0, 0)
 	rng := rand.New(pcg)
+	std := s.std()
+	if a, err := s.Architecture(); err == nil {
+		for _, t := range a.Tensors {
+			if t.Name == name {
+				std = s.roleStd(t.Parts[0].Role)
+			}
+		}
+	}
 	out := make([]float32, rows*cols)
 	for r := range rows {
-		weightRow(pcg, rng, s.Seed, s.std(), name, r, out[r*cols:(r+1)*cols])
+		weightRow(pcg, rng, s.Seed, std, name, r, out[r*cols:(r+1)*cols])
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/baton-serving/baton/engine/gguf"
 	"github.com/baton-serving/baton/engine/model/arch"
@@ -27,6 +28,7 @@ type tensor struct {
 	// values, when not nil, are the tensor's contents (computed, not
 	// random: rope_freqs.weight).
 	values []float32
+	std    float64 // of the noise: Spec.roleStd
 }
 
 func (t tensor) dims() []uint64 {
@@ -55,7 +57,7 @@ func (s Spec) tensors(a *arch.Arch) []tensor {
 		if t.Optional && !(r == arch.Output && !s.Tied) && !llama3 && !longrope {
 			return
 		}
-		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors}
+		w := tensor{name: name, typ: s.Type, rows: t.Rows(c), cols: t.Cols(c), vector: t.Vector, ones: t.Init == arch.Ones, factors: t.Init == arch.Factors, std: s.roleStd(r)}
 		if llama3 {
 			w.values = s.Llama3Rope.Factors(c.HeadDim, float64(c.RopeBase))
 		}
@@ -189,7 +191,7 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 			return fmt.Errorf("testmodel: %w", err)
 		}
 	}
-	sw := &sparseWriter{f: f}
+	sw := &sparseWriter{f: f, zeros: zeros}
 	if _, err := w.WriteTo(sw); err != nil {
 		return fmt.Errorf("testmodel: %w", err)
 	}
@@ -200,14 +202,22 @@ func writeLayout(f *os.File, s Spec, a *arch.Arch, ts []tensor) error {
 }
 
 // sparseWriter writes to f at increasing offsets, seeking over chunks that
-// are all zero instead of writing them.
+// are all zero instead of writing them. Slices of zeros (the tensors' data,
+// which gguf.Writer hands over unbuffered when large) are known to be zero
+// and skipped without reading them: scanning gigabytes of a big preset's
+// zeros took minutes.
 type sparseWriter struct {
-	f   *os.File
-	off int64
+	f     *os.File
+	off   int64
+	zeros []byte
 }
 
 func (w *sparseWriter) Write(p []byte) (int, error) {
 	total := len(p)
+	if w.within(p) {
+		w.off += int64(total)
+		return total, nil
+	}
 	for len(p) > 0 {
 		n := min(len(p), 1<<20)
 		chunk := p[:n]
@@ -220,6 +230,16 @@ func (w *sparseWriter) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// within reports whether p lies inside w.zeros' memory.
+func (w *sparseWriter) within(p []byte) bool {
+	if len(p) == 0 || len(w.zeros) == 0 {
+		return false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(w.zeros)))
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	return start >= base && start-base+uintptr(len(p)) <= uintptr(len(w.zeros))
 }
 
 func allZero(b []byte) bool {
@@ -297,7 +317,7 @@ func writeWeights(ctx context.Context, f *os.File, s Spec, ts []tensor, offsets 
 							row[i] = 1
 						}
 					} else {
-						weightRow(pcg, rng, s.Seed, s.std(), j.t.name, r, row)
+						weightRow(pcg, rng, s.Seed, j.t.std, j.t.name, r, row)
 					}
 					if j.t.factors {
 						// Std-free: the same factors whatever the weights' std.

@@ -75,3 +75,20 @@ func TestLongInputs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodeLlamaCpp encodes benchText with real vocabularies from
+// llama.cpp's test set, one per tokenizer model and pre-tokenizer family.
+func BenchmarkEncodeLlamaCpp(b *testing.B) {
+	for _, name := range []string{"llama-spm", "llama-bpe", "qwen2", "gpt-2", "deepseek-llm", "falcon", "bert-bge"} {
+		b.Run(name, func(b *testing.B) {
+			tok, err := FromGGUF(openLlamaCppVocab(b, "ggml-vocab-"+name))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(benchText)))
+			for b.Loop() {
+				tok.Encode(benchText, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+			}
+		})
+	}
+}

@@ -25,7 +25,7 @@ func (t *Tokenizer) renderPiece(id int32) string {
 	default:
 		return ""
 	}
-	if t.model == ModelLlama {
+	if t.model == ModelLlama || t.model == ModelBERT {
 		return strings.ReplaceAll(text, spmSpace, " ")
 	}
 	return byteDecode(text)

@@ -1,18 +1,26 @@
 // Package tokenizer turns text into token ids and back, the way llama.cpp does
 // for the vocabularies stored in GGUF files.
 //
-// Two tokenizer models are implemented:
+// Three tokenizer models are implemented:
 //
 //   - "llama": SentencePiece-style BPE over scores (llama.cpp's SPM
 //     tokenizer). Spaces become "▁" (U+2581), a dummy-prefix space is added
-//     before the text (and after every special token), adjacent symbols are
-//     merged highest score first, and characters missing from the vocabulary
-//     fall back to "<0xHH>" byte tokens.
+//     before the text (and after every special token) unless the vocabulary
+//     turns add_space_prefix off (Gemma), adjacent symbols are merged
+//     highest score first, and characters missing from the vocabulary fall
+//     back to "<0xHH>" byte tokens.
 //   - "gpt2": byte-level BPE over merge ranks. The text is first cut into
-//     words by the pre-tokenizer named in tokenizer.ggml.pre (llama-bpe,
-//     qwen2, smollm, gpt-2, default and their aliases), each word's bytes are
-//     mapped to printable code points (the GPT-2 byte-to-unicode table), and
-//     merges are applied lowest rank first.
+//     words by the pre-tokenizer named in tokenizer.ggml.pre (every name
+//     llama.cpp c392e50 accepts except deepseek-v3 and jina-v2-*: see
+//     docs/tokenizers.md), each word's bytes are mapped to printable code
+//     points (the GPT-2 byte-to-unicode table), and merges are applied
+//     lowest rank first.
+//   - "bert": WordPiece (llama.cpp's WPM): accent-stripped, lower-cased
+//     words covered greedily by the longest tokens.
+//
+// Anything else is refused with an error wrapping engine.ErrUnsupported that
+// says "unsupported: NAME". llama.cpp's own tokenizer test set, with more
+// cases recorded from llama.cpp, is the oracle (llamacpp_test.go).
 //
 // The core works on a plain Vocab, so a tokenizer can be built in memory;
 // FromGGUF is a thin adapter that fills a Vocab from a GGUF file's

@@ -31,7 +31,7 @@ func storiesTokenizer(tb testing.TB) *Tokenizer {
 
 // FuzzEncode checks, for arbitrary input:
 //   - Encode never panics, under every option combination, and returns ids
-//     inside the vocabulary;
+//     inside the vocabulary (also for BERT's WordPiece, bert-bge's vocabulary);
 //   - llama vocabularies with byte fallback: for valid UTF-8 without U+2581
 //     (which the model cannot tell from a space) and without the text of a
 //     user-defined token (which is always parsed, and the text after it
@@ -69,13 +69,17 @@ func FuzzEncode(f *testing.F) {
 	for pre := range preTokenizers {
 		bpes[pre] = mustNew(f, newBPEVocab(f, pre).v)
 	}
+	bert, err := FromGGUF(openLlamaCppVocab(f, "ggml-vocab-bert-bge"))
+	if err != nil {
+		f.Fatal(err)
+	}
 
 	f.Fuzz(func(t *testing.T, text string) {
 		llamas := []*Tokenizer{spm}
 		if stories != nil {
 			llamas = append(llamas, stories)
 		}
-		all := llamas
+		all := append([]*Tokenizer{bert}, llamas...)
 		for _, tok := range bpes {
 			all = append(all, tok)
 		}

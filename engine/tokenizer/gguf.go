@@ -21,10 +21,12 @@ const (
 	keyPAD            = "tokenizer.ggml.padding_token_id"
 	keyEOT            = "tokenizer.ggml.eot_token_id"
 	keyEOM            = "tokenizer.ggml.eom_token_id"
+	keySEP            = "tokenizer.ggml.seperator_token_id" // sic, as llama.cpp spells it
 	keyAddBOS         = "tokenizer.ggml.add_bos_token"
 	keyAddEOS         = "tokenizer.ggml.add_eos_token"
 	keyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
 	keyChatTemplate   = "tokenizer.chat_template"
+	keyName           = "general.name"
 )
 
 // FromGGUF builds a Tokenizer from f's tokenizer metadata (VocabFromGGUF,
@@ -106,7 +108,7 @@ func VocabFromGGUF(f *gguf.File) (Vocab, error) {
 	for _, s := range []struct {
 		key string
 		id  *int32
-	}{{keyBOS, &v.BOS}, {keyEOS, &v.EOS}, {keyUNK, &v.UNK}, {keyPAD, &v.PAD}, {keyEOT, &v.EOT}, {keyEOM, &v.EOM}} {
+	}{{keyBOS, &v.BOS}, {keyEOS, &v.EOS}, {keyUNK, &v.UNK}, {keyPAD, &v.PAD}, {keyEOT, &v.EOT}, {keyEOM, &v.EOM}, {keySEP, &v.SEP}} {
 		if *s.id != NoToken && int(*s.id) >= n {
 			*s.id = NoToken
 		}
@@ -140,6 +142,9 @@ func VocabFromGGUF(f *gguf.File) (Vocab, error) {
 	}
 
 	if v.ChatTemplate, err = ggufString(f, keyChatTemplate, false); err != nil {
+		return Vocab{}, err
+	}
+	if v.Name, err = ggufString(f, keyName, false); err != nil {
 		return Vocab{}, err
 	}
 	return v, nil

@@ -106,7 +106,7 @@ var llamaCppVocabs = map[string]struct {
 	unsupported string // "" when supported
 }{
 	"ggml-vocab-baichuan":       {model: "llama"},
-	"ggml-vocab-bert-bge":       {model: "bert", pre: "bert-bge", unsupported: "bert"},
+	"ggml-vocab-bert-bge":       {model: "bert", pre: "bert-bge"},
 	"ggml-vocab-deepseek-coder": {model: "gpt2", pre: "deepseek-coder"},
 	"ggml-vocab-deepseek-llm":   {model: "gpt2", pre: "deepseek-llm"},
 	"ggml-vocab-falcon":         {model: "gpt2", pre: "falcon"},
@@ -163,6 +163,9 @@ func TestLlamaCppVocabs(t *testing.T) {
 				checkLlamaCppCases(t, tok, readLlamaCppCases(t, name+".gguf.inp", name+".gguf.out"))
 			}
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", name+".gguf.extra.out"))
+			// Chat markup with parse_special on: control tokens are
+			// recognised, and Phi-3's strip the white space after them.
+			checkLlamaCppCasesWith(t, tok, readLlamaCppCases(t, "special.inp", name+".gguf.special.out"), EncodeOptions{ParseSpecial: true})
 		})
 	}
 	for name := range llamaCppVocabs {
@@ -176,9 +179,15 @@ func TestLlamaCppVocabs(t *testing.T) {
 // off, as llama.cpp's test does, and reports each mismatch.
 func checkLlamaCppCases(t *testing.T, tok *Tokenizer, cases []llamaCppCase) {
 	t.Helper()
+	checkLlamaCppCasesWith(t, tok, cases, EncodeOptions{})
+}
+
+// checkLlamaCppCasesWith is checkLlamaCppCases with other options.
+func checkLlamaCppCasesWith(t *testing.T, tok *Tokenizer, cases []llamaCppCase, opts EncodeOptions) {
+	t.Helper()
 	failed := 0
 	for i, c := range cases {
-		got := tok.Encode(c.text, EncodeOptions{})
+		got := tok.Encode(c.text, opts)
 		if !slices.Equal(got, c.want) {
 			failed++
 			t.Errorf("case %d %q:\n got %v\nwant %v", i, c.text, got, c.want)
@@ -219,5 +228,31 @@ func TestLlamaCppRelabelled(t *testing.T) {
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, r.base+".gguf.inp", stem+".out"))
 			checkLlamaCppCases(t, tok, readLlamaCppCases(t, "extra.inp", stem+".extra.out"))
 		})
+	}
+}
+
+// TestBERTAddSpecial checks llama.cpp's WPM add_special: [CLS] text [SEP],
+// whatever add_bos / add_eos say, and the "▁" word prefix rendered as a
+// space by Piece.
+func TestBERTAddSpecial(t *testing.T) {
+	tok, err := FromGGUF(openLlamaCppVocab(t, "ggml-vocab-bert-bge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := tok.Encode("Hello, world!", EncodeOptions{})
+	got := tok.Encode("Hello, world!", EncodeOptions{AddSpecial: true})
+	want := append(append([]int32{101}, plain...), 102)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Encode with AddSpecial = %v, want %v", got, want)
+	}
+	if tok.SEP() != 102 || tok.BOS() != 101 || tok.UNK() != 100 {
+		t.Errorf("BOS/SEP/UNK = %d/%d/%d, want 101/102/100", tok.BOS(), tok.SEP(), tok.UNK())
+	}
+	var b strings.Builder
+	for _, id := range plain {
+		b.WriteString(tok.Piece(id))
+	}
+	if b.String() != " hello , world !" {
+		t.Errorf("pieces join to %q, want %q", b.String(), " hello , world !")
 	}
 }

@@ -268,8 +268,9 @@ func (r relabel) stem() string {
 	return strings.TrimPrefix(r.base, "ggml-vocab-") + "@" + n
 }
 
-// TestMakeOracleOutputs records llama.cpp's ids for extra.inp on every
-// vocabulary, and for both case files on the relabelled vocabularies, with
+// TestMakeOracleOutputs records llama.cpp's ids for extra.inp (and, with
+// parse_special on, special.inp) on every vocabulary, and for both case
+// files on the relabelled vocabularies, with
 // the oracle in testdata/llamacpp/oracle (tok.cpp, built against llama.cpp
 // c392e50; see the README):
 //
@@ -280,8 +281,8 @@ func TestMakeOracleOutputs(t *testing.T) {
 		t.Skip("BATON_LLAMACPP_TOK not set")
 	}
 	tmp := t.TempDir()
-	run := func(vocab, inp, out string) {
-		cmd := exec.Command(tool, vocab, inp)
+	run := func(vocab, inp, out string, args ...string) {
+		cmd := exec.Command(tool, append([]string{vocab, inp}, args...)...)
 		cmd.Stderr = os.Stderr
 		ids, err := cmd.Output()
 		if err != nil {
@@ -302,6 +303,7 @@ func TestMakeOracleOutputs(t *testing.T) {
 		path := filepath.Join(tmp, name+".gguf")
 		writeRelabelled(t, relabel{base: name}, path)
 		run(path, extra, filepath.Join(llamaCppDir, name+".gguf.extra.out"))
+		run(path, filepath.Join(llamaCppDir, "special.inp"), filepath.Join(llamaCppDir, name+".gguf.special.out"), "special")
 	}
 	if err := os.MkdirAll(filepath.Join(llamaCppDir, "relabel"), 0o755); err != nil {
 		t.Fatal(err)

@@ -20,13 +20,19 @@ type Tokenizer struct {
 	pieces []string // token_to_piece with special tokens shown
 
 	bos, eos, unk, pad, eot, eom int32
+	sep                          int32 // ModelBERT: ends the text with AddSpecial
 	eog                          map[int32]struct{}
+	maxTokenLen                  int // longest token text in bytes (ModelBERT)
 
 	addBOS, addEOS, addSpacePrefix bool
 
 	// specials are the control, user-defined and unknown tokens, longest
 	// text first: the order in which their text is looked for in the input.
 	specials []int32
+	// lstrip and rstrip mark specials that, when recognised in the input,
+	// swallow the ASCII white space before / after them (llama.cpp's
+	// LLAMA_TOKEN_ATTR_LSTRIP / _RSTRIP, which it sets by model name).
+	lstrip, rstrip map[int32]bool
 	// specialStart marks the first bytes of the specials' texts, so that
 	// text that cannot contain one skips the search.
 	specialStart [256]bool
@@ -93,6 +99,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		eos:            v.EOS,
 		unk:            v.UNK,
 		pad:            v.PAD,
+		sep:            v.SEP,
 		eot:            v.EOT,
 		eom:            v.EOM,
 		eog:            make(map[int32]struct{}),
@@ -110,6 +117,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 		t.tokens[i] = text
 		t.toID[text] = int32(i)
+		t.maxTokenLen = max(t.maxTokenLen, len(text))
 		t.types[i] = TypeNormal
 		if v.Types != nil {
 			t.types[i] = v.Types[i]
@@ -127,6 +135,7 @@ func New(v Vocab) (*Tokenizer, error) {
 	slices.SortStableFunc(t.specials, func(a, b int32) int {
 		return len(t.tokens[b]) - len(t.tokens[a])
 	})
+	t.setStripAttrs(v)
 
 	const hex = "0123456789ABCDEF"
 	for b := range 256 {
@@ -138,6 +147,9 @@ func New(v Vocab) (*Tokenizer, error) {
 		}
 	}
 
+	if v.Model == ModelBERT {
+		t.pre = preConfig{cleanSpaces: true} // llama.cpp cleans spaces for WPM
+	}
 	if v.Model == ModelGPT2 {
 		t.preName = normPre(v.Pre)
 		t.pre = preTokenizers[t.preName]
@@ -162,6 +174,30 @@ func New(v Vocab) (*Tokenizer, error) {
 		t.pieces[id] = t.renderPiece(int32(id))
 	}
 	return t, nil
+}
+
+// setStripAttrs gives tokens the strip attributes llama.cpp gives them by
+// model name: for a model whose general.name contains "phi-3" or "phi3",
+// every special token and "</s>" strip to their right, except <unk>, <s>
+// and <|endoftext|>. (llama.cpp also gives jina-v2-de/-es/-code's <mask>
+// lstrip; those pre-tokenizers are refused, so lstrip stays unused.)
+func (t *Tokenizer) setStripAttrs(v Vocab) {
+	t.lstrip, t.rstrip = map[int32]bool{}, map[int32]bool{}
+	name := strings.ToLower(v.Name)
+	switch {
+	case strings.Contains(name, "phi-3") || strings.Contains(name, "phi3"):
+		for _, id := range t.specials {
+			t.rstrip[id] = true
+		}
+		if id, ok := t.toID["</s>"]; ok {
+			t.rstrip[id] = true
+		}
+		for _, s := range []string{"<unk>", "<s>", "<|endoftext|>"} {
+			if id, ok := t.toID[s]; ok {
+				delete(t.rstrip, id)
+			}
+		}
+	}
 }
 
 // findEOG builds the end-of-generation set from EOS, EOT, EOM, extra and the
@@ -213,6 +249,17 @@ func (t *Tokenizer) forceControl(id int32) {
 func (t *Tokenizer) Encode(text string, opts EncodeOptions) []int32 {
 	frags := t.partition(text, opts.ParseSpecial)
 	out := make([]int32, 0, len(text)/3+2)
+	if t.model == ModelBERT {
+		// llama.cpp's WPM add_special is always [CLS] text [SEP].
+		if opts.AddSpecial && t.bos != NoToken {
+			out = append(out, t.bos)
+		}
+		out = t.encodeWPM(frags, out)
+		if opts.AddSpecial && t.sep != NoToken {
+			out = append(out, t.sep)
+		}
+		return out
+	}
 	if opts.AddSpecial && t.addBOS {
 		out = append(out, t.bos)
 	}
@@ -268,11 +315,18 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 				if k < 0 {
 					break
 				}
-				if k > 0 {
-					next = append(next, fragment{text: rest[:k], id: NoToken})
+				left := rest[:k]
+				if t.lstrip[id] {
+					left = strings.TrimRight(left, asciiSpace)
+				}
+				if left != "" {
+					next = append(next, fragment{text: left, id: NoToken})
 				}
 				next = append(next, fragment{id: id})
 				rest = rest[k+len(tok):]
+				if t.rstrip[id] {
+					rest = strings.TrimLeft(rest, asciiSpace)
+				}
 			}
 			if rest != "" {
 				next = append(next, fragment{text: rest, id: NoToken})
@@ -284,6 +338,9 @@ func (t *Tokenizer) partition(text string, parseSpecial bool) []fragment {
 	}
 	return frags
 }
+
+// asciiSpace is what C's isspace accepts, which llama.cpp strips with.
+const asciiSpace = " \t\n\v\f\r"
 
 func (t *Tokenizer) mayHoldSpecial(text string) bool {
 	for i := 0; i < len(text); i++ {
@@ -306,7 +363,7 @@ func (t *Tokenizer) valid(id int32) bool { return id >= 0 && int(id) < len(t.tok
 // VocabSize returns the number of tokens.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
 
-// Model returns the tokenizer model, ModelLlama or ModelGPT2.
+// Model returns the tokenizer model: ModelLlama, ModelGPT2 or ModelBERT.
 func (t *Tokenizer) Model() string { return t.model }
 
 // Pre returns the pre-tokenizer name of a ModelGPT2 tokenizer ("default"
@@ -324,6 +381,9 @@ func (t *Tokenizer) EOT() int32 { return t.eot }
 
 // UNK returns the unknown-token id, or NoToken.
 func (t *Tokenizer) UNK() int32 { return t.unk }
+
+// SEP returns the separator id (BERT's [SEP]), or NoToken.
+func (t *Tokenizer) SEP() int32 { return t.sep }
 
 // PAD returns the padding id, or NoToken.
 func (t *Tokenizer) PAD() int32 { return t.pad }

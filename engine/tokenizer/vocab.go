@@ -72,8 +72,9 @@ type Vocab struct {
 	// Merges holds the ModelGPT2 merges, "left right", best first.
 	Merges []string
 
-	// Special token ids; NoToken when absent.
-	BOS, EOS, UNK, PAD, EOT, EOM int32
+	// Special token ids; NoToken when absent. SEP is BERT's [SEP], which
+	// Encode with AddSpecial appends for ModelBERT.
+	BOS, EOS, UNK, PAD, EOT, EOM, SEP int32
 	// EOG lists further end-of-generation ids besides EOS, EOT and EOM.
 	EOG []int32
 
@@ -86,6 +87,11 @@ type Vocab struct {
 
 	// ChatTemplate is tokenizer.chat_template, kept verbatim.
 	ChatTemplate string
+
+	// Name is general.name. As llama.cpp does, New gives the special tokens
+	// of a model named like Phi-3 the "rstrip" attribute (white space after
+	// them in the input is dropped when they are recognised).
+	Name string
 }
 
 // DefaultVocab returns a Vocab with no tokens and the special ids and flags
@@ -99,13 +105,16 @@ func DefaultVocab(model, pre string) Vocab {
 	v := Vocab{
 		Model: model,
 		Pre:   pre,
-		BOS:   NoToken, EOS: NoToken, UNK: NoToken, PAD: NoToken, EOT: NoToken, EOM: NoToken,
+		BOS:   NoToken, EOS: NoToken, UNK: NoToken, PAD: NoToken, EOT: NoToken, EOM: NoToken, SEP: NoToken,
 	}
 	switch model {
 	case ModelLlama:
 		v.BOS, v.EOS, v.UNK = 1, 2, 0
 		v.AddBOS = true
 		v.AddSpacePrefix = true
+	case ModelBERT:
+		v.BOS, v.UNK, v.SEP, v.PAD = 101, 100, 102, 0
+		v.AddBOS = true
 	case ModelGPT2:
 		v.BOS, v.EOS = 11, 11
 		if cfg, ok := preTokenizers[normPre(pre)]; ok {
@@ -137,7 +146,7 @@ func (v *Vocab) validate() error {
 	for _, s := range []struct {
 		name string
 		id   int32
-	}{{"BOS", v.BOS}, {"EOS", v.EOS}, {"UNK", v.UNK}, {"PAD", v.PAD}, {"EOT", v.EOT}, {"EOM", v.EOM}} {
+	}{{"BOS", v.BOS}, {"EOS", v.EOS}, {"UNK", v.UNK}, {"PAD", v.PAD}, {"EOT", v.EOT}, {"EOM", v.EOM}, {"SEP", v.SEP}} {
 		if s.id != NoToken && (s.id < 0 || int(s.id) >= n) {
 			return fmt.Errorf("tokenizer: Vocab.%s = %d is outside the vocabulary [0, %d): %w", s.name, s.id, n, engine.ErrInvalidInput)
 		}
@@ -154,7 +163,7 @@ func (v *Vocab) validate() error {
 		return fmt.Errorf("tokenizer: Vocab.AddEOS is set but Vocab.EOS is NoToken: %w", engine.ErrInvalidInput)
 	}
 	switch v.Model {
-	case ModelLlama:
+	case ModelLlama, ModelBERT:
 	case ModelGPT2:
 		if _, ok := preTokenizers[normPre(v.Pre)]; !ok {
 			return fmt.Errorf("tokenizer: %w: %s (Vocab.Pre %q, tokenizer.ggml.pre: a pre-tokenizer this package does not implement; docs/tokenizers.md lists those it does)", engine.ErrUnsupported, v.Pre, v.Pre)

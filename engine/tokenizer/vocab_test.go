@@ -38,7 +38,7 @@ func TestNewValidates(t *testing.T) {
 		{"add BOS without BOS", func(v *Vocab) { v.BOS = NoToken }, engine.ErrInvalidInput, "Vocab.AddBOS"},
 		{"add EOS without EOS", func(v *Vocab) { v.AddEOS, v.EOS = true, NoToken }, engine.ErrInvalidInput, "Vocab.AddEOS"},
 		{"duplicate", func(v *Vocab) { v.Tokens[3] = "</s>" }, engine.ErrInvalidInput, `Vocab.Tokens[3] "</s>" repeats Vocab.Tokens[2]`},
-		{"model", func(v *Vocab) { v.Model = "bert" }, engine.ErrUnsupported, `Vocab.Model "bert"`},
+		{"model", func(v *Vocab) { v.Model = "t5" }, engine.ErrUnsupported, `unsupported: t5 (Vocab.Model "t5"`},
 		{"pre", func(v *Vocab) { v.Model, v.Pre = ModelGPT2, "deepseek-v3" }, engine.ErrUnsupported, `unsupported: deepseek-v3 (Vocab.Pre "deepseek-v3"`},
 	}
 	for _, tt := range tests {
@@ -73,6 +73,10 @@ func TestNewDefaults(t *testing.T) {
 		t.Errorf("TokenID(y) = %d, %v", id, ok)
 	}
 
+	bert := DefaultVocab(ModelBERT, "")
+	if bert.BOS != 101 || bert.UNK != 100 || bert.SEP != 102 || bert.PAD != 0 || bert.EOS != NoToken || !bert.AddBOS || bert.AddSpacePrefix {
+		t.Errorf("DefaultVocab(bert) = %+v, want llama.cpp's WPM defaults (BOS 101, UNK 100, SEP 102, PAD 0)", bert)
+	}
 	for _, c := range []struct {
 		model, pre      string
 		bos, eos, unk   int32
@@ -81,7 +85,7 @@ func TestNewDefaults(t *testing.T) {
 		{ModelLlama, "", 1, 2, 0, true, true},
 		{ModelGPT2, "llama-bpe", 11, 11, NoToken, true, false},
 		{ModelGPT2, "qwen2", 11, 11, NoToken, false, false},
-		{"bert", "", NoToken, NoToken, NoToken, false, false},
+		{"t5", "", NoToken, NoToken, NoToken, false, false},
 	} {
 		d := DefaultVocab(c.model, c.pre)
 		if d.BOS != c.bos || d.EOS != c.eos || d.UNK != c.unk || d.PAD != NoToken || d.EOT != NoToken || d.EOM != NoToken ||

@@ -102,6 +102,10 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		for ; len(dst) > 0; src, dst = src[q6KSz:], dst[qkK:] {
 			dequantQ6K((*[q6KSz]byte)(src), (*[qkK]float32)(dst))
 		}
+	case Q2_K, Q3_K, Q5_K, IQ4_XS:
+		dequantKQ2(t, src, dst)
+	case Q4_1, Q5_0, Q5_1, IQ4_NL:
+		dequantLegacy(t, src, dst)
 	}
 	return nil
 }
@@ -109,8 +113,10 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 // Quantize encodes src as len(src) elements of type t into dst, with the
 // same length rules and errors as [Dequantize]. F16 and BF16 round to
 // nearest even; the block types follow ggml's reference quantizers
-// (quantize_row_*_ref): Q8_0 and Q4_0 reproduce them bit for bit, and Q4_K
-// and Q6_K run the same scale searches in the same float32 arithmetic (they
+// (quantize_row_*_ref): Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 reproduce them bit
+// for bit, IQ4_NL reproduces quantize_iq4_nl without an importance matrix
+// (what llama-quantize writes) bit for bit, and Q4_K and Q6_K run the same
+// scale searches in the same float32 arithmetic (they
 // matched ggml byte for byte on the test data, though only a valid encoding
 // of comparable error is promised). The block types need finite input: a
 // NaN or infinity in src is reported as an error rather than encoded as
@@ -160,6 +166,10 @@ func Quantize(t Type, src []float32, dst []byte) error {
 		for ; len(src) > 0; src, dst = src[qkK:], dst[q6KSz:] {
 			quantQ6K((*[qkK]float32)(src), (*[q6KSz]byte)(dst))
 		}
+	case Q2_K, Q3_K, Q5_K, IQ4_XS:
+		quantKQ2(t, src, dst)
+	case Q4_1, Q5_0, Q5_1, IQ4_NL:
+		quantLegacy(t, src, dst)
 	}
 	return nil
 }

@@ -505,7 +505,7 @@ func TestLengthErrors(t *testing.T) {
 		{"F16 odd bytes", F16, 3, 8, ErrLength, "6 bytes"},
 		{"BF16 short", BF16, 4, 6, ErrLength, "8 bytes"},
 		{"F32 short", F32, 4, 12, ErrLength, "16 bytes"},
-		{"known but unsupported", Q5_0, 32, 22, ErrUnsupportedType, "Q5_0"},
+		{"known but unsupported", IQ2_XXS, 256, 66, ErrUnsupportedType, "IQ2_XXS"},
 		{"unknown id", Type(99), 32, 32, ErrUnsupportedType, "type(99)"},
 	}
 	for _, tt := range tests {

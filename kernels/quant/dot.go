@@ -52,6 +52,13 @@ func Dot(t Type, row []byte, x []float32) float32 {
 			return nan32()
 		}
 		return dotQ6K(row, x)
+	case Q2_K, Q3_K, Q5_K, IQ4_XS:
+		return dotKQ2(t, row, x)
+	case Q4_1, Q5_0, Q5_1, IQ4_NL:
+		if len(x)%qk != 0 || len(row) != len(x)/qk*t.BlockBytes() {
+			return nan32()
+		}
+		return dotLegacy(t, row, x)
 	}
 	return nan32()
 }

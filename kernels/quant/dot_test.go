@@ -73,7 +73,7 @@ func TestDotBadShapesReturnNaN(t *testing.T) {
 		{"Q4_K partial block", Q4_K, 144, 255},
 		{"Q6_K row short", Q6_K, 209, 256},
 		{"Q6_K empty row", Q6_K, 0, 256},
-		{"unsupported", Q5_K, 176, 256},
+		{"unsupported", IQ2_XXS, 66, 256},
 		{"unknown", Type(1000), 4, 1},
 	}
 	for _, tt := range tests {
@@ -139,7 +139,7 @@ func TestMatVecBadShapesFillNaN(t *testing.T) {
 		{"negative rows", Q8_0, 0, nil, -1, 64, x},
 		{"negative cols", F32, 3, nil, 3, -4, nil},
 		{"rows overflow", Q8_0, 0, w, math.MaxInt / 2, 64, x},
-		{"unsupported", Q4_1, 3, make([]byte, 3*40), 3, 64, x},
+		{"unsupported", IQ2_XXS, 3, make([]byte, 3*40), 3, 64, x},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

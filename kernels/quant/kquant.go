@@ -18,9 +18,16 @@ func sqrt32(f float32) float32 { return float32(math.Sqrt(float64(f))) }
 // 0..nmax as x ≈ scale·L − theMin, choosing scale and min by weighted least
 // squares over nstep+1 candidate level spacings around nmax/(max−min)
 // (offsets rmin + rdelta·is) and keeping the one with the smallest weighted
-// squared error. The min is never positive, so theMin ≥ 0. L and Laux must
-// be as long as x; Laux is scratch.
-func makeQKX2(nmax int, x, w []float32, L, Laux []uint8, rmin, rdelta float32, nstep int) (scale, theMin float32) {
+// squared error (weighted absolute error with mad, as Q2_K asks). The min
+// is never positive, so theMin ≥ 0. L and Laux must be as long as x; Laux
+// is scratch.
+func makeQKX2(nmax int, x, w []float32, L, Laux []uint8, rmin, rdelta float32, nstep int, mad bool) (scale, theMin float32) {
+	cost := func(d float32) float32 {
+		if mad {
+			return abs32(d)
+		}
+		return d * d
+	}
 	n := len(x)
 	w, L, Laux = w[:n], L[:n], Laux[:n]
 	lo, hi := x[0], x[0]
@@ -44,8 +51,7 @@ func makeQKX2(nmax int, x, w []float32, L, Laux []uint8, rmin, rdelta float32, n
 	for i, v := range x {
 		l := min(max(nearestInt(iscale*(v-lo)), 0), nmax)
 		L[i] = uint8(l)
-		diff := scale*float32(l) + lo - v
-		best += w[i] * (diff * diff)
+		best += w[i] * cost(scale*float32(l)+lo-v)
 	}
 	for is := 0; is <= nstep; is++ {
 		iscale = (rmin + rdelta*float32(is) + fmax) / (hi - lo)
@@ -72,8 +78,7 @@ func makeQKX2(nmax int, x, w []float32, L, Laux []uint8, rmin, rdelta float32, n
 		}
 		var cur float32
 		for i, v := range x {
-			diff := thisScale*float32(Laux[i]) + thisMin - v
-			cur += w[i] * (diff * diff)
+			cur += w[i] * cost(thisScale*float32(Laux[i])+thisMin-v)
 		}
 		if cur < best {
 			copy(L, Laux)
@@ -167,7 +172,7 @@ func quantQ4K(x *[qkK]float32, b *[q4KSz]byte) {
 		for l, v := range xs {
 			w[l] = av + abs32(v)
 		}
-		scales[j], mins[j] = makeQKX2(15, xs, w[:], L[32*j:32*j+32], Laux[:], -1, 0.1, 20)
+		scales[j], mins[j] = makeQKX2(15, xs, w[:], L[32*j:32*j+32], Laux[:], -1, 0.1, 20, false)
 		maxScale = max(maxScale, scales[j])
 		maxM = max(maxM, mins[j])
 	}

@@ -60,25 +60,25 @@ var types = map[Type]typeInfo{
 	F32:     {"F32", 1, 4, true},
 	F16:     {"F16", 1, 2, true},
 	Q4_0:    {"Q4_0", 32, 18, true},
-	Q4_1:    {"Q4_1", 32, 20, false},
-	Q5_0:    {"Q5_0", 32, 22, false},
-	Q5_1:    {"Q5_1", 32, 24, false},
+	Q4_1:    {"Q4_1", 32, 20, true},
+	Q5_0:    {"Q5_0", 32, 22, true},
+	Q5_1:    {"Q5_1", 32, 24, true},
 	Q8_0:    {"Q8_0", 32, 34, true},
 	Q8_1:    {"Q8_1", 32, 36, false},
-	Q2_K:    {"Q2_K", 256, 84, false},
-	Q3_K:    {"Q3_K", 256, 110, false},
+	Q2_K:    {"Q2_K", 256, 84, true},
+	Q3_K:    {"Q3_K", 256, 110, true},
 	Q4_K:    {"Q4_K", 256, 144, true},
-	Q5_K:    {"Q5_K", 256, 176, false},
+	Q5_K:    {"Q5_K", 256, 176, true},
 	Q6_K:    {"Q6_K", 256, 210, true},
 	Q8_K:    {"Q8_K", 256, 292, false},
 	IQ2_XXS: {"IQ2_XXS", 256, 66, false},
 	IQ2_XS:  {"IQ2_XS", 256, 74, false},
 	IQ3_XXS: {"IQ3_XXS", 256, 98, false},
 	IQ1_S:   {"IQ1_S", 256, 50, false},
-	IQ4_NL:  {"IQ4_NL", 32, 18, false},
+	IQ4_NL:  {"IQ4_NL", 32, 18, true},
 	IQ3_S:   {"IQ3_S", 256, 110, false},
 	IQ2_S:   {"IQ2_S", 256, 82, false},
-	IQ4_XS:  {"IQ4_XS", 256, 136, false},
+	IQ4_XS:  {"IQ4_XS", 256, 136, true},
 	I8:      {"I8", 1, 1, false},
 	I16:     {"I16", 1, 2, false},
 	I32:     {"I32", 1, 4, false},
@@ -114,7 +114,7 @@ func (t Type) BlockBytes() int { return types[t].blockBytes }
 
 // SupportedTypes lists the types Baton computes with, in id order.
 func SupportedTypes() []Type {
-	return []Type{F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16}
+	return []Type{F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16}
 }
 
 // RowBytes returns the bytes needed to store n elements of type t. n must be a

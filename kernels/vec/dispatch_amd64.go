@@ -37,6 +37,8 @@ var (
 		kq:      shape{mmR: 1, mmT: 4, mvR: 1, dR: 1},
 		main:    kernelsAVX2,
 		kquant:  kernelsAVX2,
+		legacy:  kernelsAVX2,
+		lq:      shape{mmR: 2, mmT: 4, mvR: 4, dR: 1},
 	})
 	avx512Impl = newAsmImpl("avx512", geometry{
 		vl:      16,
@@ -47,5 +49,7 @@ var (
 		kq:      shape{mmR: 1, mmT: 4, mvR: 1, dR: 1},
 		main:    kernelsAVX512,
 		kquant:  kernelsAVX2,
+		legacy:  kernelsAVX512,
+		lq:      shape{mmR: 4, mmT: 4, mvR: 4, dR: 4},
 	})
 )

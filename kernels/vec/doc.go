@@ -1,9 +1,10 @@
 // Package vec holds Baton's single-threaded CPU vector kernels: dot
 // products, matrix-vector and small matrix-matrix products for every weight
-// type the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K),
-// quantization of activations to Q8_0 and Q8_K, and a few elementwise
-// helpers of the forward pass. Callers split work across threads
-// themselves, typically by giving each worker a range of weight rows.
+// type the engine computes with (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, IQ4_NL, the K-quants Q2_K to Q6_K, IQ4_XS), quantization of
+// activations to Q8_0, Q8_1 and Q8_K, and a few elementwise helpers of the
+// forward pass. Callers split work across threads themselves, typically by
+// giving each worker a range of weight rows.
 //
 // # Dispatch
 //
@@ -16,17 +17,21 @@
 //
 //   - "avx512": AVX-512 F, BW, VL, DQ and VNNI (with AVX2, FMA, F16C).
 //     Float kernels use 16-lane zmm vectors and 4×4 register tiles (rows ×
-//     tokens); Q8_0 and Q4_0 kernels use vpdpbusd on zmm vectors, two
+//     tokens); Q8_0, Q4_0 and the other 32-value types (Q4_1, Q5_0,
+//     Q5_1, IQ4_NL) use vpdpbusd on zmm vectors, two
 //     32-value blocks per instruction, with 4×4 tiles.
 //   - "avx2": AVX2, FMA and F16C. Float kernels use 8-lane ymm vectors and
 //     3×4 tiles; integer kernels use vpmaddubsw/vpmaddwd, with 2×4 tiles
-//     for Q8_0 and Q4_0.
+//     for Q8_0, Q4_0 and the other 32-value types.
 //   - "purego": the portable Go code, also selected by the purego build tag
 //     and on other architectures.
 //
 // The Q4_K and Q6_K kernels (1×4 tiles), the activation quantizers and the
 // exponential of [ExpSum] are AVX2 code in both assembly implementations:
-// AVX-512 versions of the K-quant kernels measured no faster. AVX_VNNI
+// AVX-512 versions of the K-quant kernels measured no faster. Q2_K, Q3_K,
+// Q5_K and IQ4_XS (kquant2.go, Q8_K activations, 1×4 tiles) have AVX-512
+// variants that are their AVX2 code with vpmaddwd+vpaddd fused into
+// vpdpwssd; see kernels/internal/avogen/kquant2.go. AVX_VNNI
 // without AVX-512 is not used, as the Go assembler has no VEX encoding of
 // vpdpbusd. [Implementation] names the choice.
 //
@@ -59,12 +64,14 @@
 // weights are widened exactly to float32 first.
 //
 // The quantized types follow ggml's vec_dot functions: activations are
-// quantized first, Q8_0 per 32 values for Q8_0 and Q4_0 weights
-// ([QuantizeQ8_0], ggml's quantize_row_q8_0 reference rounding, bit for
-// bit) and Q8_K per 256 values for Q4_K and Q6_K ([QuantizeQ8_K], ggml's
-// quantize_row_q8_K reference, bit for bit). Each block's dot product is
-// then an exact integer, scaled by the float32 product of the block scales
-// and summed in float32 vector lanes. Against the same products summed in
+// quantized first, Q8_0 per 32 values for Q8_0, Q4_0, Q5_0 and IQ4_NL
+// weights ([QuantizeQ8_0], ggml's quantize_row_q8_0 reference rounding, bit
+// for bit), Q8_1 for Q4_1 and Q5_1 (the same blocks plus s = d·Σq, whose
+// product with the weights' offset m is the offset's share of the block;
+// [QuantizeQ8_1]) and Q8_K per 256 values for the K-quants and IQ4_XS
+// ([QuantizeQ8_K], ggml's quantize_row_q8_K reference, bit for bit). Each
+// block's dot product is then an exact integer, scaled by the float32
+// product of the block scales and summed in float32 vector lanes. Against the same products summed in
 // float64 the kernels agree to 1e-6 of Σ over blocks of |scales|·Σ|integer
 // products|. Against the float path (dequantized weights times the
 // unquantized activations, [quant.Dot]) the difference is the activation

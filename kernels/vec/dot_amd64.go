@@ -1783,6 +1783,1217 @@ func axpy4F32AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *b
 //go:noescape
 func axpy4F16AVX2(y *float32, e *[4]float32, v0 *byte, v1 *byte, v2 *byte, v3 *byte, n int)
 
+// quantQ8_1AVX2 quantizes nb blocks of 32 float32 values at x into Q8_1
+// blocks (36 bytes) at y, as ggml's quantize_row_q8_1 reference does:
+//
+//	for b := 0; b < nb; b++ {
+//		amax := max |x[32b+j]|
+//		d := amax / 127
+//		id := 0 if d == 0, else 1 / d
+//		q[j] := int8(roundHalfAway(x[32b+j] * id)) for j < 32
+//		y[36b:] = f16(d), f16(float32(Σq) * d), then q
+//	}
+//
+// A block holding a NaN or an infinity gets the binary16 NaN 0x7e00 as d
+// and s, and zero values.
+//
+//go:noescape
+func quantQ8_1AVX2(x *float32, y *byte, nb int)
+
+// dotQ4_1AVX2 returns the dot product of a row of nb blocks of
+// Q4_1 weights with Q8_1 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[20*b:], x[36*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[4+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//		sum += f16(wq[2:]) * f16(xq[2:])
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ4_1AVX2(w *byte, x *byte, nb int) float32
+
+// tileQ4_1_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x1_AVX2 computes a 2-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_3x1_AVX2 computes a 3-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_4x1_AVX2 computes a 4-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x2_AVX2 computes a 2-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x3_AVX2 computes a 2-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x4_AVX2 computes a 2-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_0AVX2 returns the dot product of a row of nb blocks of
+// Q5_0 weights with Q8_0 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[22*b:], x[34*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[2+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_0AVX2(w *byte, x *byte, nb int) float32
+
+// tileQ5_0_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x1_AVX2 computes a 2-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_3x1_AVX2 computes a 3-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_4x1_AVX2 computes a 4-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x2_AVX2 computes a 2-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x3_AVX2 computes a 2-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x4_AVX2 computes a 2-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_1AVX2 returns the dot product of a row of nb blocks of
+// Q5_1 weights with Q8_1 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[24*b:], x[36*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[4+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//		sum += f16(wq[2:]) * f16(xq[2:])
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_1AVX2(w *byte, x *byte, nb int) float32
+
+// tileQ5_1_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x1_AVX2 computes a 2-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_3x1_AVX2 computes a 3-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_4x1_AVX2 computes a 4-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x2_AVX2 computes a 2-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x3_AVX2 computes a 2-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x4_AVX2 computes a 2-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotIQ4_NLAVX2 returns the dot product of a row of nb blocks of
+// IQ4_NL weights with Q8_0 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[18*b:], x[34*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[2+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotIQ4_NLAVX2(w *byte, x *byte, nb int) float32
+
+// tileIQ4_NL_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x1_AVX2 computes a 2-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_3x1_AVX2 computes a 3-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_3x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_4x1_AVX2 computes a 4-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_4x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x2_AVX2 computes a 2-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x3_AVX2 computes a 2-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x4_AVX2 computes a 2-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
 // dotF32AVX512 returns the dot product of n float32 weights at w
 // with n float32 activations at x:
 //
@@ -3663,3 +4874,3155 @@ func tileQ4_0_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32,
 //
 //go:noescape
 func tileQ4_0_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ4_1AVX512 returns the dot product of a row of nb blocks of
+// Q4_1 weights with Q8_1 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[20*b:], x[36*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[4+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//		sum += f16(wq[2:]) * f16(xq[2:])
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ4_1AVX512(w *byte, x *byte, nb int) float32
+
+// tileQ4_1_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x1_AVX512 computes a 2-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_3x1_AVX512 computes a 3-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_4x1_AVX512 computes a 4-row × 1-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x2_AVX512 computes a 2-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x3_AVX512 computes a 2-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_2x4_AVX512 computes a 2-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_3x2_AVX512 computes a 3-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_3x3_AVX512 computes a 3-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_3x4_AVX512 computes a 3-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_4x2_AVX512 computes a 4-row × 2-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_4x3_AVX512 computes a 4-row × 3-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ4_1_4x4_AVX512 computes a 4-row × 4-token tile of dot products of
+// Q4_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+20*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[4:], j), in 0..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ4_1_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_0AVX512 returns the dot product of a row of nb blocks of
+// Q5_0 weights with Q8_0 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[22*b:], x[34*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[2+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_0AVX512(w *byte, x *byte, nb int) float32
+
+// tileQ5_0_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x1_AVX512 computes a 2-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_3x1_AVX512 computes a 3-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_4x1_AVX512 computes a 4-row × 1-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x2_AVX512 computes a 2-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x3_AVX512 computes a 2-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_2x4_AVX512 computes a 2-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_3x2_AVX512 computes a 3-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_3x3_AVX512 computes a 3-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_3x4_AVX512 computes a 3-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_4x2_AVX512 computes a 4-row × 2-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_4x3_AVX512 computes a 4-row × 3-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_0_4x4_AVX512 computes a 4-row × 4-token tile of dot products of
+// Q5_0 weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+22*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[6:], j) | bit(wq[2:], j)<<4 − 16, in −16..15.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_0_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_1AVX512 returns the dot product of a row of nb blocks of
+// Q5_1 weights with Q8_1 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[24*b:], x[36*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[4+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//		sum += f16(wq[2:]) * f16(xq[2:])
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_1AVX512(w *byte, x *byte, nb int) float32
+
+// tileQ5_1_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x1_AVX512 computes a 2-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_3x1_AVX512 computes a 3-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_4x1_AVX512 computes a 4-row × 1-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x2_AVX512 computes a 2-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x3_AVX512 computes a 2-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_2x4_AVX512 computes a 2-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_3x2_AVX512 computes a 3-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_3x3_AVX512 computes a 3-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_3x4_AVX512 computes a 3-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_4x2_AVX512 computes a 4-row × 2-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_4x3_AVX512 computes a 4-row × 3-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_1_4x4_AVX512 computes a 4-row × 4-token tile of dot products of
+// Q5_1 weights with Q8_1 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+24*b:], x[t*xs+36*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[4+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//				sum += f16(wq[2:]) * f16(xq[2:])
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is nibble(wq[8:], j) | bit(wq[4:], j)<<4, in 0..31.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_1_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotIQ4_NLAVX512 returns the dot product of a row of nb blocks of
+// IQ4_NL weights with Q8_0 activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[18*b:], x[34*b:]
+//		var dot int32
+//		for j := 0; j < 32; j++ {
+//			dot += level(wq, j) * int32(int8(xq[2+j]))
+//		}
+//		sum += float32(dot) * (f16(wq) * f16(xq))
+//	}
+//	return sum
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotIQ4_NLAVX512(w *byte, x *byte, nb int) float32
+
+// tileIQ4_NL_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x1_AVX512 computes a 2-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_3x1_AVX512 computes a 3-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_3x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_4x1_AVX512 computes a 4-row × 1-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_4x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x2_AVX512 computes a 2-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x3_AVX512 computes a 2-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_2x4_AVX512 computes a 2-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 2; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_2x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_3x2_AVX512 computes a 3-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_3x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_3x3_AVX512 computes a 3-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_3x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_3x4_AVX512 computes a 3-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_3x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_4x2_AVX512 computes a 4-row × 2-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_4x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_4x3_AVX512 computes a 4-row × 3-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_4x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_NL_4x4_AVX512 computes a 4-row × 4-token tile of dot products of
+// IQ4_NL weights with Q8_0 activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+18*b:], x[t*xs+34*b:]
+//				var dot int32
+//				for j := 0; j < 32; j++ {
+//					dot += level(wq, j) * int32(int8(xq[2+j]))
+//				}
+//				sum += float32(dot) * (f16(wq) * f16(xq))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 reads a little-endian binary16 value, nibble(qs, j) is the low
+// nibble of qs[j] for j < 16 and the high nibble of qs[j-16] otherwise,
+// bit(qh, j) is bit j of the little-endian uint32 at qh, and level(wq, j)
+// is iq4nl[nibble(wq[2:], j)], ggml's kvalues_iq4nl.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_NL_4x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ2_KAVX2 returns the dot product of a row of nb blocks of
+// Q2_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[84*b:], x[292*b:]
+//		var isum, msum int32
+//		for j := 0; j < 16; j++ { // 16-value sub-blocks
+//			var dot int32
+//			for i := 16 * j; i < 16*j+16; i++ {
+//				dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(wq[j]&15) * dot
+//			msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//		}
+//		d := f32(xq[0:])
+//		sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ2_KAVX2(w *byte, x *byte, nb int) float32
+
+// tileQ2_K_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ3_KAVX2 returns the dot product of a row of nb blocks of
+// Q3_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[110*b:], x[292*b:]
+//		var isum int32
+//		for j := 0; j < 16; j++ { // 16-value sub-blocks
+//			var dot int32
+//			for i := 16 * j; i < 16*j+16; i++ {
+//				dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(scale3K(wq[96:108], j)) * dot
+//		}
+//		sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ3_KAVX2(w *byte, x *byte, nb int) float32
+
+// tileQ3_K_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_KAVX2 returns the dot product of a row of nb blocks of
+// Q5_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[176*b:], x[292*b:]
+//		var isum, msum int32
+//		for j := 0; j < 8; j++ { // 32-value sub-blocks
+//			sc, m := scaleMinK4(j, wq[4:16])
+//			var dot int32
+//			for i := 32 * j; i < 32*j+32; i++ {
+//				dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(sc) * dot
+//			msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//		}
+//		d := f32(xq[0:])
+//		sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_KAVX2(w *byte, x *byte, nb int) float32
+
+// tileQ5_K_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotIQ4_XSAVX2 returns the dot product of a row of nb blocks of
+// IQ4_XS weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[136*b:], x[292*b:]
+//		var isum int32
+//		for j := 0; j < 8; j++ { // 32-value sub-blocks
+//			var dot int32
+//			for i := 32 * j; i < 32*j+32; i++ {
+//				dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(scaleIQ4(wq, j)) * dot
+//		}
+//		sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotIQ4_XSAVX2(w *byte, x *byte, nb int) float32
+
+// tileIQ4_XS_1x1_AVX2 computes a 1-row × 1-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x1_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x2_AVX2 computes a 1-row × 2-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x2_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x3_AVX2 computes a 1-row × 3-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x3_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x4_AVX2 computes a 1-row × 4-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x4_AVX2(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ2_KAVX512 returns the dot product of a row of nb blocks of
+// Q2_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[84*b:], x[292*b:]
+//		var isum, msum int32
+//		for j := 0; j < 16; j++ { // 16-value sub-blocks
+//			var dot int32
+//			for i := 16 * j; i < 16*j+16; i++ {
+//				dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(wq[j]&15) * dot
+//			msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//		}
+//		d := f32(xq[0:])
+//		sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ2_KAVX512(w *byte, x *byte, nb int) float32
+
+// tileQ2_K_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ2_K_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q2_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+84*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(two2K(wq[16:80], i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(wq[j]&15) * dot
+//					msum += int32(wq[j]>>4) * int32(bsum(xq, j))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[80:])*d) - float32(msum)*(f16(wq[82:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// and two2K(wq[16:80], i) is the 2-bit value i: bits 2k, 2k+1 of
+// qs[32h+l] for i = 128h+32k+l (ggml's dequantize_row_q2_K).
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ2_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ3_KAVX512 returns the dot product of a row of nb blocks of
+// Q3_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[110*b:], x[292*b:]
+//		var isum int32
+//		for j := 0; j < 16; j++ { // 16-value sub-blocks
+//			var dot int32
+//			for i := 16 * j; i < 16*j+16; i++ {
+//				dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(scale3K(wq[96:108], j)) * dot
+//		}
+//		sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ3_KAVX512(w *byte, x *byte, nb int) float32
+
+// tileQ3_K_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ3_K_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q3_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+110*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 16; j++ { // 16-value sub-blocks
+//					var dot int32
+//					for i := 16 * j; i < 16*j+16; i++ {
+//						dot += int32(three3K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scale3K(wq[96:108], j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[108:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scale3K(wq[96:108], j) is the 6-bit scale of sub-block j less 32
+// (ggml's dequantize_row_q3_K unpacking), and three3K(wq, i) the
+// 3-bit value i: bits 2k, 2k+1 of qs[32h+l] (wq[32:96]) for
+// i = 128h+32k+l, minus 4 unless bit 4h+k of hmask[l] (wq[0:32]) is set.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ3_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotQ5_KAVX512 returns the dot product of a row of nb blocks of
+// Q5_K weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[176*b:], x[292*b:]
+//		var isum, msum int32
+//		for j := 0; j < 8; j++ { // 32-value sub-blocks
+//			sc, m := scaleMinK4(j, wq[4:16])
+//			var dot int32
+//			for i := 32 * j; i < 32*j+32; i++ {
+//				dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(sc) * dot
+//			msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//		}
+//		d := f32(xq[0:])
+//		sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotQ5_KAVX512(w *byte, x *byte, nb int) float32
+
+// tileQ5_K_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileQ5_K_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// Q5_K weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+176*b:], x[t*xs+292*b:]
+//				var isum, msum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					sc, m := scaleMinK4(j, wq[4:16])
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(five5K(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(sc) * dot
+//					msum += int32(m) * (int32(bsum(xq, 2*j)) + int32(bsum(xq, 2*j+1)))
+//				}
+//				d := f32(xq[0:])
+//				sum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleMinK4(j, s) unpacks the 6-bit scale and min of sub-block j as
+// ggml's get_scale_min_k4 does, five5K(wq, i) is the low nibble of
+// qs[32*(i/64) + i%32] (wq[48:]) if i%64 < 32 and its high nibble
+// otherwise, plus 16 if bit 2*(i/64) + (i%64)/32 of qh[i%32]
+// (wq[16:48]) is set, and bsum(xq, g) is the int16 at xq[260+2*g:].
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileQ5_K_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// dotIQ4_XSAVX512 returns the dot product of a row of nb blocks of
+// IQ4_XS weights with Q8_K activations:
+//
+//	var sum float32
+//	for b := 0; b < nb; b++ {
+//		wq, xq := w[136*b:], x[292*b:]
+//		var isum int32
+//		for j := 0; j < 8; j++ { // 32-value sub-blocks
+//			var dot int32
+//			for i := 32 * j; i < 32*j+32; i++ {
+//				dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//			}
+//			isum += int32(scaleIQ4(wq, j)) * dot
+//		}
+//		sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//	}
+//	return sum
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func dotIQ4_XSAVX512(w *byte, x *byte, nb int) float32
+
+// tileIQ4_XS_1x1_AVX512 computes a 1-row × 1-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 1; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x1_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x2_AVX512 computes a 1-row × 2-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 2; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x2_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x3_AVX512 computes a 1-row × 3-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 3; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x3_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+
+// tileIQ4_XS_1x4_AVX512 computes a 1-row × 4-token tile of dot products of
+// IQ4_XS weights with Q8_K activations, nb blocks per row (strides in bytes):
+//
+//	for r := 0; r < 1; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for b := 0; b < nb; b++ {
+//				wq, xq := w[r*ws+136*b:], x[t*xs+292*b:]
+//				var isum int32
+//				for j := 0; j < 8; j++ { // 32-value sub-blocks
+//					var dot int32
+//					for i := 32 * j; i < 32*j+32; i++ {
+//						dot += int32(levelIQ4(wq, i)) * int32(int8(xq[4+i]))
+//					}
+//					isum += int32(scaleIQ4(wq, j)) * dot
+//				}
+//				sum += float32(isum) * (f16(wq[0:]) * f32(xq[0:]))
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// where f16 and f32 read little-endian binary16 and float32 values,
+// scaleIQ4(wq, j) is sub-block j's 6-bit scale less 32: the low
+// nibble from nibble j%2 of wq[4+j/2], the top two bits from bits
+// 2j, 2j+1 of the uint16 at wq[2:], and levelIQ4(wq, i) is
+// kvalues_iq4nl[n] for the nibble n of value i: the low nibble of
+// wq[8+16*(i/32)+i%16] if i%32 < 16, else its high nibble.
+// The integer sums are exact; the float additions happen in vector lanes.
+//
+//go:noescape
+func tileIQ4_XS_1x4_AVX512(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)

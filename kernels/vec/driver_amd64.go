@@ -40,6 +40,8 @@ type geometry struct {
 	float, q80, kq shape
 	main           *kernelTables // float, Q8_0 and Q4_0 kernels
 	kquant         *kernelTables // Q4_K and Q6_K kernels
+	legacy         *kernelTables // Q4_1, Q5_0, Q5_1 and IQ4_NL kernels
+	lq             shape         // and their tiles
 }
 
 // actBudget bounds the bytes of activations a matrix-matrix product works
@@ -306,14 +308,21 @@ func newAsmImpl(name string, g geometry) *impl {
 		matMulBF16: bf16.matMul,
 		quantQ8_0:  quantQ8_0Asm,
 		quantQ8_K:  quantQ8_KAsm,
+		quantQ8_1:  quantQ8_1Asm,
 		expSum:     expSumAsm,
 		axpy4:      axpy4Asm,
 		axpy4F16:   axpy4F16Asm,
 	}
 	for q := range numQ {
 		sh, qt := g.q80, g.main
-		if q == q4_K || q == q6_K {
+		if q == q4_K || q == q6_K || isKQuant2(q) {
 			sh, qt = g.kq, g.kquant
+		}
+		if isKQuant2(q) && g.main.dotQ[q] != nil {
+			qt = g.main // this ISA's own kernels (AVX-512: vpdpwssd)
+		}
+		if legacyQ(q) {
+			sh, qt = g.lq, g.legacy
 		}
 		k := &qKernels{dot: qt.dotQ[q], tiles: &qt.q[q], shape: sh,
 			wBytes: qinfo[q].wBytes, xBytes: qinfo[q].xBytes}

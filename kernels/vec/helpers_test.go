@@ -113,6 +113,9 @@ func exactDot(q qtype, w, xq []byte, nb int) (sum, mag float64) {
 		mag += math.Abs(scale) * float64(iabs)
 	}
 	abs := func(v int64) int64 { return max(v, -v) }
+	if legacyQ(q) {
+		return exactDotLegacy(q, w, xq, nb)
+	}
 	for b := range nb {
 		switch q {
 		case q8_0, q4_0:
@@ -192,17 +195,24 @@ func exactDot(q qtype, w, xq []byte, nb int) (sum, mag float64) {
 				iabs += abs(p) + abs(int64(int8(wb[192+i/16]))*32*int64(int8(xb[4+i])))
 			}
 			add(f16(wb[208:])*f32le(xb), isum, iabs)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			exactKQ2(q, w[b*qinfo[q].wBytes:], xq[292*b:292*b+292], add)
 		}
 	}
 	return sum, mag
 }
 
 // qtypeOf maps the package's quantized types to quant's.
-var qtypeOf = [numQ]quant.Type{q8_0: quant.Q8_0, q4_0: quant.Q4_0, q4_K: quant.Q4_K, q6_K: quant.Q6_K}
+var qtypeOf = [numQ]quant.Type{q8_0: quant.Q8_0, q4_0: quant.Q4_0, q4_K: quant.Q4_K, q6_K: quant.Q6_K,
+	q4_1: quant.Q4_1, q5_0: quant.Q5_0, q5_1: quant.Q5_1, iq4_nl: quant.IQ4_NL,
+	q2_K: quant.Q2_K, q3_K: quant.Q3_K, q5_K: quant.Q5_K, iq4_XS: quant.IQ4_XS}
 
 // actType is the activation type each quantized weight type pairs with.
 func actType(q qtype) quant.Type {
-	if q == q4_K || q == q6_K {
+	if a, _ := ActivationType(qtypeOf[q]); a == quant.Q8_1 {
+		return a
+	}
+	if qinfo[q].xBytes == Q8_KBytes {
 		return quant.Q8_K
 	}
 	return quant.Q8_0
@@ -215,6 +225,8 @@ func quantizeActs(q qtype, x []float32) []byte {
 	b, _ := guarded(len(x)/qi.values*qi.xBytes, byteSentinel)
 	if actType(q) == quant.Q8_K {
 		quantQ8_KGo(x, b)
+	} else if actType(q) == quant.Q8_1 {
+		quantQ8_1Go(x, b)
 	} else {
 		quantQ8_0Go(x, b)
 	}
@@ -240,13 +252,18 @@ func randWeights(r *rand.Rand, q qtype, nb int, raw bool) []byte {
 	for blk := range nb {
 		base := blk * qi.wBytes
 		switch q {
-		case q8_0, q4_0:
+		case q8_0, q4_0, q5_0, iq4_nl:
 			scale(base)
+		case q4_1, q5_1:
+			scale(base)
+			scale(base + 2)
 		case q4_K:
 			scale(base)
 			scale(base + 2)
 		case q6_K:
 			scale(base + 208)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			kq2Scales(q, base, scale)
 		}
 	}
 	return b

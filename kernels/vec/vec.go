@@ -31,6 +31,14 @@ const (
 	q4_0
 	q4_K
 	q6_K
+	q4_1 // q4_1 … iq4_nl: legacy.go
+	q5_0
+	q5_1
+	iq4_nl
+	q2_K // q2_K … iq4_XS: kquant2.go
+	q3_K
+	q5_K
+	iq4_XS
 	numQ
 )
 
@@ -42,10 +50,18 @@ var qinfo = [numQ]struct {
 	wBytes int // bytes per weight block
 	xBytes int // bytes per activation block
 }{
-	q8_0: {"Q8_0", 32, 34, Q8_0Bytes},
-	q4_0: {"Q4_0", 32, 18, Q8_0Bytes},
-	q4_K: {"Q4_K", 256, 144, Q8_KBytes},
-	q6_K: {"Q6_K", 256, 210, Q8_KBytes},
+	q8_0:   {"Q8_0", 32, 34, Q8_0Bytes},
+	q4_0:   {"Q4_0", 32, 18, Q8_0Bytes},
+	q4_K:   {"Q4_K", 256, 144, Q8_KBytes},
+	q6_K:   {"Q6_K", 256, 210, Q8_KBytes},
+	q4_1:   {"Q4_1", 32, 20, Q8_1Bytes},
+	q5_0:   {"Q5_0", 32, 22, Q8_0Bytes},
+	q5_1:   {"Q5_1", 32, 24, Q8_1Bytes},
+	iq4_nl: {"IQ4_NL", 32, 18, Q8_0Bytes},
+	q2_K:   {"Q2_K", 256, 84, Q8_KBytes},
+	q3_K:   {"Q3_K", 256, 110, Q8_KBytes},
+	q5_K:   {"Q5_K", 256, 176, Q8_KBytes},
+	iq4_XS: {"IQ4_XS", 256, 136, Q8_KBytes},
 }
 
 // impl is one implementation of every kernel. The exported functions check
@@ -82,6 +98,7 @@ type impl struct {
 
 	quantQ8_0 func(x []float32, dst []byte)
 	quantQ8_K func(x []float32, dst []byte)
+	quantQ8_1 func(x []float32, dst []byte)
 
 	expSum func(dst, x []float32, shift float32) float32
 

@@ -225,8 +225,8 @@ func quantBound(q qtype, w []float32, x []float32, xq []byte) float64 {
 	for i := range w {
 		blk := i / qi.values
 		var step float64
-		if qi.xBytes == Q8_0Bytes {
-			step = math.Abs(f16(xq[blk*Q8_0Bytes:]))
+		if qi.xBytes == Q8_0Bytes || qi.xBytes == Q8_1Bytes {
+			step = math.Abs(f16(xq[blk*qi.xBytes:]))
 		} else {
 			step = math.Abs(f32le(xq[blk*Q8_KBytes:]))
 		}
@@ -569,6 +569,8 @@ func TestExportedAPI(t *testing.T) {
 		var err error
 		if actType(q) == quant.Q8_K {
 			err = QuantizeQ8_K(x, xq)
+		} else if actType(q) == quant.Q8_1 {
+			err = QuantizeQ8_1(x, xq)
 		} else {
 			err = QuantizeQ8_0(x, xq)
 		}
@@ -590,12 +592,20 @@ func TestExportedAPI(t *testing.T) {
 		case q6_K:
 			MatMulQ6_K(mm, rows, wq, xq, rows, cols, tokens)
 			MatVecQ6_K(mvq, wq, xq[:cols/256*292], rows, cols)
+		case q2_K, q3_K, q5_K, iq4_XS:
+			kq2Exported[q].matMul(mm, rows, wq, xq, rows, cols, tokens)
+			kq2Exported[q].matVec(mvq, wq, xq[:cols/256*292], rows, cols)
+		default:
+			legacyExported[q].matMul(mm, rows, wq, xq, rows, cols, tokens)
+			legacyExported[q].matVec(mvq, wq, xq[:cols/32*qi.xBytes], rows, cols)
 		}
 		rb, xr := cols/qi.values*qi.wBytes, cols/qi.values*qi.xBytes
 		for i := range rows {
 			row := wq[i*rb : (i+1)*rb]
 			want, mag := exactDot(q, row, xq[:xr], cols/qi.values)
-			dot := [numQ]func([]byte, []byte, int) float32{DotQ8_0, DotQ4_0, DotQ4_K, DotQ6_K}[q]
+			dot := [numQ]func([]byte, []byte, int) float32{DotQ8_0, DotQ4_0, DotQ4_K, DotQ6_K,
+				q4_1: DotQ4_1, q5_0: DotQ5_0, q5_1: DotQ5_1, iq4_nl: DotIQ4_NL,
+				q2_K: DotQ2_K, q3_K: DotQ3_K, q5_K: DotQ5_K, iq4_XS: DotIQ4_XS}[q]
 			for _, got := range []float32{mm[i], mvq[i], dot(row, xq[:xr], cols)} {
 				if !relClose(got, want, mag, intTol) {
 					t.Errorf("%s row %d: got %g, exact %g", qi.name, i, got, want)

@@ -28,7 +28,9 @@ def load(path):
         for p in d["prompts"]:
             if "error" in p:
                 continue
-            steps = [{t["id"]: t["logprob"] for t in s["top"]} for s in p["steps"]]
+            # schema 1 as first written: top[] of {id, logprob, logit};
+            # the compact form: top[] of [id, logprob].
+            steps = [dict((t["id"], t["logprob"]) if isinstance(t, dict) else (t[0], t[1]) for t in s["top"]) for s in p["steps"]]
             out[p["text"]] = (p["prompt_ids"], p["generated_ids"], steps)
     return out
 

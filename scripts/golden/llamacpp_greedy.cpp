@@ -1,9 +1,10 @@
 // llamacpp_greedy records a llama.cpp engine's greedy decoding of a GGUF file
 // as golden JSON for Baton's token-exact tests.
 //
-// It links against either libllama it was built for: upstream llama.cpp
-// (checked with c392e50) or ik_llama.cpp (checked with 8337e4c); the few API
-// differences are selected at compile time (GOLDEN_IK_API, guessed from the
+// It links against the libllama it was built for: upstream llama.cpp
+// (checked with c392e50 and with the newer d32676d, which has qwen3 and
+// gemma3) or ik_llama.cpp (checked with 8337e4c); the few API differences are
+// selected at compile time (GOLDEN_IK_API, GOLDEN_NEW_API, guessed from the
 // header when not given). See scripts/golden/README.md for usage and the
 // output format.
 //
@@ -34,6 +35,17 @@
 #define GOLDEN_IK_API 1
 #else
 #define GOLDEN_IK_API 0
+#endif
+#endif
+
+// Upstream llama.cpp after mid-2025 (checked with d32676d): flash attention
+// is chosen by llama_context_params.flash_attn_type instead of a bool. Its
+// header defines the LLAMA_STATE_SEQ_FLAGS_* macros, which c392e50's lacks.
+#ifndef GOLDEN_NEW_API
+#if !GOLDEN_IK_API && defined(LLAMA_STATE_SEQ_FLAGS_NONE)
+#define GOLDEN_NEW_API 1
+#else
+#define GOLDEN_NEW_API 0
 #endif
 #endif
 
@@ -304,21 +316,24 @@ struct Options {
     std::vector<std::string> commands, gen_args;
     std::string case_name;
     int steps = 48;
-    int top = 5;
+    int top = 2;
+    std::string kv_type = "f32";
     int ctx = 0;
     int threads = 1;
     double low_margin = 1e-3;
     bool verbose = false;
 };
 
+const char *api_name() { return GOLDEN_IK_API ? "ik_llama.cpp" : GOLDEN_NEW_API ? "upstream-new" : "upstream"; }
+
 void usage() {
     fprintf(stderr,
             "usage: llamacpp_greedy --model FILE.gguf --prompts FILE [--steps N] [--top K] [--ctx N]\n"
             "                       [--out FILE.json] [--command 'CMD' ...] [--case NAME] [--gen-model-arg ARG ...]\n"
-            "                       [--low-margin X] [--threads N] [--verbose]\n"
+            "                       [--low-margin X] [--kv-type f32|f16] [--threads N] [--verbose]\n"
             "Records greedy decoding (1 CPU thread) of each prompt as JSON (stdout without --out).\n"
             "Built against %s (commit %s, %s API).\n",
-            GOLDEN_ENGINE, GOLDEN_ENGINE_COMMIT, GOLDEN_IK_API ? "ik_llama.cpp" : "upstream");
+            GOLDEN_ENGINE, GOLDEN_ENGINE_COMMIT, api_name());
 }
 
 bool parse_args(int argc, char **argv, Options &o) {
@@ -373,6 +388,13 @@ bool parse_args(int argc, char **argv, Options &o) {
         } else if (a == "--low-margin") {
             if (!(v = val("--low-margin"))) return false;
             o.low_margin = atof(v);
+        } else if (a == "--kv-type") {
+            if (!(v = val("--kv-type"))) return false;
+            o.kv_type = v;
+            if (o.kv_type != "f32" && o.kv_type != "f16") {
+                fprintf(stderr, "llamacpp_greedy: --kv-type %s: want f32 or f16\n", v);
+                return false;
+            }
         } else if (a == "--verbose") {
             o.verbose = true;
         } else if (a == "-h" || a == "--help") {
@@ -509,16 +531,23 @@ int main(int argc, char **argv) {
     cp.n_seq_max = 1;
     cp.n_threads = o.threads;
     cp.n_threads_batch = o.threads;
+#if GOLDEN_NEW_API
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+#else
     cp.flash_attn = false;
-    cp.type_k = GGML_TYPE_F16;
-    cp.type_v = GGML_TYPE_F16;
+#endif
+    // An F32 K/V cache by default: Baton's cache is float32, and llama.cpp's
+    // default F16 one moves greedy choices on large random weights.
+    const ggml_type kv = o.kv_type == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    cp.type_k = kv;
+    cp.type_v = kv;
     cp.embeddings = false;
 
     std::string js = "{\n";
     js += "  \"schema_version\": 1,\n";
     js += "  \"producer\": {\"program\": \"scripts/golden/llamacpp_greedy.cpp\", \"engine\": " + json_str(GOLDEN_ENGINE) +
           ", \"engine_commit\": " + json_str(GOLDEN_ENGINE_COMMIT) + ", \"api\": " +
-          json_str(GOLDEN_IK_API ? "ik_llama.cpp" : "upstream") + ", \"system_info\": " + json_str(llama_print_system_info()) + "},\n";
+          json_str(api_name()) + ", \"system_info\": " + json_str(llama_print_system_info()) + "},\n";
     js += "  \"command\": [";
     for (size_t i = 0; i < o.commands.size(); i++) js += (i ? ", " : "") + json_str(o.commands[i]);
     js += "],\n";
@@ -533,13 +562,14 @@ int main(int argc, char **argv) {
           ", \"architecture\": " + json_str(arch) + ", \"desc\": " + json_str(desc) + ", \"n_vocab\": " + std::to_string(n_vocab) + "},\n";
     js += "  \"settings\": {\"device\": \"CPU\", \"threads\": " + std::to_string(o.threads) + ", \"n_ctx\": " + std::to_string(n_ctx) +
           ", \"n_batch\": " + std::to_string(n_ctx) + ", \"n_ubatch\": " + std::to_string(n_ctx) +
-          ", \"flash_attn\": false, \"type_k\": \"f16\", \"type_v\": \"f16\", \"steps\": " + std::to_string(o.steps) +
+          ", \"flash_attn\": false, \"type_k\": " + json_str(o.kv_type) + ", \"type_v\": " + json_str(o.kv_type) + ", \"steps\": " + std::to_string(o.steps) +
           ", \"top\": " + std::to_string(o.top) + ", \"low_margin\": " + num(o.low_margin) +
           ", \"tokenize\": \"llama_tokenize(add_special=true, parse_special=true), as llama-server /tokenize with add_special=true\"" +
           ", \"decode\": \"fresh context per prompt; the whole prompt in one batch, then one token per llama_decode; every step runs, end-of-generation tokens included\"" +
           ", \"greedy\": \"argmax of the raw logits, lowest id on a tie\"" +
           ", \"logprob\": \"natural log of the softmax of the raw float32 logits, computed in float64\"" +
-          ", \"margin\": \"p(top1) - p(top2) under that softmax\"},\n";
+          ", \"margin\": \"p(top1) - p(top2) under that softmax\"" +
+          ", \"step\": \"{id, margin, top: [[id, logprob] for the top tokens]}, numbers to 6 significant digits\"},\n";
     js += "  \"prompts\": [\n";
 
     for (size_t p = 0; p < prompts.size(); p++) {
@@ -594,16 +624,17 @@ int main(int argc, char **argv) {
         } else {
             js += "     \"generated_ids\": " + ids_json(gen) + ",\n";
             js += "     \"generated_text\": " + json_str(text) + ",\n";
-            js += "     \"min_margin\": " + num(min_margin) + ", \"first_low_margin_step\": " + std::to_string(first_low) +
+            js += "     \"min_margin\": " + num(min_margin, "%.6g") + ", \"first_low_margin_step\": " + std::to_string(first_low) +
                   ", \"first_eog_step\": " + std::to_string(first_eog) + ",\n";
             js += "     \"steps\": [\n";
             for (size_t s = 0; s < steps.size(); s++) {
                 const Step &st = steps[s];
-                js += "      {\"id\": " + std::to_string(st.id) + ", \"piece\": " + json_str(piece(vocab, st.id)) +
-                      ", \"margin\": " + num(st.margin) + (st.eog ? ", \"eog\": true" : "") + ", \"top\": [";
+                // Compact: the test reads the id, the margin and the top
+                // ids; the logprobs say how close a divergence was.
+                js += "      {\"id\":" + std::to_string(st.id) + ",\"margin\":" + num(st.margin, "%.6g") +
+                      (st.eog ? ",\"eog\":true" : "") + ",\"top\":[";
                 for (size_t j = 0; j < st.top.size(); j++) {
-                    js += std::string(j ? ", " : "") + "{\"id\": " + std::to_string(st.top[j].first) +
-                          ", \"logprob\": " + num(st.logprob[j]) + ", \"logit\": " + num(st.top[j].second, "%.9g") + "}";
+                    js += std::string(j ? "," : "") + "[" + std::to_string(st.top[j].first) + "," + num(st.logprob[j], "%.6g") + "]";
                 }
                 js += std::string("]}") + (s + 1 < steps.size() ? "," : "") + "\n";
             }

@@ -9,15 +9,22 @@
 # Environment:
 #   LLAMACPP_DIR     upstream llama.cpp checkout with its build in build/
 #                    (default /work/ref/llama.cpp; commit c392e50 checked)
-#   IK_LLAMACPP_DIR  ik_llama.cpp checkout with its build in build/
-#                    (default /work/ref/ik_llama.cpp; 8337e4c checked); used
-#                    for the architectures c392e50 lacks (qwen3, gemma3)
-#   LLAMACPP_COMMIT, IK_LLAMACPP_COMMIT  the engines' commits, when the
-#                    checkout has no .git (else git rev-parse HEAD, else a
-#                    COMMIT file in the checkout)
+#   NEW_LLAMACPP_DIR a newer upstream llama.cpp checkout with libllama in
+#                    build/bin (default /work/ref/llama.cpp-new; d32676d
+#                    checked); records the architectures c392e50 lacks
+#                    (qwen3, gemma3)
+#   GOLDEN_NEWER_ENGINE  new (default) or ik: which engine records qwen3 and
+#                    gemma3. ik (ik_llama.cpp, IK_LLAMACPP_DIR, default
+#                    /work/ref/ik_llama.cpp) is kept for checks only: its CPU
+#                    numerics differ from upstream ggml's (README)
+#   LLAMACPP_COMMIT, NEW_LLAMACPP_COMMIT, IK_LLAMACPP_COMMIT  the engines'
+#                    commits, when the checkout has no .git (else git
+#                    rev-parse HEAD, else a COMMIT file in the checkout)
 #   BATONCTL         a built batonctl (default: built from cmd/batonctl)
 #   GOLDEN_OUT       output folder (default engine/model/testdata/golden)
 #   GOLDEN_STEPS     greedy steps per prompt (default 48)
+#   GOLDEN_KV_TYPE   llama.cpp's K/V cache type, f32 (default: Baton's cache
+#                    is float32) or f16 (llama.cpp's own default)
 #   GOLDEN_STD       weight standard deviation passed as --std (default
 #                    below); GOLDEN_NO_STD=1 leaves --std out (a batonctl
 #                    without it; the llama cases then use its 0.02)
@@ -34,7 +41,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
 LLAMACPP_DIR=${LLAMACPP_DIR:-/work/ref/llama.cpp}
+NEW_LLAMACPP_DIR=${NEW_LLAMACPP_DIR:-/work/ref/llama.cpp-new}
 IK_LLAMACPP_DIR=${IK_LLAMACPP_DIR:-/work/ref/ik_llama.cpp}
+GOLDEN_NEWER_ENGINE=${GOLDEN_NEWER_ENGINE:-new}
+GOLDEN_KV_TYPE=${GOLDEN_KV_TYPE:-f32}
 GOLDEN_OUT=${GOLDEN_OUT:-engine/model/testdata/golden}
 GOLDEN_STEPS=${GOLDEN_STEPS:-48}
 GOLDEN_STD=${GOLDEN_STD:-1.0}
@@ -46,10 +56,12 @@ SHAPE=(--dim 256 --hidden 512 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --co
 TYPES=(F32 F16 Q8_0 Q4_K Q6_K)
 ARCHS=(llama qwen2 qwen3 phi3 gemma2 gemma3)
 
-# engine_for ARCH: which build records it (c392e50 lacks qwen3 and gemma3).
+# engine_for ARCH: which build records it (c392e50 lacks qwen3 and gemma3,
+# and its gemma2 aborts on files whose block count is not 26, 42 or 46: it
+# picks the query scale by model size, not query_pre_attn_scalar).
 engine_for() {
 	case $1 in
-	qwen3 | gemma3) echo ik ;;
+	qwen3 | gemma3 | gemma2) echo "$GOLDEN_NEWER_ENGINE" ;;
 	*) echo upstream ;;
 	esac
 }
@@ -107,22 +119,26 @@ commit_of() { # DIR VAR
 # build_tool ENGINE: compiles llamacpp_greedy against that engine's libllama
 # into $WORK/greedy-ENGINE and prints the path.
 build_tool() {
-	local engine=$1 dir name commit ik libdirs rpath=() d
-	if [[ $engine == ik ]]; then
-		dir=$IK_LLAMACPP_DIR name=ik_llama.cpp ik=1 commit=$(commit_of "$dir" IK_LLAMACPP_COMMIT)
-	else
-		dir=$LLAMACPP_DIR name=llama.cpp ik=0 commit=$(commit_of "$dir" LLAMACPP_COMMIT)
-	fi
+	local engine=$1 dir name commit ik=0 new=0 libdirs d envdir
+	case $engine in
+	ik) dir=$IK_LLAMACPP_DIR name=ik_llama.cpp ik=1 envdir=IK_LLAMACPP_DIR commit=$(commit_of "$dir" IK_LLAMACPP_COMMIT) ;;
+	new) dir=$NEW_LLAMACPP_DIR name=llama.cpp new=1 envdir=NEW_LLAMACPP_DIR commit=$(commit_of "$dir" NEW_LLAMACPP_COMMIT) ;;
+	upstream) dir=$LLAMACPP_DIR name=llama.cpp envdir=LLAMACPP_DIR commit=$(commit_of "$dir" LLAMACPP_COMMIT) ;;
+	*)
+		echo "record.sh: unknown engine $engine" >&2
+		return 1
+		;;
+	esac
 	local bin=$WORK/greedy-$engine
 	if [[ -x $bin ]]; then
 		echo "$bin"
 		return
 	fi
 	if [[ ! -f $dir/include/llama.h ]]; then
-		echo "record.sh: $dir/include/llama.h missing: set $([[ $engine == ik ]] && echo IK_)LLAMACPP_DIR" >&2
+		echo "record.sh: $dir/include/llama.h missing: set $envdir" >&2
 		return 1
 	fi
-	# libllama and libggml* lie in build/bin (upstream) or build/src and
+	# libllama and libggml* lie in build/bin (upstream, both) or build/src and
 	# build/ggml/src (ik_llama.cpp); link against wherever they are.
 	libdirs=$(find "$dir/build" -name 'libllama.so' -o -name 'libggml*.so' | xargs -r -n1 dirname | sort -u)
 	if [[ -z $libdirs ]]; then
@@ -138,7 +154,7 @@ build_tool() {
 		done
 	done
 	nice -n 10 g++ -std=c++17 -O2 -Wall -I"$dir/include" -I"$dir/ggml/include" \
-		-DGOLDEN_IK_API=$ik -DGOLDEN_ENGINE="\"$name\"" -DGOLDEN_ENGINE_COMMIT="\"$commit\"" \
+		-DGOLDEN_IK_API=$ik -DGOLDEN_NEW_API=$new -DGOLDEN_ENGINE="\"$name\"" -DGOLDEN_ENGINE_COMMIT="\"$commit\"" \
 		scripts/golden/llamacpp_greedy.cpp -o "$bin" "${ldflags[@]}" -lllama "${ggmllibs[@]}" >&2
 	echo "$bin"
 }
@@ -160,7 +176,7 @@ show() {
 	for a in "$@"; do
 		case $a in
 		*/batonctl) a=batonctl ;;
-		*/greedy-ik | */greedy-upstream) a=llamacpp_greedy ;;
+		*/greedy-ik | */greedy-upstream | */greedy-new) a=llamacpp_greedy ;;
 		esac
 		a=${a#"$WORK/"}
 		a=${a#"$ROOT/"}
@@ -203,8 +219,8 @@ for c in "${CASES[@]}"; do
 		failed+=("$c")
 		continue
 	fi
-	runcmd=("$tool" --model "$model" --prompts "$PROMPTS" --steps "$GOLDEN_STEPS" --top 5)
-	envs="GOLDEN_STEPS=$GOLDEN_STEPS $([[ -n ${GOLDEN_NO_STD:-} ]] && echo GOLDEN_NO_STD=1 || echo "GOLDEN_STD=$GOLDEN_STD")"
+	runcmd=("$tool" --model "$model" --prompts "$PROMPTS" --steps "$GOLDEN_STEPS" --top 2 --kv-type "$GOLDEN_KV_TYPE")
+	envs="GOLDEN_STEPS=$GOLDEN_STEPS GOLDEN_KV_TYPE=$GOLDEN_KV_TYPE $([[ -n ${GOLDEN_NO_STD:-} ]] && echo GOLDEN_NO_STD=1 || echo "GOLDEN_STD=$GOLDEN_STD")"
 	args=(--case "$c" --command "$envs $(show scripts/golden/record.sh "$c")" --command "$(show "${gencmd[@]}")" --command "$(show "${runcmd[@]}")")
 	for a in "${gen[@]}"; do args+=(--gen-model-arg "$a"); done
 	out=$GOLDEN_OUT/$c.json

@@ -74,11 +74,13 @@ type Config struct {
 	AttnSoftCap float32
 	// FinalSoftCap soft-caps the output logits.
 	FinalSoftCap float32
-	// SlidingWindow is the attention window of local layers; which layers
-	// are local, SWAPattern says.
+	// SlidingWindow is the attention window of local layers
+	// (attention.sliding_window): a query at position p sees the keys at
+	// p-SlidingWindow+1 … p. Which layers are local, SWAPattern says; the
+	// window a layer applies, LayerWindow.
 	SlidingWindow int
 	// SWAPattern: layer il is global when (il+1) % SWAPattern == 0, local
-	// otherwise (Gemma 2: 2, Gemma 3: 6); 0 makes every layer local.
+	// otherwise (Gemma 2: 2, Gemma 3: 6); 0 makes every layer local (phi3).
 	SWAPattern int
 	// RopeBaseLocal, when not 0, is the RoPE base of local layers, which
 	// then rotate without RopeScale (Gemma 3: base 10000, scale 1; its
@@ -86,11 +88,36 @@ type Config struct {
 	RopeBaseLocal float32
 }
 
-// Local reports whether layer il attends through the sliding window
-// (SlidingWindow > 0 and, with a SWAPattern, il is not one of its global
-// layers).
+// Local reports whether layer il is a sliding-window layer: SlidingWindow
+// > 0 and, with a SWAPattern, il is not one of its global layers. Local
+// layers rotate with RopeBaseLocal when it is set (Gemma 3), whatever the
+// window's width.
 func (c Config) Local(il int) bool {
 	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || (il+1)%c.SWAPattern != 0)
+}
+
+// LayerWindow is the sliding window layer il's attention applies, 0 for
+// none: SlidingWindow in a local layer, unless it is at least
+// ContextLength, the context window in use. Such a window masks nothing
+// (no query is that far from a key), so it is dropped, and a model whose
+// only extended operation it would be (phi3's 128k files, window 262144)
+// runs on backends without kernels.ExtendedOps.
+func (c Config) LayerWindow(il int) int {
+	if !c.Local(il) || c.SlidingWindow >= c.ContextLength {
+		return 0
+	}
+	return c.SlidingWindow
+}
+
+// window is the sliding window some layer applies (LayerWindow), 0 when
+// none does.
+func (c Config) window() int {
+	for il := range c.Layers {
+		if w := c.LayerWindow(il); w > 0 {
+			return w
+		}
+	}
+	return 0
 }
 
 // QDim is the width of all query heads together.
@@ -124,8 +151,8 @@ func (c Config) Extended() []string {
 	if c.FinalSoftCap != 0 {
 		need = append(need, "final logit soft-cap")
 	}
-	if c.SlidingWindow != 0 {
-		need = append(need, "sliding-window attention")
+	if w := c.window(); w > 0 {
+		need = append(need, fmt.Sprintf("sliding-window attention (a window of %d positions)", w))
 	}
 	if c.RopeBaseLocal != 0 {
 		need = append(need, "per-layer rope base")

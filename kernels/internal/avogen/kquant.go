@@ -14,8 +14,9 @@ import (
 // Matrix-vector products use the 1×1 tile: with rows of a few kilobytes,
 // streaming two rows at once measured slower.
 //
-// The K-quants have AVX2 kernels only, which the AVX-512 implementation
-// uses as well. AVX-512 versions (64 values per vpdpbusd, the sub-block
+// Q4_K and Q6_K have AVX2 kernels only, which the AVX-512 implementation
+// uses as well (Q2_K, Q3_K, Q5_K and IQ4_XS have AVX-512 variants: see
+// kquant2.go). AVX-512 versions (64 values per vpdpbusd, the sub-block
 // scales applied by a vpmaddwd) measured no faster and often slower on
 // Sapphire Rapids: 512-bit integer multiplies issue on one port there, so
 // they do no more multiply-adds per cycle than two 256-bit ones, and the
@@ -123,7 +124,9 @@ func q4kTile(s isa, R, T int, ret bool) {
 		"\t\t\t\tsum += float32(isum)*(f16(wq[0:])*d) - float32(msum)*(f16(wq[2:])*d)",
 	)
 	// Per row: 8 scale words, 16 duplicated min words.
-	kTileLoop(s, R, T, ret, q4KBytes, 64, q4kBlock)
+	kTileLoop(s, R, T, ret, q4KBytes, 64, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
+		q4kBlock(s, wp, xp, acc, isum, stack, false)
+	})
 }
 
 // kTileLoop emits the loop of a K-quant tile over its nb blocks: it loads
@@ -167,8 +170,20 @@ func kTileLoop(s isa, R, T int, ret bool, wBytes, stackPerRow int, block func(s 
 	finish(s, acc, ret)
 }
 
-func q4kBlock(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
+// q4kBlock adds one Q4_K block to acc; with five, a Q5_K block: the same
+// header, the nibbles 32 bytes further on, after qh, and each value's
+// fifth bit from qh (see q5kHigh).
+func q4kBlock(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem, five bool) {
 	R, T := len(wp), len(xp)
+	qsOff := 16
+	qh := make([]VecVirtual, R)
+	if five {
+		qsOff = 48
+		for r := range qh {
+			qh[r] = YMM()
+			VMOVDQU(Mem{Base: wp[r], Disp: 16}, qh[r])
+		}
+	}
 	for r := 0; r < R; r++ {
 		sc, m := q4kScales(wp[r])
 		xs := XMM()
@@ -187,10 +202,14 @@ func q4kBlock(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
 		sl, sh := make([]VecVirtual, R), make([]VecVirtual, R)
 		for r := 0; r < R; r++ {
 			lo[r], hi[r] = YMM(), YMM()
-			VMOVDQU(Mem{Base: wp[r], Disp: 16 + 32*c}, hi[r])
+			VMOVDQU(Mem{Base: wp[r], Disp: qsOff + 32*c}, hi[r])
 			VPAND(c0F, hi[r], lo[r])
 			VPSRLW(U8(4), hi[r], hi[r])
 			VPAND(c0F, hi[r], hi[r])
+			if five {
+				q5kHigh(qh[r], 2*c, lo[r])
+				q5kHigh(qh[r], 2*c+1, hi[r])
+			}
 			sl[r], sh[r] = YMM(), YMM()
 			VPBROADCASTW(stack.Offset(64*r+4*c), sl[r])
 			VPBROADCASTW(stack.Offset(64*r+4*c+2), sh[r])
@@ -199,12 +218,10 @@ func q4kBlock(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
 			for r := 0; r < R; r++ {
 				p := YMM()
 				VPMADDUBSW(Mem{Base: xp[t], Disp: 4 + 64*c}, lo[r], p)
-				VPMADDWD(sl[r], p, p)
-				VPADDD(p, isum[r][t], isum[r][t])
+				scaleAdd(s, sl[r], p, isum[r][t])
 				q := YMM()
 				VPMADDUBSW(Mem{Base: xp[t], Disp: 4 + 64*c + 32}, hi[r], q)
-				VPMADDWD(sh[r], q, q)
-				VPADDD(q, isum[r][t], isum[r][t])
+				scaleAdd(s, sh[r], q, isum[r][t])
 			}
 		}
 	}
@@ -272,6 +289,30 @@ func q6kTile(s isa, R, T int, ret bool) {
 	})
 }
 
+// scalePairs stores at dst, dst+32, …, dst+224 the eight vectors
+// P_i = [sc_2i ×8 | sc_2i+1 ×8] of int16 words, for vpmaddwd to scale the
+// pair sums of two 16-value sub-blocks at once, from the sixteen words v
+// with the even-numbered scales in its low lane and the odd ones in its
+// high lane: an unpack ladder that doubles each word three times.
+func scalePairs(v VecVirtual, dst Mem) {
+	lw, hw := YMM(), YMM()
+	VPUNPCKLWD(v, v, lw)
+	VPUNPCKHWD(v, v, hw)
+	for i, src := range []VecVirtual{lw, hw} {
+		a, b := YMM(), YMM()
+		VPUNPCKLDQ(src, src, a)
+		VPUNPCKHDQ(src, src, b)
+		for j, d := range []VecVirtual{a, b} {
+			p0, p1 := YMM(), YMM()
+			VPUNPCKLQDQ(d, d, p0)
+			VPUNPCKHQDQ(d, d, p1)
+			k := 4*i + 2*j
+			VMOVDQU(p0, dst.Offset(32*k))
+			VMOVDQU(p1, dst.Offset(32*(k+1)))
+		}
+	}
+}
+
 // q6kBlockAVX2 accumulates Σ_j sc_j·Σ q·x (without the −32 offset) for one
 // block. Values l, l+32, l+64, l+96 of each 128-value half take the low
 // nibble of ql[l], the low nibble of ql[l+32], the high nibble of ql[l]
@@ -292,22 +333,7 @@ func q6kBlock(s isa, wp, xp []GPVirtual, isum [][]VecVirtual, stack Mem) {
 		VPSHUFB(cEvOdd, x, x)
 		v := YMM()
 		VPMOVSXBW(x, v)
-		lw, hw := YMM(), YMM()
-		VPUNPCKLWD(v, v, lw)
-		VPUNPCKHWD(v, v, hw)
-		for i, src := range []VecVirtual{lw, hw} {
-			a, b := YMM(), YMM()
-			VPUNPCKLDQ(src, src, a)
-			VPUNPCKHDQ(src, src, b)
-			for j, d := range []VecVirtual{a, b} {
-				p0, p1 := YMM(), YMM()
-				VPUNPCKLQDQ(d, d, p0)
-				VPUNPCKHQDQ(d, d, p1)
-				k := 4*i + 2*j
-				VMOVDQU(p0, base.Offset(32+32*k))
-				VMOVDQU(p1, base.Offset(32+32*(k+1)))
-			}
-		}
+		scalePairs(v, base.Offset(32))
 	}
 	for h := 0; h < 2; h++ {
 		qs := make([][4]VecVirtual, R)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -59,6 +60,9 @@ type ChatTemplate struct {
 	family toolFamily
 	// tools: the template renders a tools list itself.
 	tools bool
+	// warning: what the load found that can make a prompt differ from
+	// jinja2's ("" when nothing).
+	warning string
 	// now is the clock strftime_now reads (time.Now; tests fix it so that
 	// a template's date is the oracle's).
 	now func() time.Time
@@ -71,11 +75,25 @@ func NewChatTemplate(src, bos, eos string) (*ChatTemplate, error) {
 	if strings.TrimSpace(src) == "" {
 		return c, nil
 	}
-	renamed, formatAt := renameFilters(src)
-	if len(formatAt) > 0 {
-		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", lineOf(src, formatAt[0]))
+	pre := prepass(src)
+	if len(pre.formatLines) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses Python's %% formatting (\"...\" %% value), which the Jinja engine does not support: it would print a wrong prompt", pre.formatLines[0])
 	}
-	t, err := jinja.Compile(renamed)
+	if len(pre.filterLines) > 0 {
+		return nil, fmt.Errorf("chat template: line %d uses a filter block ({%% filter ... %%}) of tojson, string or join, where the Jinja engine would apply its own version, not Python's: write the filter as value | filter", pre.filterLines[0])
+	}
+	var warnings []string
+	if len(pre.tildeLines) > 0 {
+		warnings = append(warnings, fmt.Sprintf("line %d concatenates with ~, which prints a float, None or a list operand as the Jinja engine does, not as Python (2.0 as 2, None as an empty string)", pre.tildeLines[0]))
+	}
+	if len(pre.safeAddLines) > 0 {
+		warnings = append(warnings, fmt.Sprintf("line %d adds to a value marked safe, where Python's jinja2 escapes the HTML characters of the other operand and the Jinja engine does not", pre.safeAddLines[0]))
+	}
+	if len(warnings) > 0 {
+		c.warning = "chat template: " + strings.Join(warnings, "; ") + ": a prompt with such a value can differ from the model's own"
+		slog.Warn(c.warning)
+	}
+	t, err := jinja.Compile(pre.src)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
@@ -112,6 +130,11 @@ func (c *ChatTemplate) ToolFamily() string { return c.family.String() }
 // Baton puts a generic tools preamble in front of the prompt.
 func (c *ChatTemplate) RendersTools() bool { return c.tools }
 
+// Warning is what loading the template found that can make a prompt
+// differ from the one Python's jinja2 renders ("" when nothing); it is
+// also logged at load.
+func (c *ChatTemplate) Warning() string { return c.warning }
+
 // Default reports whether c is the plain default template.
 func (c *ChatTemplate) Default() bool { return c.tmpl == nil }
 
@@ -136,8 +159,15 @@ func (c *ChatTemplate) RenderTools(msgs []Message, tools []ToolDef, addGeneratio
 // RenderVars is RenderTools with extra template variables, as Hugging
 // Face's chat_template_kwargs pass them (e.g. "enable_thinking": false for
 // Qwen3); the values are JSON-like Go values (bool, string, float64,
-// []any, map[string]any). They cannot replace the variables Render sets.
+// []any, map[string]any) or json.RawMessage (valid JSON, which keeps its
+// key order and its integers). A variable named as one Render sets, or as
+// a template global, is an error (see reservedVars).
 func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGenerationPrompt bool, vars map[string]any) (out string, err error) {
+	for k := range vars {
+		if reservedVar(k) {
+			return "", fmt.Errorf("chat template: the variable %q is the router's own and cannot be replaced", k)
+		}
+	}
 	if len(tools) > 0 && !c.tools {
 		msgs = withPreamble(msgs, toolsPreamble(tools))
 	}
@@ -181,6 +211,10 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	}
 	data := make(map[string]jinja.Value, len(vars)+8)
 	for k, v := range vars {
+		if raw, ok := v.(json.RawMessage); ok {
+			data[k] = jsonValue(raw)
+			continue
+		}
 		data[k] = jinja.FromGoValue(v)
 	}
 	data["messages"] = jinja.NewList(list)
@@ -189,8 +223,11 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	data["eos_token"] = jinja.NewString(c.eos)
 	data["strftime_now"] = strftimeNow(c.now)
 	data["raise_exception"] = raiseException()
-	// Baton's filters under the names renameFilters gave them.
+	// Baton's filters under the names the pre-pass gave them.
 	data[replacedFilters["tojson"]] = tojsonFilter()
+	data[replacedFilters["string"]] = stringFilter()
+	data[replacedFilters["join"]] = joinFilter()
+	data[printFunc] = printValue()
 	if len(tools) > 0 && c.tools {
 		data["tools"] = templateTools(tools)
 	}
@@ -207,6 +244,27 @@ func (c *ChatTemplate) RenderVars(msgs []Message, tools []ToolDef, addGeneration
 	}
 	return out, nil
 }
+
+// reservedVars are the variables RenderVars sets itself — tools also when
+// it sets none, since a template must not show a tool list the request did
+// not declare — and the template engine's global functions, which a
+// variable of the same name would hide (Qwen3's template calls namespace).
+var reservedVars = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range []string{"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+		"strftime_now", "raise_exception", "namespace", "range", "dict", "joiner", "cycler", "lipsum", "loop"} {
+		m[n] = true
+	}
+	for _, n := range replacedFilters {
+		m[n] = true
+	}
+	m[printFunc] = true
+	return m
+}()
+
+// reservedVar reports whether name cannot be an extra template variable
+// of RenderVars.
+func reservedVar(name string) bool { return reservedVars[name] }
 
 // templateTools is the tools list as Hugging Face hands it to templates.
 func templateTools(tools []ToolDef) jinja.Value {

@@ -3,6 +3,7 @@ package openai
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -81,3 +82,15 @@ func ptrTo(s string) *string { return &s }
 
 // lineOf is the 1-based line of src's byte offset off.
 func lineOf(src string, off int) int { return strings.Count(src[:off], "\n") + 1 }
+
+// templateError is the answer to a request whose conversation the
+// template did not render: the template's own refusal (TemplateRaised) is
+// the client's 400 naming messages; any other failure is the engine's
+// (a construct the load's self-check did not reach), the server's 500.
+func templateError(err error) *httpError {
+	var raised *TemplateRaised
+	if errors.As(err, &raised) {
+		return invalid("messages", "messages: %v", err)
+	}
+	return &httpError{status: http.StatusInternalServerError, typ: typeServer, message: "rendering the chat template: " + err.Error()}
+}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
@@ -249,4 +250,201 @@ func writePyString(b *strings.Builder, s string, ascii bool) {
 		}
 	}
 	b.WriteByte('"')
+}
+
+// pyStr is Python's str() of a template value, which jinja2 prints for
+// {{ x }} and the string and join filters use: floats as repr (1.0, 1e+16,
+// inf), None and booleans by name, lists and dicts as their repr (strings
+// in them quoted as Python quotes them), an undefined value as "".
+func pyStr(v jinja.Value) string {
+	switch {
+	case v.IsUndefined():
+		return ""
+	case v.IsString():
+		return v.AsString()
+	}
+	var b strings.Builder
+	writePyRepr(&b, v)
+	return b.String()
+}
+
+func writePyRepr(b *strings.Builder, v jinja.Value) {
+	switch {
+	case v.IsUndefined():
+		b.WriteString("Undefined")
+	case v.IsNone():
+		b.WriteString("None")
+	case v.IsBool():
+		b.WriteString(map[bool]string{true: "True", false: "False"}[v.AsBool()])
+	case v.IsInt():
+		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
+	case v.IsFloat():
+		f := v.AsFloat()
+		switch {
+		case math.IsNaN(f):
+			b.WriteString("nan")
+		case math.IsInf(f, 1):
+			b.WriteString("inf")
+		case math.IsInf(f, -1):
+			b.WriteString("-inf")
+		default:
+			b.WriteString(pyFloat(f))
+		}
+	case v.IsString():
+		writePyStringRepr(b, v.AsString())
+	case v.IsList():
+		b.WriteByte('[')
+		for i, it := range v.AsList().Items {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writePyRepr(b, it)
+		}
+		b.WriteByte(']')
+	case v.IsDict():
+		d := v.AsDict()
+		b.WriteByte('{')
+		for i, k := range d.OrderedKeys() {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			writePyStringRepr(b, k)
+			b.WriteString(": ")
+			val, _ := d.Get(k)
+			writePyRepr(b, val)
+		}
+		b.WriteByte('}')
+	default:
+		b.WriteString(v.String())
+	}
+}
+
+// writePyStringRepr writes Python's repr of a string: in single quotes,
+// or double ones when it holds a single quote and no double one; \\, the
+// quote, \t, \n, \r escaped, other characters that are not printable as
+// \xNN, \uNNNN or \UNNNNNNNN.
+func writePyStringRepr(b *strings.Builder, s string) {
+	q := byte('\'')
+	if strings.IndexByte(s, '\'') >= 0 && strings.IndexByte(s, '"') < 0 {
+		q = '"'
+	}
+	b.WriteByte(q)
+	for _, r := range s {
+		switch {
+		case r == rune(q) || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(b, `\U%08x`, r)
+		}
+	}
+	b.WriteByte(q)
+}
+
+// printValue is the function the pre-pass wraps every {{ expression }} in
+// (printFunc): the value as Python's str().
+func printValue() jinja.Value {
+	return jinja.NewCallable(printFunc, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 {
+			return jinja.Undefined(), fmt.Errorf("print: %d values", len(args))
+		}
+		return jinja.NewString(pyStr(args[0])), nil
+	})
+}
+
+// stringFilter is jinja2's string filter: str() of the value.
+func stringFilter() jinja.Value {
+	return jinja.NewCallable("string", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 {
+			return jinja.Undefined(), fmt.Errorf("string: takes no arguments")
+		}
+		return jinja.NewString(pyStr(args[0])), nil
+	})
+}
+
+// joinFilter is jinja2's join(value, d="", attribute=None): the items
+// (a string's characters, a dict's keys), or their attribute, as str()
+// joined by d.
+func joinFilter() jinja.Value {
+	return jinja.NewCallable("join", func(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) == 0 || len(args) > 3 {
+			return jinja.Undefined(), fmt.Errorf("join: want a value, a separator and an attribute")
+		}
+		sep, attr := jinja.NewString(""), jinja.Undefined()
+		if len(args) > 1 {
+			sep = args[1]
+		}
+		if len(args) > 2 {
+			attr = args[2]
+		}
+		for k, v := range kwargs {
+			switch k {
+			case "d":
+				sep = v
+			case "attribute":
+				attr = v
+			default:
+				return jinja.Undefined(), fmt.Errorf("join: unknown argument %s", k)
+			}
+		}
+		var items []jinja.Value
+		switch v := args[0]; {
+		case v.IsList():
+			items = v.AsList().Items
+		case v.IsDict():
+			for _, k := range v.AsDict().OrderedKeys() {
+				items = append(items, jinja.NewString(k))
+			}
+		case v.IsString():
+			for _, r := range v.AsString() {
+				items = append(items, jinja.NewString(string(r)))
+			}
+		default:
+			return jinja.Undefined(), fmt.Errorf("join: %s is not iterable", v.String())
+		}
+		parts := make([]string, len(items))
+		for i, it := range items {
+			if !attr.IsUndefined() && !attr.IsNone() {
+				it = attrOf(it, pyStr(attr))
+			}
+			parts[i] = pyStr(it)
+		}
+		return jinja.NewString(strings.Join(parts, pyStr(sep))), nil
+	})
+}
+
+// attrOf is jinja2's attribute getter: a dotted path of keys (or list
+// indexes); undefined where one is missing.
+func attrOf(v jinja.Value, path string) jinja.Value {
+	for _, part := range strings.Split(path, ".") {
+		switch {
+		case v.IsDict():
+			x, ok := v.AsDict().Get(part)
+			if !ok {
+				return jinja.Undefined()
+			}
+			v = x
+		case v.IsList():
+			n, err := strconv.Atoi(part)
+			if err != nil || n < 0 || n >= v.AsList().Len() {
+				return jinja.Undefined()
+			}
+			v = v.AsList().Get(n)
+		default:
+			return jinja.Undefined()
+		}
+	}
+	return v
 }

@@ -107,6 +107,10 @@ type chatRequest struct {
 	Verbosity        *string `json:"verbosity"`
 	PromptCacheKey   *string `json:"prompt_cache_key"`
 	SafetyIdentifier *string `json:"safety_identifier"`
+	// ChatTemplateKwargs are extra variables for the chat template, as
+	// vLLM and llama-server accept them ({"enable_thinking": false} for
+	// Qwen3); read by parseTemplateKwargs.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
 
 // chatMessage is one of messages. Refusal and Annotations, which the SDKs

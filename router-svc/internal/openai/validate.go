@@ -257,6 +257,10 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 	if herr := chatExtras(in); herr != nil {
 		return herr
 	}
+	vars, herr := parseTemplateKwargs(in.ChatTemplateKwargs)
+	if herr != nil {
+		return herr
+	}
 	if herr := h.applyTools(in, j); herr != nil {
 		return herr
 	}
@@ -281,9 +285,9 @@ func (h *Handler) prepareChat(in *chatRequest, j *job) *httpError {
 		maxTokens, param = in.MaxCompletionTokens, "max_completion_tokens"
 	}
 	j.prepare = func() *httpError { // once admitted (admit.go)
-		text, err := h.tmpl.RenderTools(msgs, j.tools.rendered(), true)
+		text, err := h.tmpl.RenderVars(msgs, j.tools.rendered(), true, vars)
 		if err != nil {
-			return invalid("messages", "messages: %v", err)
+			return templateError(err)
 		}
 		if herr := h.checkPromptBytes("messages", len(text)); herr != nil {
 			return herr // never tokenized

