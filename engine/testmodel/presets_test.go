@@ -331,7 +331,7 @@ func TestTokenizerCopyErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := ReadTokenizer(path)
-		if !errors.Is(err, ErrNoTokenizer) || !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), path) {
+		if !errors.Is(err, errNoTokenizer) || !errors.Is(err, engine.ErrInvalidInput) || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}

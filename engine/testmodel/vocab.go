@@ -25,13 +25,14 @@ type Tokenizer struct {
 	model  string
 }
 
-// ErrNoTokenizer means a GGUF file has no vocabulary to copy.
-var ErrNoTokenizer = errors.New("no tokenizer")
+// errNoTokenizer means a GGUF file has no vocabulary to copy. It is always
+// wrapped with engine.ErrInvalidInput, which callers test for.
+var errNoTokenizer = errors.New("no tokenizer")
 
 // ReadTokenizer copies the tokenizer of the GGUF file at path. A file that
 // is not a GGUF is an error wrapping engine.ErrInvalidInput (and gguf's
 // own error); one without tokenizer.ggml.model or a non-empty
-// tokenizer.ggml.tokens array wraps ErrNoTokenizer as well.
+// tokenizer.ggml.tokens array wraps errNoTokenizer as well.
 func ReadTokenizer(path string) (*Tokenizer, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -52,11 +53,11 @@ func TokenizerFromGGUF(f *gguf.File, source string) (*Tokenizer, error) {
 	}
 	model, ok := f.String("tokenizer.ggml.model")
 	if !ok || model == "" {
-		return nil, fmt.Errorf("testmodel: %s has no tokenizer (tokenizer.ggml.model is missing or not a string): %w: %w", source, ErrNoTokenizer, engine.ErrInvalidInput)
+		return nil, fmt.Errorf("testmodel: %s has no tokenizer (tokenizer.ggml.model is missing or not a string): %w: %w", source, errNoTokenizer, engine.ErrInvalidInput)
 	}
 	tokens, ok := f.Strings("tokenizer.ggml.tokens")
 	if !ok || len(tokens) == 0 {
-		return nil, fmt.Errorf("testmodel: %s has no tokenizer (tokenizer.ggml.tokens is missing, empty or not an array of strings): %w: %w", source, ErrNoTokenizer, engine.ErrInvalidInput)
+		return nil, fmt.Errorf("testmodel: %s has no tokenizer (tokenizer.ggml.tokens is missing, empty or not an array of strings): %w: %w", source, errNoTokenizer, engine.ErrInvalidInput)
 	}
 	if len(tokens) > 1<<20 {
 		return nil, fmt.Errorf("testmodel: %s has %d tokens, more than the %d a generated model may have: %w", source, len(tokens), 1<<20, engine.ErrInvalidInput)
