@@ -187,10 +187,7 @@ func quantQ80(x *[qk]float32, b *[q80Sz]byte) {
 		amax = max(amax, abs32(v))
 	}
 	d := amax / 127
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
+	id := inv(d)
 	putF16(b[:], 0, d)
 	for j, v := range x {
 		// roundf: halves away from zero. The explicit conversion keeps the
@@ -211,18 +208,7 @@ func dequantQ40(b *[q40Sz]byte, y *[qk]float32) {
 func quantQ40(x *[qk]float32, b *[q40Sz]byte) {
 	// The scale comes from the value of largest magnitude, sign included, so
 	// that value lands exactly on −8 and the range is used asymmetrically.
-	var amax, vmax float32
-	for _, v := range x {
-		if a := abs32(v); a > amax {
-			amax, vmax = a, v
-		}
-	}
-	d := vmax / -8
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	putF16(b[:], 0, d)
+	id := putSignedScale(x, b[:], 8)
 	for j := range qk / 2 {
 		// x·id lies in [−8, 8]; adding 8.5 and truncating rounds it into
 		// 0..16, and 16 is clamped to 15 like ggml's MIN(15, ·).

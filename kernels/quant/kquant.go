@@ -14,6 +14,52 @@ func nearestInt(f float32) int {
 
 func sqrt32(f float32) float32 { return float32(math.Sqrt(float64(f))) }
 
+// inv is 1/d, or 0 for a zero d: the inverse scale every quantizer here
+// multiplies by, so that an all-zero group encodes as zeros.
+func inv(d float32) float32 {
+	if d == 0 {
+		return 0
+	}
+	return 1 / d
+}
+
+// absMax returns the largest magnitude in x and the value that has it, sign
+// kept (the first one on a tie): ggml's amax and max, from which the signed
+// quantizers take their scale so that value lands on the extreme level.
+func absMax(x []float32) (amax, vmax float32) {
+	for _, v := range x {
+		if a := abs32(v); a > amax {
+			amax, vmax = a, v
+		}
+	}
+	return amax, vmax
+}
+
+// requantMin requantizes the group x against its stored scale dj and min dm
+// as x ≈ dj·L − dm, L in 0..nmax: the last step of the K-quants with mins
+// (Q2_K, Q4_K, Q5_K), so that rounding in the stored scales does not bias
+// the levels. A zero scale decodes every value to −dm whatever L holds, so
+// the fitted levels are kept.
+func requantMin(x []float32, L []uint8, dj, dm float32, nmax int) {
+	if dj == 0 {
+		return
+	}
+	for i, v := range x {
+		L[i] = uint8(min(max(nearestInt((v+dm)/dj), 0), nmax))
+	}
+}
+
+// requantSigned requantizes the group x against its stored signed scale dj
+// as x ≈ dj·l, l in −nmax..nmax−1, stored in L offset by nmax (Q3_K, Q6_K).
+func requantSigned[T int8 | uint8](x []float32, L []T, dj float32, nmax int) {
+	if dj == 0 {
+		return
+	}
+	for i, v := range x {
+		L[i] = T(min(max(nearestInt(v/dj), -nmax), nmax-1) + nmax)
+	}
+}
+
 // makeQKX2 is ggml's make_qkx2_quants: it quantizes the group x to levels
 // 0..nmax as x ≈ scale·L − theMin, choosing scale and min by weighted least
 // squares over nstep+1 candidate level spacings around nmax/(max−min)
@@ -97,12 +143,7 @@ func makeQKX2(nmax int, x, w []float32, L, Laux []uint8, rmin, rdelta float32, n
 // largest magnitude is mapped to −nmax, whose magnitude has no positive twin.
 func makeQX(nmax int, x []float32, L []uint8) float32 {
 	L = L[:len(x)]
-	var amax, vmax float32
-	for _, v := range x {
-		if a := abs32(v); a > amax {
-			amax, vmax = a, v
-		}
-	}
+	amax, vmax := absMax(x)
 	if amax < groupMaxEps {
 		clear(L)
 		return 0
@@ -150,17 +191,15 @@ func makeQX(nmax int, x []float32, L []uint8) float32 {
 	return scale
 }
 
-// quantQ4K follows ggml's quantize_row_q4_K_ref: fit a scale and min to each
-// 32-value sub-block, quantize those to 6 bits against the super-block's
-// largest ones, then requantize the values against the scales actually
-// stored, so rounding in the scales does not bias the result.
-func quantQ4K(x *[qkK]float32, b *[q4KSz]byte) {
+// fitK4 is the first half of Q4_K's and Q5_K's quantizers
+// (quantize_row_q4_K_ref, quantize_row_q5_K_ref): it fits a scale and min
+// to each 32-value sub-block of x by makeQKX2 with levels 0..nmax, weighting
+// each value by the sub-block's RMS plus its magnitude, leaves the levels in
+// L and returns the fits with their largest scale and min.
+func fitK4(x *[qkK]float32, nmax int, rmin float32, nstep int, L *[qkK]uint8) (scales, mins [8]float32, maxScale, maxM float32) {
 	var (
-		L              [qkK]uint8
-		Laux           [32]uint8
-		w              [32]float32
-		scales, mins   [8]float32
-		maxScale, maxM float32
+		Laux [32]uint8
+		w    [32]float32
 	)
 	for j := range 8 {
 		xs := x[32*j : 32*j+32]
@@ -172,47 +211,43 @@ func quantQ4K(x *[qkK]float32, b *[q4KSz]byte) {
 		for l, v := range xs {
 			w[l] = av + abs32(v)
 		}
-		scales[j], mins[j] = makeQKX2(15, xs, w[:], L[32*j:32*j+32], Laux[:], -1, 0.1, 20, false)
+		scales[j], mins[j] = makeQKX2(nmax, xs, w[:], L[32*j:32*j+32], Laux[:], rmin, 0.1, nstep, false)
 		maxScale = max(maxScale, scales[j])
 		maxM = max(maxM, mins[j])
 	}
+	return scales, mins, maxScale, maxM
+}
 
-	var invScale, invMin float32
-	if maxScale > 0 {
-		invScale = 63 / maxScale
-	}
-	if maxM > 0 {
-		invMin = 63 / maxM
-	}
-	var s [12]byte
+// putScalesK4 stores the 6-bit sub-block scales ls and mins lm of a Q4_K or
+// Q5_K block in s (zeroing it first) with the super-block scales d and dmin
+// at b[0:4] (maxScale/63, maxM/63), then requantizes the levels L (0..nmax)
+// against the scales as stored.
+func putScalesK4(x *[qkK]float32, L *[qkK]uint8, ls, lm *[8]uint8, maxScale, maxM float32, b []byte, s *[12]byte, nmax int) {
+	clear(s[:])
+	packScalesK4(ls, lm, s)
+	putF16(b, 0, maxScale/63)
+	putF16(b, 2, maxM/63)
+	d, dmin := f16At(b, 0), f16At(b, 2)
 	for j := range 8 {
-		ls := uint8(min(max(nearestInt(invScale*scales[j]), 0), 63))
-		lm := uint8(min(max(nearestInt(invMin*mins[j]), 0), 63))
-		if j < 4 {
-			s[j] = ls
-			s[j+4] = lm
-		} else {
-			s[j+4] = ls&0xf | lm<<4
-			s[j-4] |= ls >> 4 << 6
-			s[j] |= lm >> 4 << 6
-		}
+		sc, m := scaleMinK4(j, s)
+		requantMin(x[32*j:32*j+32], L[32*j:32*j+32], d*float32(sc), dmin*float32(m), nmax)
 	}
-	putF16(b[:], 0, maxScale/63)
-	putF16(b[:], 2, maxM/63)
-	copy(b[4:16], s[:])
+}
 
-	d, dmin := f16At(b[:], 0), f16At(b[:], 2)
+// quantQ4K follows ggml's quantize_row_q4_K_ref: fit a scale and min to each
+// 32-value sub-block, quantize those to 6 bits against the super-block's
+// largest ones, then requantize the values against the scales actually
+// stored, so rounding in the scales does not bias the result.
+func quantQ4K(x *[qkK]float32, b *[q4KSz]byte) {
+	var L [qkK]uint8
+	scales, mins, maxScale, maxM := fitK4(x, 15, -1, 20, &L)
+	invScale, invMin := inv63(maxScale), inv63(maxM)
+	var ls, lm [8]uint8
 	for j := range 8 {
-		sc, m := scaleMinK4(j, &s)
-		dj := d * float32(sc)
-		if dj == 0 {
-			continue // every value decodes to −dmin·m; keep the fitted levels
-		}
-		dm := dmin * float32(m)
-		for i := 32 * j; i < 32*j+32; i++ {
-			L[i] = uint8(min(max(nearestInt((x[i]+dm)/dj), 0), 15))
-		}
+		ls[j] = uint8(min(max(nearestInt(invScale*scales[j]), 0), 63))
+		lm[j] = uint8(min(max(nearestInt(invMin*mins[j]), 0), 63))
 	}
+	putScalesK4(x, &L, &ls, &lm, maxScale, maxM, b[:], (*[12]byte)(b[4:16]), 15)
 	for c := range 4 {
 		for l := range 32 {
 			b[16+32*c+l] = L[64*c+l] | L[64*c+l+32]<<4
@@ -220,22 +255,27 @@ func quantQ4K(x *[qkK]float32, b *[q4KSz]byte) {
 	}
 }
 
+// inv63 is 63/m for a positive m, else 0: the factor that maps the largest
+// sub-block scale or min of a Q4_K or Q5_K block to the 6-bit level 63.
+func inv63(m float32) float32 {
+	if m > 0 {
+		return 63 / m
+	}
+	return 0
+}
+
 // quantQ6K follows ggml's quantize_row_q6_K_ref: fit a signed scale to each
 // 16-value sub-block, quantize the scales to int8 against the largest, and
 // requantize the values against the stored scales.
 func quantQ6K(x *[qkK]float32, b *[q6KSz]byte) {
 	var (
-		L              [qkK]uint8
-		scales         [16]float32
-		maxScale, maxA float32
+		L      [qkK]uint8
+		scales [16]float32
 	)
 	for ib := range 16 {
-		s := makeQX(32, x[16*ib:16*ib+16], L[16*ib:16*ib+16])
-		scales[ib] = s
-		if a := abs32(s); a > maxA {
-			maxA, maxScale = a, s
-		}
+		scales[ib] = makeQX(32, x[16*ib:16*ib+16], L[16*ib:16*ib+16])
 	}
+	maxA, maxScale := absMax(scales[:])
 	if maxA < groupMaxEps {
 		clear(b[:])
 		return
@@ -247,13 +287,7 @@ func quantQ6K(x *[qkK]float32, b *[q6KSz]byte) {
 	}
 	d := f16At(b[:], 208)
 	for j := range 16 {
-		dj := d * float32(int8(b[192+j]))
-		if dj == 0 {
-			continue
-		}
-		for i := 16 * j; i < 16*j+16; i++ {
-			L[i] = uint8(min(max(nearestInt(x[i]/dj), -32), 31) + 32)
-		}
+		requantSigned(x[16*j:16*j+16], L[16*j:16*j+16], d*float32(int8(b[192+j])), 32)
 	}
 	for h := range 2 {
 		Lh := (*[128]uint8)(L[128*h:])

@@ -24,7 +24,7 @@ import "encoding/binary"
 //	IQ4_XS (136 bytes): d, scales_h (uint16), scales_l[4], qs[128]
 //	    eight 32-value sub-blocks with 6-bit scales (low nibble in
 //	    scales_l, nibble s%2 of byte s/2; top two bits at 2s of scales_h)
-//	    stored offset by 32; x = d·(sc−32)·iq4Values[q] with 4-bit q.
+//	    stored offset by 32; x = d·(sc−32)·iq4nlValues[q] with 4-bit q.
 //	    Value 32s + j (j < 16) is the low nibble of qs[16s + j], value
 //	    32s + 16 + j its high nibble.
 const (
@@ -33,10 +33,6 @@ const (
 	q5KSz   = 176
 	iq4XSSz = 136
 )
-
-// iq4Values are the 16 levels of the non-linear 4-bit types (ggml's
-// kvalues_iq4nl), denser near zero where weights are.
-var iq4Values = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // dequantKQ2 is Dequantize for the types of this file (shapes checked).
 func dequantKQ2(t Type, src []byte, dst []float32) {
@@ -239,7 +235,7 @@ func dequantIQ4XS(b *[iq4XSSz]byte, y *[qkK]float32) {
 	for s := range 8 {
 		dl := d * float32(iq4xsScale(s, b))
 		for i := 32 * s; i < 32*s+32; i++ {
-			y[i] = dl * float32(iq4Values[iq4Index(b, i)])
+			y[i] = dl * float32(iq4nlValues[iq4Index(b, i)])
 		}
 	}
 }
@@ -249,7 +245,7 @@ func dotIQ4XS(b *[iq4XSSz]byte, x *[qkK]float32) float32 {
 	for j := range 8 {
 		var qx float32
 		for i := 32 * j; i < 32*j+32; i++ {
-			qx += float32(iq4Values[iq4Index(b, i)]) * x[i]
+			qx += float32(iq4nlValues[iq4Index(b, i)]) * x[i]
 		}
 		s += float32(iq4xsScale(j, b)) * qx
 	}
@@ -310,14 +306,7 @@ func quantQ2K(x *[qkK]float32, b *[q2KSz]byte) {
 	}
 	d, dmin := f16At(b[:], 80), f16At(b[:], 82)
 	for j := range 16 {
-		dj := d * float32(b[j]&0xf)
-		if dj == 0 {
-			continue
-		}
-		dm := dmin * float32(b[j]>>4)
-		for i := 16 * j; i < 16*j+16; i++ {
-			L[i] = uint8(min(max(nearestInt((x[i]+dm)/dj), 0), 3))
-		}
+		requantMin(x[16*j:16*j+16], L[16*j:16*j+16], d*float32(b[j]&0xf), dmin*float32(b[j]>>4), 3)
 	}
 	packQ2Levels(&L, (*[64]byte)(b[16:]))
 }
@@ -328,12 +317,7 @@ func quantQ2K(x *[qkK]float32, b *[q2KSz]byte) {
 // x²-weighted fit (Σwxl)²/Σwl², for up to five passes.
 func makeQ3(nmax int, x []float32, L []int8) float32 {
 	L = L[:len(x)]
-	var amax, vmax float32
-	for _, v := range x {
-		if a := abs32(v); a > amax {
-			amax, vmax = a, v
-		}
-	}
+	amax, vmax := absMax(x)
 	if amax < groupMaxEps {
 		clear(L)
 		return 0
@@ -387,16 +371,13 @@ func makeQ3(nmax int, x []float32, L []int8) float32 {
 // largest, and requantize the values against the stored scales.
 func quantQ3K(x *[qkK]float32, b *[q3KSz]byte) {
 	var (
-		L            [qkK]int8
-		scales       [16]float32
-		maxScale, am float32
+		L      [qkK]int8
+		scales [16]float32
 	)
 	for j := range 16 {
 		scales[j] = makeQ3(4, x[16*j:16*j+16], L[16*j:16*j+16])
-		if a := abs32(scales[j]); a > am {
-			am, maxScale = a, scales[j]
-		}
 	}
+	_, maxScale := absMax(scales[:])
 	sc := (*[12]byte)(b[96:])
 	clear(sc[:])
 	if maxScale != 0 {
@@ -416,13 +397,7 @@ func quantQ3K(x *[qkK]float32, b *[q3KSz]byte) {
 	}
 	d := f16At(b[:], 108)
 	for j := range 16 {
-		dj := d * float32(int8(q3kScale(j, sc)))
-		if dj == 0 {
-			continue
-		}
-		for i := 16 * j; i < 16*j+16; i++ {
-			L[i] = int8(min(max(nearestInt(x[i]/dj), -4), 3) + 4)
-		}
+		requantSigned(x[16*j:16*j+16], L[16*j:16*j+16], d*float32(int8(q3kScale(j, sc))), 4)
 	}
 	// The third bit of value j goes to bit j/32 of hmask[j%32].
 	var U [qkK]uint8
@@ -457,58 +432,16 @@ func packScalesK4(ls, lm *[8]uint8, s *[12]byte) {
 // quantQ5K follows ggml's quantize_row_q5_K_ref, Q4_K's method with 5-bit
 // values and a search of 16 level spacings around 31/(max−min).
 func quantQ5K(x *[qkK]float32, b *[q5KSz]byte) {
-	var (
-		L              [qkK]uint8
-		Laux           [32]uint8
-		w              [32]float32
-		scales, mins   [8]float32
-		maxScale, maxM float32
-	)
-	for j := range 8 {
-		xs := x[32*j : 32*j+32]
-		var sumX2 float32
-		for _, v := range xs {
-			sumX2 += v * v
-		}
-		av := sqrt32(sumX2 / 32)
-		for l, v := range xs {
-			w[l] = av + abs32(v)
-		}
-		scales[j], mins[j] = makeQKX2(31, xs, w[:], L[32*j:32*j+32], Laux[:], -0.5, 0.1, 15, false)
-		maxScale = max(maxScale, scales[j])
-		maxM = max(maxM, mins[j])
-	}
-	var invScale, invMin float32
-	if maxScale > 0 {
-		invScale = 63 / maxScale
-	}
-	if maxM > 0 {
-		invMin = 63 / maxM
-	}
+	var L [qkK]uint8
+	scales, mins, maxScale, maxM := fitK4(x, 31, -0.5, 15, &L)
+	invScale, invMin := inv63(maxScale), inv63(maxM)
 	var ls, lm [8]uint8
 	for j := range 8 {
 		// uint8 first, then MIN(63, ·), as ggml stores them.
 		ls[j] = min(uint8(nearestInt(invScale*scales[j])), 63)
 		lm[j] = min(uint8(nearestInt(invMin*mins[j])), 63)
 	}
-	s := (*[12]byte)(b[4:16])
-	clear(s[:])
-	packScalesK4(&ls, &lm, s)
-	putF16(b[:], 0, maxScale/63)
-	putF16(b[:], 2, maxM/63)
-
-	d, dmin := f16At(b[:], 0), f16At(b[:], 2)
-	for j := range 8 {
-		sc, m := scaleMinK4(j, s)
-		dj := d * float32(sc)
-		if dj == 0 {
-			continue
-		}
-		dm := dmin * float32(m)
-		for i := 32 * j; i < 32*j+32; i++ {
-			L[i] = uint8(min(max(nearestInt((x[i]+dm)/dj), 0), 31))
-		}
-	}
+	putScalesK4(x, &L, &ls, &lm, maxScale, maxM, b[:], (*[12]byte)(b[4:16]), 31)
 	qh := (*[32]byte)(b[16:48])
 	clear(qh[:])
 	for c := range 4 {
@@ -527,30 +460,6 @@ func quantQ5K(x *[qkK]float32, b *[q5KSz]byte) {
 	}
 }
 
-// bestIQ4 is ggml's best_index_int8 over iq4Values: the index of the level
-// nearest v (the lower one on a tie), by bisection.
-func bestIQ4(v float32) uint8 {
-	if v <= float32(iq4Values[0]) {
-		return 0
-	}
-	if v >= float32(iq4Values[15]) {
-		return 15
-	}
-	lo, hi := 0, 15
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if v < float32(iq4Values[mid]) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	if v-float32(iq4Values[hi-1]) < float32(iq4Values[hi])-v {
-		return uint8(hi - 1)
-	}
-	return uint8(hi)
-}
-
 // quantIQ4XS follows ggml's quantize_row_iq4_xs_ref (quantize_iq4_xs with
 // no importance weights): per 32-value sub-block, the x²-weighted best of
 // 16 scales around max/127 against the 16 non-linear levels; then the
@@ -558,62 +467,21 @@ func bestIQ4(v float32) uint8 {
 // its stored scale.
 func quantIQ4XS(x *[qkK]float32, b *[iq4XSSz]byte) {
 	var (
-		L                 [qkK]uint8
-		scales            [8]float32
-		maxScale, amaxSub float32
+		L      [qkK]uint8
+		scales [8]float32
 	)
 	for ib := range 8 {
-		xb := x[32*ib : 32*ib+32]
-		var amax, vmax float32
-		for _, v := range xb {
-			if a := abs32(v); a > amax {
-				amax, vmax = a, v
-			}
-		}
-		if amax < groupMaxEps {
-			scales[ib] = 0
-			continue
-		}
-		fit := func(id float32) (sumQX, sumQ2 float32) {
-			for _, v := range xb {
-				q := float32(iq4Values[bestIQ4(id*v)])
-				w := v * v
-				sumQX += w * q * v
-				sumQ2 += w * q * q
-			}
-			return sumQX, sumQ2
-		}
-		d := -vmax / float32(iq4Values[0])
-		sumQX, sumQ2 := fit(1 / d)
-		d = sumQX / sumQ2
-		best := d * sumQX
-		for itry := -7; itry <= 7; itry++ {
-			sumQX, sumQ2 = fit(float32(itry+int(iq4Values[0])) / vmax)
-			if sumQ2 > 0 && sumQX*sumQX > best*sumQ2 {
-				d = sumQX / sumQ2
-				best = d * sumQX
-			}
-		}
-		scales[ib] = d
-		if a := abs32(d); a > amaxSub {
-			amaxSub, maxScale = a, d
-		}
+		scales[ib] = iq4Scale((*[qk]float32)(x[32*ib:]))
 	}
+	_, maxScale := absMax(scales[:])
 	d := -maxScale / 32
 	putF16(b[:], 0, d)
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
+	id := inv(d)
 	var h uint16
 	clear(b[4:8])
 	for ib := range 8 {
 		l := min(max(nearestInt(id*scales[ib]), -32), 31)
-		dl := d * float32(l)
-		var idl float32
-		if dl != 0 {
-			idl = 1 / dl
-		}
+		idl := inv(d * float32(l))
 		for i := 32 * ib; i < 32*ib+32; i++ {
 			L[i] = bestIQ4(idl * x[i])
 		}

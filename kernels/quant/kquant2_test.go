@@ -177,7 +177,7 @@ func TestKQuant2KnownBlocks(t *testing.T) {
 		} else {
 			iq[8+16*s+j-16] |= byte(idx) << 4
 		}
-		wantIQ[i] = 0.125 * float32(9*s-32) * float32(iq4Values[idx])
+		wantIQ[i] = 0.125 * float32(9*s-32) * float32(iq4nlValues[idx])
 	}
 
 	for _, kb := range []knownBlock{

@@ -25,8 +25,8 @@ const (
 	q5Bits = 0x10
 )
 
-// iq4nlValues are the 16 levels of IQ4_NL (and IQ4_XS): ggml's
-// kvalues_iq4nl, a non-uniform grid denser near zero.
+// iq4nlValues are the 16 levels of IQ4_NL and IQ4_XS: ggml's
+// kvalues_iq4nl, a non-uniform grid denser near zero, where weights are.
 var iq4nlValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // IQ4NLValues returns the 16 levels of IQ4_NL, for kernels that decode it.
@@ -107,28 +107,37 @@ func quantLegacy(t Type, src []float32, dst []byte) {
 	}
 }
 
-// minMax returns the smallest and largest value of a block.
-func minMax(x *[qk]float32) (lo, hi float32) {
-	lo, hi = math.MaxFloat32, -math.MaxFloat32
+// putMinScale stores the scale d = (max−min)/levels and the offset min of
+// block x at b[0:2] and b[2:4], as Q4_1 and Q5_1 keep them, and returns the
+// min and 1/d (0 for a constant block).
+func putMinScale(x *[qk]float32, b []byte, levels float32) (lo, id float32) {
+	lo, hi := float32(math.MaxFloat32), float32(-math.MaxFloat32)
 	for _, v := range x {
 		lo = min(lo, v)
 		hi = max(hi, v)
 	}
-	return lo, hi
+	d := (hi - lo) / levels
+	putF16(b, 0, d)
+	putF16(b, 2, lo)
+	return lo, inv(d)
+}
+
+// putSignedScale stores the scale d = vmax/−levels of block x at b[0:2],
+// where vmax is its value of largest magnitude, sign kept, so that value
+// lands on the lowest level (Q4_0, Q5_0); it returns 1/d (0 for a zero
+// block).
+func putSignedScale(x *[qk]float32, b []byte, levels float32) (id float32) {
+	_, vmax := absMax(x[:])
+	d := vmax / -levels
+	putF16(b, 0, d)
+	return inv(d)
 }
 
 // quantQ41 is ggml's quantize_row_q4_1_ref for one block: 16 levels from
 // the block's minimum to its maximum, x−min scaled and rounded half up (by
 // adding ½ and truncating), clamped to 15.
 func quantQ41(x *[qk]float32, b *[q41Sz]byte) {
-	lo, hi := minMax(x)
-	d := (hi - lo) / 15
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	putF16(b[:], 0, d)
-	putF16(b[:], 2, lo)
+	lo, id := putMinScale(x, b[:], 15)
 	for j := range qk / 2 {
 		q0 := min(15, int(float32(float32(x[j]-lo)*id)+0.5))
 		q1 := min(15, int(float32(float32(x[j+qk/2]-lo)*id)+0.5))
@@ -139,14 +148,7 @@ func quantQ41(x *[qk]float32, b *[q41Sz]byte) {
 // quantQ51 is ggml's quantize_row_q5_1_ref: Q4_1 with 32 levels (no clamp
 // in ggml: the largest value lands on 31 after rounding).
 func quantQ51(x *[qk]float32, b *[q51Sz]byte) {
-	lo, hi := minMax(x)
-	d := (hi - lo) / 31
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	putF16(b[:], 0, d)
-	putF16(b[:], 2, lo)
+	lo, id := putMinScale(x, b[:], 31)
 	var qh uint32
 	for j := range qk / 2 {
 		q0 := uint8(int(float32(float32(x[j]-lo)*id) + 0.5))
@@ -161,18 +163,7 @@ func quantQ51(x *[qk]float32, b *[q51Sz]byte) {
 // magnitude (sign included) sets d = v/−16, so it lands on level 0, and
 // levels round half up into 0..31.
 func quantQ50(x *[qk]float32, b *[q50Sz]byte) {
-	var amax, vmax float32
-	for _, v := range x {
-		if a := abs32(v); a > amax {
-			amax, vmax = a, v
-		}
-	}
-	d := vmax / -16
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	putF16(b[:], 0, d)
+	id := putSignedScale(x, b[:], 16)
 	var qh uint32
 	for j := range qk / 2 {
 		q0 := uint8(min(31, int(float32(x[j]*id)+16.5)))
@@ -183,9 +174,9 @@ func quantQ50(x *[qk]float32, b *[q50Sz]byte) {
 	binary.LittleEndian.PutUint32(b[2:], qh)
 }
 
-// bestIndexIQ4 is ggml's best_index_int8 over iq4nlValues: the index of the
-// level nearest x, the upper one on a tie.
-func bestIndexIQ4(x float32) int {
+// bestIQ4 is ggml's best_index_int8 over iq4nlValues: the index of the
+// level nearest x by bisection, the upper one on a tie.
+func bestIQ4(x float32) uint8 {
 	v := &iq4nlValues
 	if x <= float32(v[0]) {
 		return 0
@@ -203,59 +194,59 @@ func bestIndexIQ4(x float32) int {
 		}
 	}
 	if x-float32(v[hi-1]) < float32(v[hi])-x {
-		return hi - 1
+		return uint8(hi - 1)
 	}
-	return hi
+	return uint8(hi)
+}
+
+// iq4Scale is the scale search of ggml's quantize_row_iq4_nl_impl (no
+// importance matrix, so the weights are x²) for one 32-value group, shared
+// by IQ4_NL and IQ4_XS's sub-blocks: a first scale puts the value of
+// largest magnitude on the grid's end, −127; fifteen more candidates (itry
+// −7..7) are tried, each scored by the weighted least-squares fit
+// (Σwqx)²/Σwq², and the best fitted scale is returned (0 for a group below
+// groupMaxEps). The arithmetic is float32 in ggml's order; the explicit
+// conversions keep Go from fusing a multiply and add where C does not.
+func iq4Scale(x *[qk]float32) float32 {
+	const ntry = 7
+	amax, vmax := absMax(x[:])
+	if amax < groupMaxEps {
+		return 0
+	}
+	fit := func(id float32) (sumqx, sumq2 float32) {
+		for _, v := range x {
+			q := float32(iq4nlValues[bestIQ4(float32(id*v))])
+			wq := float32(float32(v*v) * q)
+			sumqx += float32(wq * v)
+			sumq2 += float32(wq * q)
+		}
+		return sumqx, sumq2
+	}
+	d := -vmax / float32(iq4nlValues[0])
+	sumqx, sumq2 := fit(1 / d)
+	d = sumqx / sumq2
+	best := float32(d * sumqx)
+	for itry := -ntry; itry <= ntry; itry++ {
+		sumqx, sumq2 := fit(float32(itry+int(iq4nlValues[0])) / vmax)
+		if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
+			d = sumqx / sumq2
+			best = float32(d * sumqx)
+		}
+	}
+	return d
 }
 
 // quantIQ4NL is ggml's quantize_iq4_nl for one block without an importance
-// matrix (what llama-quantize writes; the weights are x²): a first scale
-// puts the value of largest magnitude on the grid's end, −127; fifteen
-// more candidates (itry −7..7) are tried, each scored by the weighted
-// least-squares fit Σwqx²/Σwq², and the best fitted scale is stored and the
-// levels chosen again with it. The arithmetic is float32 in ggml's order.
+// matrix (what llama-quantize writes): the scale of iq4Scale, stored, and
+// the levels chosen again with it.
 func quantIQ4NL(x *[qk]float32, b *[iq4Sz]byte) {
-	const ntry = 7
-	var w [qk]float32
-	var amax, vmax float32
-	for j, v := range x {
-		w[j] = v * v
-		if a := abs32(v); a > amax {
-			amax, vmax = a, v
-		}
-	}
-	var d float32
-	if amax >= groupMaxEps {
-		fit := func(id float32) (sumqx, sumq2 float32) {
-			for j, v := range x {
-				q := float32(iq4nlValues[bestIndexIQ4(float32(id*v))])
-				wq := float32(w[j] * q)
-				sumqx += float32(wq * v)
-				sumq2 += float32(wq * q)
-			}
-			return sumqx, sumq2
-		}
-		d = -vmax / float32(iq4nlValues[0])
-		sumqx, sumq2 := fit(1 / d)
-		d = sumqx / sumq2
-		best := float32(d * sumqx)
-		for itry := -ntry; itry <= ntry; itry++ {
-			sumqx, sumq2 := fit(float32(itry+int(iq4nlValues[0])) / vmax)
-			if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
-				d = sumqx / sumq2
-				best = float32(d * sumqx)
-			}
-		}
-	}
+	d := iq4Scale(x)
 	putF16(b[:], 0, d)
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
+	id := inv(d)
 	for j := range qk / 2 {
-		l0 := bestIndexIQ4(float32(id * x[j]))
-		l1 := bestIndexIQ4(float32(id * x[j+qk/2]))
-		b[2+j] = byte(l0) | byte(l1)<<4
+		l0 := bestIQ4(float32(id * x[j]))
+		l1 := bestIQ4(float32(id * x[j+qk/2]))
+		b[2+j] = l0 | l1<<4
 	}
 }
 
