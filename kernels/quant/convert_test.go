@@ -254,20 +254,26 @@ func readFloats(t *testing.T, path string) []float32 {
 }
 
 // The encodings must be byte-identical to ggml's reference quantizers (see
-// testdata/ggml/README.md). For Q8_0 and Q4_0 that is the specification; for
-// the K-quants it guards an exact port of ggml's searches, operation order
-// included.
+// testdata/ggml/README.md), for every block type with a recorded encoding
+// of input.f32. For Q8_0, Q4_0 and the legacy types that is the
+// specification; for the K-quants and the IQ4 types it guards an exact port
+// of ggml's searches, operation order included.
 func TestQuantizeMatchesGGML(t *testing.T) {
 	x := readFloats(t, filepath.Join("testdata", "ggml", "input.f32"))
-	for _, c := range []struct {
-		file string
+	files := []struct {
 		t    Type
-	}{{"q8_0.bin", Q8_0}, {"q4_0.bin", Q4_0}, {"q4_K.bin", Q4_K}, {"q6_K.bin", Q6_K}} {
+		file string
+	}{{Q8_0, "q8_0"}, {Q4_0, "q4_0"}, {Q4_K, "q4_K"}, {Q6_K, "q6_K"}}
+	files = append(files, kq2Types...)
+	for i, typ := range legacyTypes {
+		files = append(files, struct {
+			t    Type
+			file string
+		}{typ, strings.TrimSuffix(legacyFiles[i], ".bin")})
+	}
+	for _, c := range files {
 		t.Run(c.t.String(), func(t *testing.T) {
-			want, err := os.ReadFile(filepath.Join("testdata", "ggml", c.file))
-			if err != nil {
-				t.Fatal(err)
-			}
+			want := ggmlFile(t, c.file+".bin")
 			got := make([]byte, len(want))
 			if err := Quantize(c.t, x, got); err != nil {
 				t.Fatal(err)
@@ -402,10 +408,13 @@ func TestQ40ErrorBound(t *testing.T) {
 // The RMS of the round-trip error, relative to the RMS of the data, must
 // stay below a per-type limit: one for the Gaussian data sets and a looser
 // one for the skewed ones (rare large outliers, all-positive values). The
-// Gaussian limits sit a little above what ggml's reference quantizers reach
-// here (Q8_0 0.0054, Q4_0 0.086, Q4_K 0.072, Q6_K 0.017 — 0.021 at σ=1e-3,
-// where the binary16 super-block scale is subnormal and coarse). Binary16
-// and bfloat16 are bounded by half an ulp (2⁻¹¹ and 2⁻⁸ relative); F32 is
+// limits sit a little above what ggml's reference quantizers reach here —
+// Gaussian: Q8_0 0.0054, Q4_0 0.086, Q4_K 0.072, Q6_K 0.017, Q2_K
+// 0.29–0.30, Q3_K 0.15, Q5_K 0.035–0.037, IQ4_XS 0.076–0.081, Q4_1 0.079,
+// Q5_0 0.043, Q5_1 0.039, IQ4_NL 0.077, the K-quants' most at σ=1e-3 where
+// the binary16 super-block scale is subnormal and coarse (Q6_K 0.021);
+// outliers: Q4_1 0.117, Q5_0 0.075, Q5_1 0.054, IQ4_NL 0.093. Binary16 and
+// bfloat16 are bounded by half an ulp (2⁻¹¹ and 2⁻⁸ relative); F32 is
 // exact.
 func TestRoundTripRelativeRMS(t *testing.T) {
 	limits := []struct {
@@ -419,6 +428,14 @@ func TestRoundTripRelativeRMS(t *testing.T) {
 		{Q4_0, 0.095, 0.12},
 		{Q4_K, 0.08, 0.10},
 		{Q6_K, 0.024, 0.04},
+		{Q2_K, 0.32, 0.25},
+		{Q3_K, 0.17, 0.12},
+		{Q5_K, 0.042, 0.06},
+		{IQ4_XS, 0.088, 0.11},
+		{Q4_1, 0.09, 0.13},
+		{Q5_0, 0.05, 0.085},
+		{Q5_1, 0.045, 0.065},
+		{IQ4_NL, 0.085, 0.11},
 	}
 	for _, lim := range limits {
 		for _, ds := range testData(4096) {
@@ -464,15 +481,31 @@ func TestQuantizeZerosAndEmpty(t *testing.T) {
 	}
 }
 
+// blockTypes are the supported types with blocks of more than one value:
+// the ones Quantize searches scales for.
+func blockTypes() []Type {
+	var ts []Type
+	for _, typ := range SupportedTypes() {
+		if typ.BlockSize() > 1 {
+			ts = append(ts, typ)
+		}
+	}
+	return ts
+}
+
+// The block types refuse a non-finite value, naming the element, wherever
+// in the row it stands.
 func TestQuantizeRejectsNonFinite(t *testing.T) {
-	for _, typ := range []Type{Q8_0, Q4_0, Q4_K, Q6_K} {
-		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
-			x := make([]float32, 256)
-			x[77] = bad
-			dst := make([]byte, 256/typ.BlockSize()*typ.BlockBytes())
-			err := Quantize(typ, x, dst)
-			if err == nil || !strings.Contains(err.Error(), "src[77]") {
-				t.Errorf("Quantize(%s) with %g at 77: err = %v, want one naming src[77]", typ, bad, err)
+	for _, typ := range blockTypes() {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1))} {
+			for _, at := range []int{40, 77, 200} {
+				x := make([]float32, 256)
+				x[at] = bad
+				dst := make([]byte, 256/typ.BlockSize()*typ.BlockBytes())
+				err := Quantize(typ, x, dst)
+				if want := fmt.Sprintf("src[%d]", at); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Quantize(%s) with %g at %d: err = %v, want one naming %s", typ, bad, at, err, want)
+				}
 			}
 		}
 	}
@@ -527,7 +560,7 @@ func TestLengthErrors(t *testing.T) {
 // time give the same bytes.
 func TestQuantizeBlocksIndependent(t *testing.T) {
 	x := testData(1024)[3].x
-	for _, typ := range []Type{Q8_0, Q4_0, Q4_K, Q6_K} {
+	for _, typ := range blockTypes() {
 		whole, _ := roundTrip(t, typ, x)
 		var parts []byte
 		bs, bb := typ.BlockSize(), typ.BlockBytes()
