@@ -3,6 +3,7 @@ package vec
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/baton-serving/baton/kernels/quant"
@@ -103,10 +104,21 @@ func BenchmarkDot(b *testing.B) {
 
 // BenchmarkMatVec: 4096×4096, larger than the caches for F32 and F16 —
 // the memory-bound decode case.
-func BenchmarkMatVec(b *testing.B) {
-	const rows, cols = 4096, 4096
+func BenchmarkMatVec(b *testing.B) { benchMatVec(b, 4096, 4096, 2, nil) }
+
+// BenchmarkMatMul: 64 tokens × 2048×2048, the prompt-processing case, and
+// for comparison the same 64 products as one MatVec per token.
+func BenchmarkMatMul(b *testing.B) { benchMatMul(b, 2048, 2048, 64, 3, nil, true) }
+
+// benchMatVec runs the rows×cols matrix-vector product of each bench type
+// named in names (nil: every one) on every implementation, with weights
+// drawn from seed. MB/s are weight bytes streamed per second.
+func benchMatVec(b *testing.B, rows, cols int, seed uint64, names []string) {
 	for _, bt := range benchTypes() {
-		wb, _, matVec, _ := bt.setup(rand.New(rand.NewPCG(2, 2)), rows, cols, 1)
+		if names != nil && !slices.Contains(names, bt.name) {
+			continue
+		}
+		wb, _, matVec, _ := bt.setup(rand.New(rand.NewPCG(seed, seed)), rows, cols, 1)
 		dst := make([]float32, rows)
 		for _, im := range impls() {
 			b.Run(bt.name+"/"+im.name, func(b *testing.B) {
@@ -114,38 +126,45 @@ func BenchmarkMatVec(b *testing.B) {
 				for b.Loop() {
 					matVec(im, dst)
 				}
-				reportFlops(b, rows*cols)
+				reportFlops(b, float64(rows*cols))
 			})
 		}
 	}
 }
 
-// BenchmarkMatMul: 64 tokens × 2048×2048, the prompt-processing case, and
-// for comparison the same 64 products as one MatVec per token.
-func BenchmarkMatMul(b *testing.B) {
-	const rows, cols, tokens = 2048, 2048, 64
+// benchMatMul is benchMatVec for the product with tokens activation rows.
+// With compare it also runs the pure-Go twin and, for the others, the same
+// products as one matrix-vector product per token; without, it leaves the
+// pure-Go twin out (minutes per product at the larger shapes).
+func benchMatMul(b *testing.B, rows, cols, tokens int, seed uint64, names []string, compare bool) {
 	for _, bt := range benchTypes() {
-		wb, _, matVec, matMul := bt.setup(rand.New(rand.NewPCG(3, 3)), rows, cols, tokens)
+		if names != nil && !slices.Contains(names, bt.name) {
+			continue
+		}
+		wb, _, matVec, matMul := bt.setup(rand.New(rand.NewPCG(seed, seed)), rows, cols, tokens)
 		dst := make([]float32, tokens*rows)
 		for _, im := range impls() {
+			if im.name == "purego" && !compare {
+				continue
+			}
 			b.Run(bt.name+"/"+im.name, func(b *testing.B) {
 				b.SetBytes(int64(wb))
 				for b.Loop() {
 					matMul(im, dst, tokens)
 				}
-				reportFlops(b, rows*cols*tokens)
+				reportFlops(b, float64(rows*cols*tokens))
 			})
-			if im.name == "purego" {
+			if im.name == "purego" || !compare {
 				continue
 			}
 			b.Run(bt.name+"/"+im.name+"/matvec-per-token", func(b *testing.B) {
-				b.SetBytes(int64(wb) * tokens)
+				b.SetBytes(int64(wb) * int64(tokens))
 				for b.Loop() {
 					for range tokens {
 						matVec(im, dst[:rows])
 					}
 				}
-				reportFlops(b, rows*cols*tokens)
+				reportFlops(b, float64(rows*cols*tokens))
 			})
 		}
 	}

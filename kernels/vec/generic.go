@@ -12,47 +12,39 @@ import (
 // against. Loops reslice to fixed-size arrays so the compiler drops bounds
 // checks, and keep several partial sums to shorten dependency chains.
 
-var genericImpl = &impl{
-	name:       "purego",
-	dotF32:     dotF32Go,
-	dot4F32:    dot4F32Go,
-	dot4F16:    dot4F16Go,
-	dotF16:     dotF16Go,
-	dotBF16:    dotBF16Go,
-	matVecF32:  matVecF32Go,
-	matVecF16:  matVecF16Go,
-	matVecBF16: matVecBF16Go,
-	matMulF32:  matMulF32Go,
-	matMulF16:  matMulF16Go,
-	matMulBF16: matMulBF16Go,
-	packLen:    func(int, int) int { return 0 },
-	pack:       func([]float32, []float32, int, int) {},
-	dotQ: [numQ]func(w, xq []byte, nb int) float32{dotQ8_0Go, dotQ4_0Go, dotQ4_KGo, dotQ6_KGo,
-		q4_1: dotLegacyGo(q4_1), q5_0: dotLegacyGo(q5_0), q5_1: dotLegacyGo(q5_1), iq4_nl: dotLegacyGo(iq4_nl),
-		q2_K: dotQ2_KGo, q3_K: dotQ3_KGo, q5_K: dotQ5_KGo, iq4_XS: dotIQ4_XSGo},
-	matVecQ: [numQ]func(dst []float32, w, xq []byte, rows, nb int){
-		matVecQGo(q8_0, dotQ8_0Go), matVecQGo(q4_0, dotQ4_0Go),
-		matVecQGo(q4_K, dotQ4_KGo), matVecQGo(q6_K, dotQ6_KGo),
-		q4_1: matVecQGo(q4_1, dotLegacyGo(q4_1)), q5_0: matVecQGo(q5_0, dotLegacyGo(q5_0)),
-		q5_1: matVecQGo(q5_1, dotLegacyGo(q5_1)), iq4_nl: matVecQGo(iq4_nl, dotLegacyGo(iq4_nl)),
-		q2_K: matVecQGo(q2_K, dotQ2_KGo), q3_K: matVecQGo(q3_K, dotQ3_KGo),
-		q5_K: matVecQGo(q5_K, dotQ5_KGo), iq4_XS: matVecQGo(iq4_XS, dotIQ4_XSGo),
-	},
-	matMulQ: [numQ]func(dst []float32, ldd int, w, xq []byte, rows, nb, tokens int){
-		matMulQGo(q8_0, dotQ8_0Go), matMulQGo(q4_0, dotQ4_0Go),
-		matMulQGo(q4_K, dotQ4_KGo), matMulQGo(q6_K, dotQ6_KGo),
-		q4_1: matMulQGo(q4_1, dotLegacyGo(q4_1)), q5_0: matMulQGo(q5_0, dotLegacyGo(q5_0)),
-		q5_1: matMulQGo(q5_1, dotLegacyGo(q5_1)), iq4_nl: matMulQGo(iq4_nl, dotLegacyGo(iq4_nl)),
-		q2_K: matMulQGo(q2_K, dotQ2_KGo), q3_K: matMulQGo(q3_K, dotQ3_KGo),
-		q5_K: matMulQGo(q5_K, dotQ5_KGo), iq4_XS: matMulQGo(iq4_XS, dotIQ4_XSGo),
-	},
-	quantQ8_0: quantQ8_0Go,
-	quantQ8_K: quantQ8_KGo,
-	quantQ8_1: quantQ8_1Go,
-	expSum:    expSumGo,
-	axpy4:     axpy4Go,
-	axpy4F16:  axpy4F16Go,
-}
+var genericImpl = func() *impl {
+	im := &impl{
+		name:       "purego",
+		dotF32:     dotF32Go,
+		dot4F32:    dot4F32Go,
+		dot4F16:    dot4F16Go,
+		dotF16:     dotF16Go,
+		dotBF16:    dotBF16Go,
+		matVecF32:  matVecF32Go,
+		matVecF16:  matVecHalfGo(dotF16Go),
+		matVecBF16: matVecHalfGo(dotBF16Go),
+		matMulF32:  matMulF32Go,
+		matMulF16:  matMulHalfGo(dotF16Go),
+		matMulBF16: matMulHalfGo(dotBF16Go),
+		packLen:    func(int, int) int { return 0 },
+		pack:       func([]float32, []float32, int, int) {},
+		dotQ: [numQ]func(w, xq []byte, nb int) float32{dotQ8_0Go, dotQ4_0Go, dotQ4_KGo, dotQ6_KGo,
+			q4_1: dotLegacyGo(q4_1), q5_0: dotLegacyGo(q5_0), q5_1: dotLegacyGo(q5_1), iq4_nl: dotLegacyGo(iq4_nl),
+			q2_K: dotQ2_KGo, q3_K: dotQ3_KGo, q5_K: dotQ5_KGo, iq4_XS: dotIQ4_XSGo},
+		quantQ8_0: quantQ8_0Go,
+		quantQ8_K: quantQ8_KGo,
+		quantQ8_1: quantQ8_1Go,
+		expSum:    expSumGo,
+		axpy4:     axpy4Go,
+		axpy4F16:  axpy4F16Go,
+	}
+	// The matrix kernels of every block type are its dot product row by row.
+	for q := range qtype(numQ) {
+		im.matVecQ[q] = matVecQGo(q, im.dotQ[q])
+		im.matMulQ[q] = matMulQGo(q, im.dotQ[q])
+	}
+	return im
+}()
 
 func f16At(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }
 
@@ -104,15 +96,13 @@ func matVecF32Go(dst, w, x []float32, rows, cols int) {
 	}
 }
 
-func matVecF16Go(dst []float32, w []byte, x []float32, rows, cols int) {
-	for r := range dst[:rows] {
-		dst[r] = dotF16Go(w[2*r*cols:2*(r+1)*cols], x)
-	}
-}
-
-func matVecBF16Go(dst []float32, w []byte, x []float32, rows, cols int) {
-	for r := range dst[:rows] {
-		dst[r] = dotBF16Go(w[2*r*cols:2*(r+1)*cols], x)
+// matVecHalfGo is the matrix-vector product of 16-bit float weights whose
+// rows dot computes.
+func matVecHalfGo(dot func(w []byte, x []float32) float32) func(dst []float32, w []byte, x []float32, rows, cols int) {
+	return func(dst []float32, w []byte, x []float32, rows, cols int) {
+		for r := range dst[:rows] {
+			dst[r] = dot(w[2*r*cols:2*(r+1)*cols], x)
+		}
 	}
 }
 
@@ -126,22 +116,16 @@ func matMulF32Go(dst []float32, ldd int, w, x, _ []float32, rows, cols, tokens i
 	}
 }
 
-func matMulF16Go(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
-	for t := range tokens {
-		xt := x[t*cols : (t+1)*cols]
-		out := dst[t*ldd : t*ldd+rows]
-		for r := range out {
-			out[r] = dotF16Go(w[2*r*cols:2*(r+1)*cols], xt)
-		}
-	}
-}
-
-func matMulBF16Go(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
-	for t := range tokens {
-		xt := x[t*cols : (t+1)*cols]
-		out := dst[t*ldd : t*ldd+rows]
-		for r := range out {
-			out[r] = dotBF16Go(w[2*r*cols:2*(r+1)*cols], xt)
+// matMulHalfGo is the matrix-matrix product of 16-bit float weights whose
+// rows dot computes.
+func matMulHalfGo(dot func(w []byte, x []float32) float32) func(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
+	return func(dst []float32, ldd int, w []byte, x, _ []float32, rows, cols, tokens int) {
+		for t := range tokens {
+			xt := x[t*cols : (t+1)*cols]
+			out := dst[t*ldd : t*ldd+rows]
+			for r := range out {
+				out[r] = dot(w[2*r*cols:2*(r+1)*cols], xt)
+			}
 		}
 	}
 }
@@ -241,7 +225,7 @@ func dotQ4_KGo(w, xq []byte, nb int) float32 {
 			isum += sc1*d1 + sc2*d2
 			msum += m1*(bsum(xb, 4*c)+bsum(xb, 4*c+1)) + m2*(bsum(xb, 4*c+2)+bsum(xb, 4*c+3))
 		}
-		d := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
+		d := q8KScale(xb)
 		sum += float32(isum) * (f16At(wb[0:]) * d)
 		sum -= float32(msum) * (f16At(wb[2:]) * d)
 	}
@@ -274,7 +258,7 @@ func dotQ6_KGo(w, xq []byte, nb int) float32 {
 					int32(int8(sc[g+4]))*a2 + int32(int8(sc[g+6]))*a3
 			}
 		}
-		d := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
+		d := q8KScale(xb)
 		sum += float32(isum) * (f16At(wb[208:]) * d)
 	}
 	return sum
@@ -319,18 +303,25 @@ func nearestInt(f float32) int32 {
 
 func finite(v float32) bool { return math.Float32bits(v)&0x7f800000 != 0x7f800000 }
 
+// q8Amax is the largest magnitude in the 32 values of a Q8_0 or Q8_1 block,
+// and whether they are all finite (the quantizers encode a block that is
+// not as NaN).
+func q8Amax(xb *[32]float32) (amax float32, ok bool) {
+	ok = true
+	for _, v := range xb {
+		ok = ok && finite(v)
+		amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+	}
+	return amax, ok
+}
+
 const f16NaN = 0x7e00
 
 func quantQ8_0Go(x []float32, dst []byte) {
 	for b := range len(x) / Q8_0Values {
 		xb := (*[32]float32)(x[32*b:])
 		yb := (*[34]byte)(dst[34*b:])
-		var amax float32
-		ok := true
-		for _, v := range xb {
-			ok = ok && finite(v)
-			amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
-		}
+		amax, ok := q8Amax(xb)
 		if !ok {
 			binary.LittleEndian.PutUint16(yb[0:], f16NaN)
 			clear(yb[2:])

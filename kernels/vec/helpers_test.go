@@ -94,6 +94,23 @@ func dequant(t quant.Type, b []byte, n int) []float32 {
 	return out
 }
 
+// refScalesK4 unpacks the eight 6-bit scales and mins of a Q4_K or Q5_K
+// block from its 12 scale bytes s (ggml's get_scale_min_k4): sub-blocks
+// 0–3 in the low 6 bits of bytes j and j+4, sub-blocks 4–7 with their low
+// 4 bits in the nibbles of byte j+4 and their top 2 in the top bits of
+// bytes j−4 and j.
+func refScalesK4(s []byte) (sc, mn [8]int64) {
+	for j := range 8 {
+		if j < 4 {
+			sc[j], mn[j] = int64(s[j]&63), int64(s[j+4]&63)
+		} else {
+			sc[j] = int64(s[j+4]&15) | int64(s[j-4]>>6)<<4
+			mn[j] = int64(s[j+4]>>4) | int64(s[j]>>6)<<4
+		}
+	}
+	return sc, mn
+}
+
 func f16(b []byte) float64 { return float64(quant.F16ToF32(binary.LittleEndian.Uint16(b))) }
 
 func f32le(b []byte) float64 {
@@ -147,16 +164,7 @@ func exactDot(q qtype, w, xq []byte, nb int) (sum, mag float64) {
 		case q4_K:
 			wb := w[144*b : 144*b+144]
 			xb := xq[292*b : 292*b+292]
-			var sc, mn [8]int64
-			s := wb[4:16]
-			for j := range 8 {
-				if j < 4 {
-					sc[j], mn[j] = int64(s[j]&63), int64(s[j+4]&63)
-				} else {
-					sc[j] = int64(s[j+4]&15) | int64(s[j-4]>>6)<<4
-					mn[j] = int64(s[j+4]>>4) | int64(s[j]>>6)<<4
-				}
-			}
+			sc, mn := refScalesK4(wb[4:16])
 			var isum, iabs, msum, mabs int64
 			for i := range 256 {
 				c, l := i/64, i%64

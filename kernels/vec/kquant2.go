@@ -67,10 +67,6 @@ func MatMulIQ4_XS(dst []float32, ldd int, w, xq []byte, rows, cols, tokens int) 
 	matMulQ(iq4_XS, dst, ldd, w, xq, rows, cols, tokens)
 }
 
-// iq4Values are the levels of the non-linear 4-bit types (ggml's
-// kvalues_iq4nl).
-var iq4Values = [16]int32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-
 func q8KScale(xb *[Q8_KBytes]byte) float32 {
 	return math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
 }
@@ -190,7 +186,7 @@ func dotIQ4_XSGo(w, xq []byte, nb int) float32 {
 			y := (*[32]byte)(xb[4+32*s:])
 			var d int32
 			for j, q := range qs {
-				d += iq4Values[q&15]*int32(int8(y[j])) + iq4Values[q>>4]*int32(int8(y[j+16]))
+				d += int32(iq4nlValues[q&15])*int32(int8(y[j])) + int32(iq4nlValues[q>>4])*int32(int8(y[j+16]))
 			}
 			isum += (ls - 32) * d
 		}

@@ -16,7 +16,8 @@ import (
 
 // exactKQ2 adds one block of a Q2_K, Q3_K, Q5_K or IQ4_XS row (wb, from
 // the block's first byte) times one Q8_K block (xb) to exactDot's sums,
-// decoding ggml's layouts from scratch: value by value, with no shared code.
+// decoding ggml's layouts from scratch, value by value, sharing only
+// refScalesK4 with exactDot and none of the package's code.
 func exactKQ2(q qtype, wb, xb []byte, add func(scale float64, isum, iabs int64)) {
 	abs := func(v int64) int64 { return max(v, -v) }
 	xd := f32le(xb)
@@ -58,16 +59,7 @@ func exactKQ2(q qtype, wb, xb []byte, add func(scale float64, isum, iabs int64))
 		}
 		add(f16(wb[108:])*xd, isum, iabs)
 	case q5_K:
-		var sc, mn [8]int64
-		s := wb[4:16]
-		for j := range 8 {
-			if j < 4 {
-				sc[j], mn[j] = int64(s[j]&63), int64(s[j+4]&63)
-			} else {
-				sc[j] = int64(s[j+4]&15) | int64(s[j-4]>>6)<<4
-				mn[j] = int64(s[j+4]>>4) | int64(s[j]>>6)<<4
-			}
-		}
+		sc, mn := refScalesK4(wb[4:16])
 		for i := range 256 {
 			c, l := i/64, i%64
 			byt := wb[48+32*c+l%32]

@@ -3,7 +3,6 @@ package vec
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/baton-serving/baton/kernels/quant"
 )
@@ -114,12 +113,7 @@ func quantQ8_1Go(x []float32, dst []byte) {
 	for b := range len(x) / Q8_1Values {
 		xb := (*[32]float32)(x[32*b:])
 		yb := (*[36]byte)(dst[36*b:])
-		var amax float32
-		ok := true
-		for _, v := range xb {
-			ok = ok && finite(v)
-			amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
-		}
+		amax, ok := q8Amax(xb)
 		if !ok {
 			binary.LittleEndian.PutUint16(yb[0:], f16NaN)
 			binary.LittleEndian.PutUint16(yb[2:], f16NaN)

@@ -2,7 +2,6 @@ package vec
 
 import (
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -13,48 +12,11 @@ import (
 //	go test -bench 'Legacy1B' -run '^$' -benchtime=200ms ./vec/
 var legacyBenchTypes = []string{"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"}
 
-func BenchmarkMatVecLegacy1B(b *testing.B) {
-	const rows, cols = 2048, 5632
-	for _, bt := range benchTypes() {
-		if !slices.Contains(legacyBenchTypes, bt.name) {
-			continue
-		}
-		wb, _, matVec, _ := bt.setup(rand.New(rand.NewPCG(5, 5)), rows, cols, 1)
-		dst := make([]float32, rows)
-		for _, im := range impls() {
-			b.Run(bt.name+"/"+im.name, func(b *testing.B) {
-				b.SetBytes(int64(wb))
-				for b.Loop() {
-					matVec(im, dst)
-				}
-				reportFlops(b, rows*cols)
-			})
-		}
-	}
-}
+func BenchmarkMatVecLegacy1B(b *testing.B) { benchMatVec(b, 2048, 5632, 5, legacyBenchTypes) }
 
 // BenchmarkMatMulLegacy1B: a 64-token prompt through the same matrix.
 func BenchmarkMatMulLegacy1B(b *testing.B) {
-	const rows, cols, tokens = 2048, 5632, 64
-	for _, bt := range benchTypes() {
-		if !slices.Contains(legacyBenchTypes, bt.name) {
-			continue
-		}
-		wb, _, _, matMul := bt.setup(rand.New(rand.NewPCG(6, 6)), rows, cols, tokens)
-		dst := make([]float32, tokens*rows)
-		for _, im := range impls() {
-			if im.name == "purego" {
-				continue // minutes per product
-			}
-			b.Run(bt.name+"/"+im.name, func(b *testing.B) {
-				b.SetBytes(int64(wb))
-				for b.Loop() {
-					matMul(im, dst, tokens)
-				}
-				reportFlops(b, rows*cols*tokens)
-			})
-		}
-	}
+	benchMatMul(b, 2048, 5632, 64, 6, legacyBenchTypes, false)
 }
 
 func BenchmarkQuantizeQ8_1(b *testing.B) {
