@@ -269,24 +269,34 @@ func q6kTile(s isa, R, T int, ret bool) {
 	// broadcast scales (256 bytes).
 	kTileLoop(s, R, T, ret, q6KBytes, 288, func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem) {
 		q6kBlock(s, wp, xp, isum, stack)
-		for r := 0; r < R; r++ {
-			dw := YMM()
-			s.f16Bcast(Mem{Base: wp[r], Disp: 208}, dw)
-			for t := 0; t < T; t++ {
-				// Take 32·Σ_j sc_j·bsums[j] off: the offset of the 6-bit values.
-				c := YMM()
-				VMOVDQU(Mem{Base: xp[t], Disp: 260}, c)
-				VPMADDWD(stack.Offset(288*r), c, c)
-				VPSLLD(U8(5), c, c)
-				VPSUBD(c, isum[r][t], isum[r][t])
-				d := YMM()
-				VBROADCASTSS(Mem{Base: xp[t]}, d)
-				VMULPS(dw, d, d)
-				VCVTDQ2PS(isum[r][t], isum[r][t])
-				VFMADD231PS(isum[r][t], d, acc[r][t])
-			}
-		}
+		// 32·Σ_j sc_j·bsums[j] off: the offset of the 6-bit values.
+		kOffsetAcc(s, wp, xp, acc, isum, func(r int) Mem { return stack.Offset(288 * r) }, 5, 208)
 	})
+}
+
+// kOffsetAcc ends a block of a K-quant type whose unsigned levels stand for
+// level − 2^shift (Q3_K, Q6_K): per row r and token t it takes
+// 2^shift·Σ_j sc_j·bsums[j] off isum[r][t] (a vpmaddwd of the row's sixteen
+// scale words at scales(r) with the block's bsums), then adds isum[r][t]
+// times f16(d)·xd to acc[r][t], d being the binary16 at byte dOff of the
+// weight block and xd the activations' float32 scale.
+func kOffsetAcc(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, scales func(r int) Mem, shift, dOff int) {
+	for r := range wp {
+		dw := YMM()
+		s.f16Bcast(Mem{Base: wp[r], Disp: dOff}, dw)
+		for t := range xp {
+			c := YMM()
+			VMOVDQU(Mem{Base: xp[t], Disp: 260}, c)
+			VPMADDWD(scales(r), c, c)
+			VPSLLD(U8(shift), c, c)
+			VPSUBD(c, isum[r][t], isum[r][t])
+			d := YMM()
+			VBROADCASTSS(Mem{Base: xp[t]}, d)
+			VMULPS(dw, d, d)
+			VCVTDQ2PS(isum[r][t], isum[r][t])
+			VFMADD231PS(isum[r][t], d, acc[r][t])
+		}
+	}
 }
 
 // scalePairs stores at dst, dst+32, …, dst+224 the eight vectors

@@ -295,23 +295,8 @@ func q3kTile(s isa, R, T int, ret bool) {
 		}
 		hmOff := 0
 		twoBitBlock(s, wp, xp, isum, stack, 64, 32, &hmOff)
-		for r := range wp {
-			base := stack.Offset(64*r + 32)
-			dw := YMM()
-			s.f16Bcast(Mem{Base: wp[r], Disp: 108}, dw)
-			for t := range xp {
-				c := YMM()
-				VMOVDQU(Mem{Base: xp[t], Disp: 260}, c)
-				VPMADDWD(base, c, c)
-				VPSLLD(U8(2), c, c)
-				VPSUBD(c, isum[r][t], isum[r][t])
-				d := YMM()
-				VBROADCASTSS(Mem{Base: xp[t]}, d)
-				VMULPS(dw, d, d)
-				VCVTDQ2PS(isum[r][t], isum[r][t])
-				VFMADD231PS(isum[r][t], d, acc[r][t])
-			}
-		}
+		// 4·Σ_j sc_j·bsums[j] off: the offset of the 3-bit values.
+		kOffsetAcc(s, wp, xp, acc, isum, func(r int) Mem { return stack.Offset(64*r + 32) }, 2, 108)
 	})
 }
 

@@ -325,12 +325,7 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 	acc := newAcc(s, R, T, ZMM)
 	ones := ZMM()
 	VMOVDQU32(c01b, ones)
-	hiLanes := K()
-	{
-		m := GP32()
-		MOVL(U32(0xcc), m) // quadwords 2–3 and 6–7 take the high nibbles
-		KMOVW(m, hiLanes)
-	}
+	hiLanes := hiNibbleLanes()
 	xq := k.xb - 32
 	hasM := k.mOff >= 0
 	var mws Mem
@@ -344,16 +339,7 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 		wv, dw := make([]VecVirtual, R), make([]VecVirtual, R)
 		var mw []VecVirtual
 		for r := 0; r < R; r++ {
-			t := ZMM()
-			VBROADCASTI32X4(Mem{Base: wp[r], Disp: k.qsOff}, t)
-			if !tail {
-				VINSERTI32X4(U8(2), Mem{Base: wp[r], Disp: k.qsOff + k.wb}, t, t)
-				VINSERTI32X4(U8(3), Mem{Base: wp[r], Disp: k.qsOff + k.wb}, t, t)
-			}
-			sh := ZMM()
-			VPSRLW(U8(4), t, sh)
-			VPBLENDMQ(sh, t, hiLanes, t)
-			VPANDD(c0F, t, t)
+			t := nibblesZ(Mem{Base: wp[r], Disp: k.qsOff}, k.wb, tail, hiLanes)
 			if k.qhOff >= 0 {
 				bits := GP64()
 				MOVL(Mem{Base: wp[r], Disp: k.qhOff}, bits.As32())
@@ -397,18 +383,7 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 			}
 			var init VecVirtual
 			if bias := map[bool]int{true: 128, false: k.bias}[k.nl]; bias != 0 {
-				// init = −bias·(Σ of each 4 activations).
-				sx4 := ZMM()
-				s.zero(sx4)
-				VPDPBUSD(xv, ones, sx4)
-				if bias == 128 {
-					VPSLLD(U8(7), sx4, sx4)
-				} else {
-					VPSLLD(U8(4), sx4, sx4)
-				}
-				init = ZMM()
-				s.zero(init)
-				VPSUBD(sx4, init, init)
+				init = biasInitZ(s, xv, ones, map[bool]int{true: 7, false: 4}[bias == 128])
 			}
 			for r := 0; r < R; r++ {
 				p := ZMM()
@@ -434,25 +409,7 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 			}
 		}
 	}
-	Label("pair")
-	CMPQ(nb, U8(2))
-	JL(LabelRef("last"))
-	body(false)
-	for r := 0; r < R; r++ {
-		ADDQ(U32(2*k.wb), wp[r])
-	}
-	for t := 0; t < T; t++ {
-		ADDQ(U32(2*k.xb), xp[t])
-	}
-	SUBQ(U8(2), nb)
-	JMP(LabelRef("pair"))
-
-	Label("last")
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	body(true)
-
-	Label("done")
+	pairLoopZ(wp, xp, nb, k.wb, k.xb, body)
 	finish(s, acc, ret)
 }
 

@@ -255,29 +255,7 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 	VMOVDQU32(c01b, ones)
 	var hiLanes Op
 	if q4 {
-		// Quadwords 2–3 and 6–7: the 128-bit lanes that take high nibbles.
-		k := K()
-		m := GP32()
-		MOVL(U32(0xcc), m)
-		KMOVW(m, k)
-		hiLanes = k
-	}
-
-	// halves loads the f16 scales of two blocks at m and m+stride (or of one,
-	// the other half zero) and returns [d0 ×8, d1 ×8] as float32.
-	halves := func(m Mem, stride int, tail bool) VecVirtual {
-		y := YMM()
-		VPBROADCASTW(m, y)
-		x1 := XMM()
-		if tail {
-			VMOVDQA32(zeroReg.AsX(), x1)
-		} else {
-			VPBROADCASTW(m.Offset(stride), x1)
-		}
-		VINSERTI32X4(U8(1), x1, y, y)
-		z := ZMM()
-		VCVTPH2PS(y, z)
-		return z
+		hiLanes = hiNibbleLanes()
 	}
 	body := func(tail bool) {
 		if T == 1 {
@@ -285,28 +263,17 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 		}
 		wv, dw := make([]VecVirtual, R), make([]VecVirtual, R)
 		for r := 0; r < R; r++ {
-			wv[r] = ZMM()
 			if q4 {
-				// [qA qA qB qB] → [qA&15, qA>>4, qB&15, qB>>4]: the values
-				// of block A in order, then those of block B.
-				t := wv[r]
-				VBROADCASTI32X4(Mem{Base: wp[r], Disp: 2}, t)
-				if !tail {
-					VINSERTI32X4(U8(2), Mem{Base: wp[r], Disp: 2 + wb}, t, t)
-					VINSERTI32X4(U8(3), Mem{Base: wp[r], Disp: 2 + wb}, t, t)
-				}
-				sh := ZMM()
-				VPSRLW(U8(4), t, sh)
-				VPBLENDMQ(sh, t, hiLanes, t)
-				VPANDD(c0F, t, t)
+				wv[r] = nibblesZ(Mem{Base: wp[r], Disp: 2}, wb, tail, hiLanes)
 			} else {
+				wv[r] = ZMM()
 				VBROADCASTI64X4(Mem{Base: wp[r], Disp: 2}, wv[r])
 				if !tail {
 					VINSERTI64X4(U8(1), Mem{Base: wp[r], Disp: 2 + wb}, wv[r], wv[r])
 				}
 				VPXORD(c80, wv[r], wv[r])
 			}
-			dw[r] = halves(Mem{Base: wp[r]}, wb, tail)
+			dw[r] = halvesZ(Mem{Base: wp[r]}, wb, tail)
 		}
 		for t := 0; t < T; t++ {
 			xv := ZMM()
@@ -314,19 +281,8 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 			if !tail {
 				VINSERTI64X4(U8(1), Mem{Base: xp[t], Disp: 2 + q80Bytes}, xv, xv)
 			}
-			dx := halves(Mem{Base: xp[t]}, q80Bytes, tail)
-			// init = −bias·(Σ of each 4 activations).
-			sx := ZMM()
-			s.zero(sx)
-			VPDPBUSD(xv, ones, sx)
-			if q4 {
-				VPSLLD(U8(3), sx, sx)
-			} else {
-				VPSLLD(U8(7), sx, sx)
-			}
-			init := ZMM()
-			s.zero(init)
-			VPSUBD(sx, init, init)
+			dx := halvesZ(Mem{Base: xp[t]}, q80Bytes, tail)
+			init := biasInitZ(s, xv, ones, map[bool]int{true: 3, false: 7}[q4])
 			for r := 0; r < R; r++ {
 				p := ZMM()
 				VMOVDQA32(init, p)
@@ -338,15 +294,69 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 			}
 		}
 	}
+	pairLoopZ(wp, xp, nb, wb, q80Bytes, body)
+	finish(s, acc, ret)
+}
+
+// The pieces of the AVX-512 tiles of the 32-value block types (q80TileZ,
+// legacyTileZ), which hold two blocks per zmm register.
+
+// hiNibbleLanes returns a mask of quadwords 2–3 and 6–7: the 128-bit lanes
+// of nibblesZ's register that take the high nibbles.
+func hiNibbleLanes() Op {
+	k := K()
+	m := GP32()
+	MOVL(U32(0xcc), m)
+	KMOVW(m, k)
+	return k
+}
+
+// nibblesZ loads the 16 nibble bytes of two blocks at m and m+stride (with
+// tail, of one block twice) and returns their 64 4-bit values as bytes:
+// [qA qA qB qB] → [qA&15, qA>>4, qB&15, qB>>4], the values of block A in
+// order, then those of block B. hiLanes is hiNibbleLanes' mask.
+func nibblesZ(m Mem, stride int, tail bool, hiLanes Op) VecVirtual {
+	t := ZMM()
+	VBROADCASTI32X4(m, t)
+	if !tail {
+		VINSERTI32X4(U8(2), m.Offset(stride), t, t)
+		VINSERTI32X4(U8(3), m.Offset(stride), t, t)
+	}
+	sh := ZMM()
+	VPSRLW(U8(4), t, sh)
+	VPBLENDMQ(sh, t, hiLanes, t)
+	VPANDD(c0F, t, t)
+	return t
+}
+
+// biasInitZ returns the starting integer sums −2^shift·(Σ of each 4
+// activations of xv), which take off the bias 2^shift of unsigned weight
+// levels; ones holds bytes of 1.
+func biasInitZ(s isa, xv, ones VecVirtual, shift int) VecVirtual {
+	sx := ZMM()
+	s.zero(sx)
+	VPDPBUSD(xv, ones, sx)
+	VPSLLD(U8(shift), sx, sx)
+	init := ZMM()
+	s.zero(init)
+	VPSUBD(sx, init, init)
+	return init
+}
+
+// pairLoopZ emits the block loop of the AVX-512 tiles: body(false) for
+// each pair of blocks, then body(true) for an odd last block, moving the
+// row pointers wp by weight blocks of wb bytes and the token pointers xp by
+// activation blocks of xb bytes, nb blocks in all.
+func pairLoopZ(wp, xp []GPVirtual, nb Register, wb, xb int, body func(tail bool)) {
 	Label("pair")
 	CMPQ(nb, U8(2))
 	JL(LabelRef("last"))
 	body(false)
-	for r := 0; r < R; r++ {
+	for r := range wp {
 		ADDQ(U32(2*wb), wp[r])
 	}
-	for t := 0; t < T; t++ {
-		ADDQ(U32(2*q80Bytes), xp[t])
+	for t := range xp {
+		ADDQ(U32(2*xb), xp[t])
 	}
 	SUBQ(U8(2), nb)
 	JMP(LabelRef("pair"))
@@ -357,5 +367,4 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 	body(true)
 
 	Label("done")
-	finish(s, acc, ret)
 }
