@@ -135,11 +135,7 @@ func q4kTile(s isa, R, T int, ret bool) {
 // and calls block, which adds the block's contribution to acc; then it
 // moves every pointer one block on and ends as finish does.
 func kTileLoop(s isa, R, T int, ret bool, wBytes, stackPerRow int, block func(s isa, wp, xp []GPVirtual, acc, isum [][]VecVirtual, stack Mem)) {
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, YMM)
+	wp, xp, nb, acc := tileArgs(s, R, T, YMM)
 	stack := AllocLocal(stackPerRow * R)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
@@ -157,12 +153,7 @@ func kTileLoop(s isa, R, T int, ret bool, wBytes, stackPerRow int, block func(s 
 		}
 	}
 	block(s, wp, xp, acc, isum, stack)
-	for r := range wp {
-		ADDQ(U32(wBytes), wp[r])
-	}
-	for t := range xp {
-		ADDQ(U32(q8KBytes), xp[t])
-	}
+	advancePtrs(wp, xp, wBytes, q8KBytes)
 	DECQ(nb)
 	JNZ(LabelRef("block"))
 

@@ -151,11 +151,7 @@ func legacyCorr(k legacyKind, xv VecVirtual) VecVirtual {
 func legacyTile(s isa, k legacyKind, R, T int, ret bool) {
 	name := begin(s, k.name, R, T, ret, "byte", "nb", 64*R, true)
 	legacyDoc(name, k, R, T, ret)
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, YMM)
+	wp, xp, nb, acc := tileArgs(s, R, T, YMM)
 	xq := k.xb - 32
 	hasM := k.mOff >= 0
 
@@ -220,31 +216,14 @@ func legacyTile(s isa, k legacyKind, R, T int, ret bool) {
 			}
 		}
 	}
-	advance := func(n int) {
-		for r := 0; r < R; r++ {
-			ADDQ(U32(n*k.wb), wp[r])
+	pairLoop(nb, func() {
+		if T == 1 {
+			prefetch(wp, nil, 0, 0, 1)
 		}
-		for t := 0; t < T; t++ {
-			ADDQ(U32(n*k.xb), xp[t])
-		}
-	}
-	Label("pair")
-	CMPQ(nb, U8(2))
-	JL(LabelRef("last"))
-	if T == 1 {
-		prefetch(wp, nil, 0, 0, 1)
-	}
-	step(0)
-	step(1)
-	advance(2)
-	SUBQ(U8(2), nb)
-	JMP(LabelRef("pair"))
-
-	Label("last")
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	step(0)
-	Label("done")
+		step(0)
+		step(1)
+		advancePtrs(wp, xp, 2*k.wb, 2*k.xb)
+	}, func() { step(0) })
 	finish(s, acc, ret)
 }
 
@@ -318,11 +297,7 @@ func legacyTileZ(s isa, k legacyKind, R, T int, ret bool) {
 	}
 	name := begin(s, k.name, R, T, ret, "byte", "nb", frame, true)
 	legacyDoc(name, k, R, T, ret)
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, ZMM)
+	wp, xp, nb, acc := tileArgs(s, R, T, ZMM)
 	ones := ZMM()
 	VMOVDQU32(c01b, ones)
 	hiLanes := hiNibbleLanes()

@@ -410,6 +410,46 @@ func prefetch(wp []GPVirtual, index Register, scale uint8, off, n int) {
 	}
 }
 
+// tileArgs loads the arguments of a tile of R weight rows and T tokens
+// (the row and token pointers and the block count nb), begins the kernel
+// and returns them with R×T zeroed accumulators made by mk.
+func tileArgs(s isa, R, T int, mk func() VecVirtual) (wp, xp []GPVirtual, nb Register, acc [][]VecVirtual) {
+	wp = ptrs("w", "ws", R)
+	xp = ptrs("x", "xs", T)
+	nb = Load(Param("nb"), GP64())
+	s.beginKernel()
+	return wp, xp, nb, newAcc(s, R, T, mk)
+}
+
+// advancePtrs moves each row pointer wp on by wb bytes and each token
+// pointer xp by xb.
+func advancePtrs(wp, xp []GPVirtual, wb, xb int) {
+	for r := range wp {
+		ADDQ(U32(wb), wp[r])
+	}
+	for t := range xp {
+		ADDQ(U32(xb), xp[t])
+	}
+}
+
+// pairLoop emits a loop over nb blocks two at a time: pair() for each pair
+// (it also moves the pointers on), then last() for an odd last block.
+func pairLoop(nb Register, pair, last func()) {
+	Label("pair")
+	CMPQ(nb, U8(2))
+	JL(LabelRef("last"))
+	pair()
+	SUBQ(U8(2), nb)
+	JMP(LabelRef("pair"))
+
+	Label("last")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	last()
+	Label("done")
+}
+
+// newAcc returns R×T accumulators made by mk, zeroed.
 func newAcc(s isa, R, T int, mk func() VecVirtual) [][]VecVirtual {
 	acc := make([][]VecVirtual, R)
 	for r := range acc {

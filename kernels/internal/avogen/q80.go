@@ -64,11 +64,7 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 	}
 	name := begin(s, kind, R, T, ret, "byte", "nb", 32*R, true)
 	q80Doc(name, kind, wb, R, T, ret)
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, YMM)
+	wp, xp, nb, acc := tileArgs(s, R, T, YMM)
 	if T == 1 {
 		q80Vec(s, q4, wb, wp, xp[0], nb, acc)
 		finish(s, acc, ret)
@@ -99,12 +95,7 @@ func q80Tile(s isa, q4 bool, R, T int, ret bool) {
 			VFMADD231PS(p, d, acc[r][t])
 		}
 	}
-	for r := 0; r < R; r++ {
-		ADDQ(U32(wb), wp[r])
-	}
-	for t := 0; t < T; t++ {
-		ADDQ(U32(q80Bytes), xp[t])
-	}
+	advancePtrs(wp, xp, wb, q80Bytes)
 	DECQ(nb)
 	JNZ(LabelRef("block"))
 
@@ -184,24 +175,12 @@ func q80Vec(s isa, q4 bool, wb int, wp []GPVirtual, xp GPVirtual, nb Register, a
 			VFMADD231PS(p, d, acc[r][0])
 		}
 	}
-	Label("pair")
-	CMPQ(nb, U8(2))
-	JL(LabelRef("last"))
-	prefetch(wp, nil, 0, 0, 1)
-	step(0)
-	step(1)
-	for r := range wp {
-		ADDQ(U32(2*wb), wp[r])
-	}
-	ADDQ(U32(2*q80Bytes), xp)
-	SUBQ(U8(2), nb)
-	JMP(LabelRef("pair"))
-
-	Label("last")
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	step(0)
-	Label("done")
+	pairLoop(nb, func() {
+		prefetch(wp, nil, 0, 0, 1)
+		step(0)
+		step(1)
+		advancePtrs(wp, []GPVirtual{xp}, 2*wb, 2*q80Bytes)
+	}, func() { step(0) })
 }
 
 func q80Doc(name, kind string, wb, R, T int, ret bool) {
@@ -246,11 +225,7 @@ func q80TileZ(s isa, q4 bool, R, T int, ret bool) {
 	}
 	name := begin(s, kind, R, T, ret, "byte", "nb", 0, true)
 	q80Doc(name, kind, wb, R, T, ret)
-	wp := ptrs("w", "ws", R)
-	xp := ptrs("x", "xs", T)
-	nb := Load(Param("nb"), GP64())
-	s.beginKernel()
-	acc := newAcc(s, R, T, ZMM)
+	wp, xp, nb, acc := tileArgs(s, R, T, ZMM)
 	ones := ZMM()
 	VMOVDQU32(c01b, ones)
 	var hiLanes Op
@@ -346,25 +321,10 @@ func biasInitZ(s isa, xv, ones VecVirtual, shift int) VecVirtual {
 // pairLoopZ emits the block loop of the AVX-512 tiles: body(false) for
 // each pair of blocks, then body(true) for an odd last block, moving the
 // row pointers wp by weight blocks of wb bytes and the token pointers xp by
-// activation blocks of xb bytes, nb blocks in all.
+// activation blocks of xb bytes.
 func pairLoopZ(wp, xp []GPVirtual, nb Register, wb, xb int, body func(tail bool)) {
-	Label("pair")
-	CMPQ(nb, U8(2))
-	JL(LabelRef("last"))
-	body(false)
-	for r := range wp {
-		ADDQ(U32(2*wb), wp[r])
-	}
-	for t := range xp {
-		ADDQ(U32(2*xb), xp[t])
-	}
-	SUBQ(U8(2), nb)
-	JMP(LabelRef("pair"))
-
-	Label("last")
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	body(true)
-
-	Label("done")
+	pairLoop(nb, func() {
+		body(false)
+		advancePtrs(wp, xp, 2*wb, 2*xb)
+	}, func() { body(true) })
 }
