@@ -204,21 +204,37 @@ func bsum(xb *[Q8_KBytes]byte, j int) int32 {
 	return int32(int16(binary.LittleEndian.Uint16(xb[260+2*j:])))
 }
 
-func dotQ4_KGo(w, xq []byte, nb int) float32 {
+func dotQ4_KGo(w, xq []byte, nb int) float32 { return dotK4Go(w, xq, nb, false) }
+
+// dotK4Go is the block dot product of Q4_K rows, or with five of Q5_K
+// rows: the same scales and nibbles, Q5_K's nibbles 32 bytes further on,
+// after the fifth bits qh (bit 2c of qh[l] for value 64c+l, bit 2c+1 for
+// value 64c+32+l), which Q4_K reads as zeros.
+func dotK4Go(w, xq []byte, nb int, five bool) float32 {
+	wBytes, qsOff := 144, 16
+	if five {
+		wBytes, qsOff = 176, 48
+	}
+	var noHigh [32]byte
 	var sum float32
 	for b := range nb {
-		wb := (*[144]byte)(w[144*b:])
+		wb := w[wBytes*b : wBytes*(b+1)]
 		xb := (*[Q8_KBytes]byte)(xq[Q8_KBytes*b:])
 		scales := (*[12]byte)(wb[4:16])
+		qh := &noHigh
+		if five {
+			qh = (*[32]byte)(wb[16:48])
+		}
 		var isum, msum int32
 		for c := range 4 {
-			qs := (*[32]byte)(wb[16+32*c:])
+			qs := (*[32]byte)(wb[qsOff+32*c:])
 			lo := (*[32]byte)(xb[4+64*c:])
 			hi := (*[32]byte)(xb[4+64*c+32:])
 			var d1, d2 int32
 			for l, q := range qs {
-				d1 += int32(q&15) * int32(int8(lo[l]))
-				d2 += int32(q>>4) * int32(int8(hi[l]))
+				h := qh[l] >> (2 * c)
+				d1 += int32(q&15|h&1<<4) * int32(int8(lo[l]))
+				d2 += int32(q>>4|h>>1&1<<4) * int32(int8(hi[l]))
 			}
 			sc1, m1 := scaleMinK4(2*c, scales)
 			sc2, m2 := scaleMinK4(2*c+1, scales)

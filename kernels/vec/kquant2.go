@@ -143,35 +143,7 @@ func dotQ3_KGo(w, xq []byte, nb int) float32 {
 	return sum
 }
 
-func dotQ5_KGo(w, xq []byte, nb int) float32 {
-	var sum float32
-	for b := range nb {
-		wb := (*[176]byte)(w[176*b:])
-		xb := (*[Q8_KBytes]byte)(xq[Q8_KBytes*b:])
-		scales := (*[12]byte)(wb[4:16])
-		qh := (*[32]byte)(wb[16:48])
-		var isum, msum int32
-		for c := range 4 {
-			qs := (*[32]byte)(wb[48+32*c:])
-			lo := (*[32]byte)(xb[4+64*c:])
-			hi := (*[32]byte)(xb[4+64*c+32:])
-			var d1, d2 int32
-			for l, q := range qs {
-				h := qh[l] >> (2 * c)
-				d1 += int32(q&15|h&1<<4) * int32(int8(lo[l]))
-				d2 += int32(q>>4|h>>1&1<<4) * int32(int8(hi[l]))
-			}
-			sc1, m1 := scaleMinK4(2*c, scales)
-			sc2, m2 := scaleMinK4(2*c+1, scales)
-			isum += sc1*d1 + sc2*d2
-			msum += m1*(bsum(xb, 4*c)+bsum(xb, 4*c+1)) + m2*(bsum(xb, 4*c+2)+bsum(xb, 4*c+3))
-		}
-		d := q8KScale(xb)
-		sum += float32(isum) * (f16At(wb[0:]) * d)
-		sum -= float32(msum) * (f16At(wb[2:]) * d)
-	}
-	return sum
-}
+func dotQ5_KGo(w, xq []byte, nb int) float32 { return dotK4Go(w, xq, nb, true) }
 
 func dotIQ4_XSGo(w, xq []byte, nb int) float32 {
 	var sum float32

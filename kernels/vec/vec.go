@@ -404,9 +404,16 @@ func MatMulF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, tokens
 
 // MatMulF16Packed is [MatMulF32Packed] for binary16 weights.
 func MatMulF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
+	matMulHalf(active.matMulF16, dst, ldd, w, x, xp, rows, cols, tokens)
+}
+
+// matMulHalf checks the operands of a product of 16-bit float weights (2
+// bytes an element) and runs kernel on them.
+func matMulHalf(kernel func(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int),
+	dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
 	rl, rowOK := prod(2, cols)
 	if xp, ok := floatMatMulArgs(dst, ldd, len(w), rl, rowOK, x, xp, rows, cols, tokens); ok {
-		active.matMulF16(dst, ldd, w, x, xp, rows, cols, tokens)
+		kernel(dst, ldd, w, x, xp, rows, cols, tokens)
 	}
 }
 
@@ -417,10 +424,7 @@ func MatMulBF16(dst []float32, ldd int, w []byte, x []float32, rows, cols, token
 
 // MatMulBF16Packed is [MatMulF32Packed] for bfloat16 weights.
 func MatMulBF16Packed(dst []float32, ldd int, w []byte, x, xp []float32, rows, cols, tokens int) {
-	rl, rowOK := prod(2, cols)
-	if xp, ok := floatMatMulArgs(dst, ldd, len(w), rl, rowOK, x, xp, rows, cols, tokens); ok {
-		active.matMulBF16(dst, ldd, w, x, xp, rows, cols, tokens)
-	}
+	matMulHalf(active.matMulBF16, dst, ldd, w, x, xp, rows, cols, tokens)
 }
 
 func matMulQ(q qtype, dst []float32, ldd int, w, xq []byte, rows, cols, tokens int) {
