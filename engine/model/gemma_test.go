@@ -301,8 +301,6 @@ func TestGemmaLoadErrors(t *testing.T) {
 			"gemma3.attention.sliding_window = 4096 is larger than the context length gemma3.context_length = 96"},
 		{"gemma2", "window 0", setKV("gemma2.attention.sliding_window", uint32(0)), nil, engine.ErrInvalidInput,
 			"gemma2.attention.sliding_window = 0, want an integer in [1,"},
-		{"gemma3", "window missing", setKV("gemma3.attention.sliding_window", nil), nil, engine.ErrInvalidInput,
-			"required key gemma3.attention.sliding_window is missing"},
 		{"gemma2", "attention soft-cap 0", setKV("gemma2.attn_logit_softcapping", float32(0)), nil, engine.ErrInvalidInput,
 			"gemma2.attn_logit_softcapping = 0, want a finite number > 0"},
 		{"gemma2", "attention soft-cap negative", setKV("gemma2.attn_logit_softcapping", float32(-50)), nil, engine.ErrInvalidInput,

@@ -109,6 +109,25 @@ type Spec struct {
 	// YarnFactor, when > 0, writes rope.scaling.type "yarn" with this
 	// rope.scaling.factor.
 	YarnFactor float64
+
+	// RopeDim, when > 0, is rope.dimension_count: the leading dimensions
+	// of each head RoPE rotates (a partial rotation, as Phi-4-mini's 96 of
+	// 128, whose longrope factors then number RopeDim/2); 0 means the head
+	// dimension. Architectures whose llama.cpp graph rotates whole heads
+	// (arch.Arch.WholeHeadRope) refuse another value.
+	RopeDim int
+	// RopeBaseLocal, when > 0, is Gemma 3's rope.freq_base_swa, the RoPE
+	// base of its local layers; 0 means llama.cpp's default, 10000, and
+	// writes no key.
+	RopeBaseLocal float32
+	// SWAPattern, when > 0, is Gemma 3's attention.sliding_window_pattern
+	// (every SWAPattern-th block global; 1: all of them); 0 means
+	// llama.cpp's default, 6, and writes no key.
+	SWAPattern int
+	// FinalSoftCap, when > 0, is final_logit_softcapping: Gemma 2's
+	// (default 30, always written) or Gemma 3's (default none, written only
+	// when set).
+	FinalSoftCap float32
 }
 
 // MinVocab is the smallest vocabulary Write accepts: 3 special tokens, 256
@@ -160,7 +179,10 @@ func (s Spec) Config(a *arch.Arch) arch.Config {
 		Architecture: a.Name, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads, KVHeads: s.KVHeads,
 		HeadDim: hd, Vocab: s.Vocab, ContextLength: s.Context, TrainContextLength: s.Context,
 		NormEps: or(s.NormEps, NormEps), RopeBase: or(s.RopeBase, RopeBase), RopeScale: 1, RopeDim: hd, RopeLayout: a.RopeLayout, TiedOutput: s.Tied,
-		SlidingWindow: s.SlidingWindow,
+		SlidingWindow: s.SlidingWindow, RopeBaseLocal: s.RopeBaseLocal, SWAPattern: s.SWAPattern, FinalSoftCap: s.FinalSoftCap,
+	}
+	if s.RopeDim > 0 {
+		c.RopeDim = s.RopeDim
 	}
 	orig := s.Context
 	if s.RopeOrigContext > 0 {
@@ -301,6 +323,14 @@ func (s Spec) Validate() error {
 		return bad("rope original context = %d, want [0, %d]", s.RopeOrigContext, limit)
 	case s.LongRope && s.RopeOrigContext == 1:
 		return bad("longrope needs an original context > 1")
+	case s.RopeDim < 0 || s.RopeDim > s.headDim() || s.RopeDim%2 != 0:
+		return bad("rope-dim = %d, want an even number in [0, head dimension %d]", s.RopeDim, s.headDim())
+	case !(s.RopeBaseLocal >= 0) || s.RopeBaseLocal > 1e9:
+		return bad("rope-base-local = %v, want (0, 1e9] (or 0 for the default)", s.RopeBaseLocal)
+	case s.SWAPattern < 0 || s.SWAPattern > limit:
+		return bad("swa-pattern = %d, want [0, %d]", s.SWAPattern, limit)
+	case !(s.FinalSoftCap >= 0) || s.FinalSoftCap > 1e6:
+		return bad("final-softcap = %v, want (0, 1e6] (or 0 for the default)", s.FinalSoftCap)
 	case !(s.YarnFactor >= 0) || s.YarnFactor > 1e6:
 		return bad("yarn factor = %v, want (0, 1e6] (or 0 for none)", s.YarnFactor)
 	case s.Tokenizer == nil && s.Vocab < MinVocab:
@@ -332,6 +362,20 @@ func (s Spec) Validate() error {
 	}
 	if s.LongRope && !a.Has(arch.RopeLong) {
 		return bad("architecture %s has no longrope factors", a.Name)
+	}
+	for _, u := range []struct {
+		setting string
+		set     bool
+	}{
+		{"window", s.SlidingWindow != 0}, {"swa-pattern", s.SWAPattern != 0}, {"rope-base-local", s.RopeBaseLocal != 0},
+		{"final-softcap", s.FinalSoftCap != 0}, {"rope-dim", s.RopeDim != 0 && s.RopeDim != s.headDim()},
+		{"head-dim", s.HeadDim != 0 && s.HeadDim*s.Heads != s.Dim},
+	} {
+		if u.set {
+			if err := Uses(a, u.setting); err != nil {
+				return bad("%v", err)
+			}
+		}
 	}
 	bs := s.Type.BlockSize()
 	for _, t := range s.tensors(a) {
@@ -482,4 +526,57 @@ func optional(a *arch.Arch, r arch.Role) bool {
 		}
 	}
 	return false
+}
+
+// Settings names the Spec settings that only some architectures use, as
+// Uses and batonctl gen-model's flags name them.
+var Settings = []string{"window", "swa-pattern", "rope-base-local", "final-softcap", "rope-dim", "head-dim"}
+
+// Uses returns nil when architecture a uses the named setting (one of
+// Settings), else an error saying why it does not: the window, pattern,
+// local rope base and final soft-cap are used where a's writer writes their
+// metadata key (arch.Arch.Keys), so the answer comes from the same table
+// the reader's keys do; rope-dim where llama.cpp rotates partial heads
+// (not arch.Arch.WholeHeadRope), head-dim where the heads need not fill the
+// embedding (not arch.Arch.SquareAttn). An unknown setting is an error.
+func Uses(a *arch.Arch, setting string) error {
+	// A config with every optional setting on, to see which keys a's
+	// writer writes for them.
+	probe := arch.Config{Dim: 64, Heads: 4, KVHeads: 4, HeadDim: 16, RopeDim: 16, TrainContextLength: 64, ContextLength: 64,
+		SlidingWindow: 8, SWAPattern: 2, RopeBaseLocal: 1, FinalSoftCap: 1}
+	written := func(suffix string) bool {
+		for _, kv := range arch.Keys(a, probe) {
+			if kv.Key == a.Name+"."+suffix {
+				return true
+			}
+		}
+		return false
+	}
+	var key string
+	switch setting {
+	case "window":
+		key = "attention.sliding_window"
+	case "swa-pattern":
+		key = "attention.sliding_window_pattern"
+	case "rope-base-local":
+		key = "rope.freq_base_swa"
+	case "final-softcap":
+		key = "final_logit_softcapping"
+	case "rope-dim":
+		if a.WholeHeadRope {
+			return fmt.Errorf("architecture %s ignores rope-dim: llama.cpp rotates its whole heads (rope.dimension_count = the head dimension)", a.Name)
+		}
+		return nil
+	case "head-dim":
+		if a.SquareAttn {
+			return fmt.Errorf("architecture %s ignores head-dim: llama.cpp derives it, embedding_length/head_count (its attention output is embedding_length square)", a.Name)
+		}
+		return nil
+	default:
+		return fmt.Errorf("unknown setting %q (settings: %s)", setting, strings.Join(Settings, ", "))
+	}
+	if !written(key) {
+		return fmt.Errorf("architecture %s ignores %s: it has no %s.%s", a.Name, setting, a.Name, key)
+	}
+	return nil
 }

@@ -267,8 +267,12 @@ func TestWriteCancelled(t *testing.T) {
 func TestWriteEveryArch(t *testing.T) {
 	for _, name := range arch.Names() {
 		t.Run(name, func(t *testing.T) {
+			a, _ := arch.Lookup(name)
 			s := tiny(t)
 			s.Arch, s.HeadDim, s.Std = name, 8, 0.5
+			if a.SquareAttn {
+				s.HeadDim = 0 // heads fill the embedding: Validate refuses another width
+			}
 			path := filepath.Join(t.TempDir(), name+".gguf")
 			if err := Write(path, s); err != nil {
 				t.Fatal(err)
@@ -278,7 +282,6 @@ func TestWriteEveryArch(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			a, _ := arch.Lookup(name)
 			c := s.Config(a)
 			want := map[string][]uint64{}
 			for _, tn := range a.Tensors {
@@ -313,7 +316,7 @@ func TestWriteEveryArch(t *testing.T) {
 					t.Errorf("metadata %s missing", kv.Key)
 				}
 			}
-			if kl, ok := f.Uint(name + ".attention.key_length"); !ok || kl != 8 {
+			if kl, ok := f.Uint(name + ".attention.key_length"); s.HeadDim != 0 && (!ok || kl != 8) {
 				t.Errorf("key_length %d (%v), want 8", kl, ok)
 			}
 		})

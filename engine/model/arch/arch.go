@@ -36,8 +36,8 @@ const (
 	Output                 // output head, Vocab×Dim; unbound: TokEmbd (tied)
 	OutputNorm             // final RMSNorm, Dim
 	RopeFreqs              // per-pair RoPE frequency divisors (Llama 3.1), RopeDim/2
-	RopeLong               // phi3 longrope frequency divisors for a context above the original, HeadDim/2
-	RopeShort              // phi3 longrope frequency divisors otherwise, HeadDim/2
+	RopeLong               // phi3 longrope frequency divisors for a context above the original, RopeDim/2
+	RopeShort              // phi3 longrope frequency divisors otherwise, RopeDim/2
 
 	// Per layer.
 	AttnNorm     // RMSNorm before attention, Dim
@@ -90,7 +90,7 @@ func QDim(c Config) int      { return c.QDim() }
 func KVDim(c Config) int     { return c.KVDim() }
 func HeadDim(c Config) int   { return c.HeadDim }
 func Vocab(c Config) int     { return c.Vocab }
-func RopePairs(c Config) int { return c.RopeDim / 2 }
+func RopePairs(c Config) int { return c.RopeDim / 2 } // the pairs RoPE rotates
 
 // Init is what the random-weight writer (engine/testmodel) stores in a
 // tensor.
@@ -219,6 +219,16 @@ type Arch struct {
 	// LlamaCppNumerics reports whether model.NumericsLlamaCpp supports
 	// the architecture.
 	LlamaCppNumerics bool
+	// SquareAttn: llama.cpp shapes the attention output embedding_length
+	// square, so the heads must fill the embedding exactly
+	// (head_count × key_length = embedding_length): qwen2 and phi3.
+	// Baton's phi3 reader refuses other files; the writer refuses to make
+	// them for either.
+	SquareAttn bool
+	// WholeHeadRope: llama.cpp rotates whole heads (it asserts
+	// rope.dimension_count = key_length): llama, qwen2, qwen3, gemma2.
+	// The writer refuses a partial rotation for them.
+	WholeHeadRope bool
 }
 
 // registry maps architecture names to their descriptions. A new

@@ -14,6 +14,14 @@ import (
 // them (rows·cols, positions·width) cannot overflow an int.
 const MaxDim = 1 << 24
 
+// MaxWidthRatio bounds feed_forward_length and the width of the query
+// heads (head_count × key_length) by this multiple of embedding_length.
+// The decoder sizes its scratch buffers by them before a tensor is read;
+// published models stay under 8× (Gemma-2B's 16384 over 2048) and 2×
+// (Qwen3-0.6B's 16 heads of 128 over 1024), so a file beyond 64× is
+// wrong, and refused by name before anything is allocated for it.
+const MaxWidthRatio = 64
+
 // Config holds a model's hyper-parameters as read from the GGUF metadata,
 // with llama.cpp's defaults filled in. engine/model calls it model.Config.
 type Config struct {
@@ -281,19 +289,32 @@ func ReadConfig(f *gguf.File, a *Arch) (Config, error) {
 		return Config{}, fmt.Errorf("model: rope.dimension_count %d must be even and at most the head dimension %d: %w", c.RopeDim, c.HeadDim, engine.ErrInvalidInput)
 	case c.Heads*c.HeadDim > MaxDim:
 		return Config{}, fmt.Errorf("model: %d heads of %d elements are too wide: %w", c.Heads, c.HeadDim, engine.ErrInvalidInput)
+	case c.Hidden > MaxWidthRatio*c.Dim:
+		return Config{}, fmt.Errorf("model: %s.feed_forward_length %d is more than %d × embedding_length %d: %w", arch, c.Hidden, MaxWidthRatio, c.Dim, engine.ErrInvalidInput)
+	case c.Heads*c.HeadDim > MaxWidthRatio*c.Dim:
+		return Config{}, fmt.Errorf("model: %s.attention.head_count %d × key_length %d is more than %d × embedding_length %d: %w", arch, c.Heads, c.HeadDim, MaxWidthRatio, c.Dim, engine.ErrInvalidInput)
 	}
 
+	vocabSource := arch + ".vocab_size"
 	if v, ok := f.Uint(arch + ".vocab_size"); ok {
 		if v == 0 || v > MaxDim {
 			return Config{}, fmt.Errorf("model: %s.vocab_size = %d, want [1, %d]: %w", arch, v, MaxDim, engine.ErrInvalidInput)
 		}
 		c.Vocab = int(v)
 	} else if toks, ok := f.Strings("tokenizer.ggml.tokens"); ok && len(toks) > 0 {
-		c.Vocab = len(toks)
+		c.Vocab, vocabSource = len(toks), "tokenizer.ggml.tokens"
 	} else if t, ok := f.Tensor("token_embd.weight"); ok && len(t.Dims) == 2 && t.Dims[1] > 0 && t.Dims[1] <= MaxDim {
 		c.Vocab = int(t.Dims[1])
 	} else {
 		return Config{}, fmt.Errorf("model: no %s.vocab_size, tokenizer.ggml.tokens or token_embd.weight to size the vocabulary: %w", arch, engine.ErrInvalidInput)
+	}
+	// The scratch space of a forward pass is sized by these numbers
+	// before any tensor is read: a token embedding of another shape than
+	// they say is refused here, naming the keys, rather than after a
+	// vocabulary-wide buffer has been asked for.
+	if t, ok := f.Tensor("token_embd.weight"); ok && len(t.Dims) == 2 && (t.Dims[0] != uint64(c.Dim) || t.Dims[1] != uint64(c.Vocab)) {
+		return Config{}, fmt.Errorf("model: token_embd.weight is %d×%d, but %s.embedding_length is %d and the vocabulary (%s) %d: %w",
+			t.Dims[1], t.Dims[0], arch, c.Dim, vocabSource, c.Vocab, engine.ErrInvalidInput)
 	}
 	// Without its own output matrix the head reuses the token embedding.
 	// Decided here, from the file alone, so that Inspect and Load agree.

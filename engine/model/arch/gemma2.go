@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/baton-serving/baton/engine"
@@ -42,6 +43,8 @@ func gemma2() *Arch {
 		Act:        GELU,
 		Configure:  configureGemma2,
 		Keys:       gemma2Keys,
+		// llama.cpp's gemma2 asserts rope.dimension_count = key_length.
+		WholeHeadRope: true,
 	}
 }
 
@@ -91,9 +94,9 @@ func configureGemma2(m *Meta, c *Config) error {
 	c.EmbedScale = sqrtf(c.Dim)
 	// The queries carry the scale (llama.cpp scales q after RoPE and
 	// scores with 1), so that the soft-cap sees the same numbers.
-	qpas := c.HeadDim
-	if c.Layers == 46 {
-		qpas = c.Dim / c.Heads
+	qpas, err := gemmaQueryScalar(m, c, 46)
+	if err != nil {
+		return err
 	}
 	c.QueryScale = 1 / sqrtf(qpas)
 	c.AttnScale = 1
@@ -102,6 +105,23 @@ func configureGemma2(m *Meta, c *Config) error {
 	c.SWAPattern = 2
 	c.SlidingWindow = gemmaWindow(m, c, gemma2Window)
 	return m.Err
+}
+
+// gemmaQueryScalar is query_pre_attn_scalar, which no key carries:
+// head_dim, but embedding_length/head_count (integer division, as
+// llama.cpp computes it) for the 27B models, whose block count is
+// layers27B. A quotient of 0 (fewer dimensions than heads, with a
+// key_length) would scale the queries by 1/√0 = +Inf and make every score
+// NaN; it is refused, naming the keys.
+func gemmaQueryScalar(m *Meta, c *Config, layers27B int) (int, error) {
+	if c.Layers != layers27B {
+		return c.HeadDim, nil
+	}
+	if q := c.Dim / c.Heads; q > 0 {
+		return q, nil
+	}
+	return 0, fmt.Errorf("model: %s with %d blocks scales queries by 1/√(embedding_length/head_count), but %s.embedding_length %d / %s.attention.head_count %d is 0: %w",
+		m.Arch, c.Layers, m.Arch, c.Dim, m.Arch, c.Heads, engine.ErrInvalidInput)
 }
 
 // sqrtf is C's sqrtf of a float converted from n: float64's square root,

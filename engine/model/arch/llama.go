@@ -15,6 +15,7 @@ func llama() *Arch {
 		RopeLayout:       kernels.RopeNormal,
 		Act:              SiLU,
 		LlamaCppNumerics: true,
+		WholeHeadRope:    true,
 	}
 }
 

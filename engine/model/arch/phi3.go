@@ -18,9 +18,21 @@ import (
 // rope_factors_long.weight and rope_factors_short.weight divide each
 // pair's frequency, the long ones when the context window in use exceeds
 // rope.scaling.original_context_length (Config.LongRope), and
-// rope.scaling.attn_factor multiplies cos and sin. Phi-3 attends within a
-// sliding window on every layer (attention.sliding_window; Phi-4 writes 0,
-// no window).
+// rope.scaling.attn_factor multiplies cos and sin. The factors have one
+// value per rotated pair, rope.dimension_count/2, as llama.cpp d32676d
+// declares them ({n_rot/2}): Phi-4-mini rotates 96 of its 128 head
+// dimensions (partial_rotary_factor 0.75) and its files carry 48 factors.
+// (c392e50 declared them head_dim/2, the same for Phi-3, whose rotation is
+// whole; it could not load Phi-4-mini.)
+//
+// Phi-3 attends within a sliding window on every layer
+// (attention.sliding_window; Phi-4 writes 0, no window), as llama.cpp
+// c392e50 does and as the model was trained. llama.cpp d32676d turns
+// phi3's window off whatever the file says (it logs "Phi SWA is currently
+// disabled", PR 13676, pending converters that write the window
+// correctly); Baton keeps c392e50's behaviour, which the phi3 goldens were
+// recorded with, so on a prompt longer than the window (2047 positions for
+// Phi-3-mini-4k) Baton and d32676d compute differently (docs/models.md).
 func phi3() *Arch {
 	return &Arch{
 		Name: "phi3",
@@ -28,8 +40,8 @@ func phi3() *Arch {
 			Mat("token_embd.weight", TokEmbd, Vocab, Dim),
 			Norm("output_norm.weight", OutputNorm, Dim),
 			Mat("output.weight", Output, Vocab, Dim).Opt(),
-			Vec("rope_factors_long.weight", RopeLong, headPairs).Opt().init(Factors),
-			Vec("rope_factors_short.weight", RopeShort, headPairs).Opt().init(Factors),
+			Vec("rope_factors_long.weight", RopeLong, RopePairs).Opt().init(Factors),
+			Vec("rope_factors_short.weight", RopeShort, RopePairs).Opt().init(Factors),
 			Norm("blk.%d.attn_norm.weight", AttnNorm, Dim),
 			Fused("blk.%d.attn_qkv.weight", Dim, Part{Wq, QDim}, Part{Wk, KVDim}, Part{Wv, KVDim}),
 			Mat("blk.%d.attn_output.weight", Wo, Dim, QDim),
@@ -39,16 +51,13 @@ func phi3() *Arch {
 		},
 		RopeLayout: kernels.RopeNeoX,
 		Act:        SiLU,
+		SquareAttn: true,
 		Configure:  configurePhi3,
 		Keys: func(c Config) []KV {
 			return []KV{{"phi3.attention.sliding_window", uint32(c.SlidingWindow)}}
 		},
 	}
 }
-
-// headPairs is the length of phi3's longrope factors: half of
-// embedding_length/head_count, which is the head width phi3 requires.
-func headPairs(c Config) int { return c.HeadDim / 2 }
 
 // init returns t with its writer fill set to i.
 func (t Tensor) init(i Init) Tensor { t.Init = i; return t }

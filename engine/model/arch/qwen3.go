@@ -27,7 +27,8 @@ func qwen3() *Arch {
 			Mat("blk.%d.ffn_up.weight", Up, Hidden, Dim),
 			Mat("blk.%d.ffn_down.weight", Down, Dim, Hidden),
 		},
-		RopeLayout: kernels.RopeNeoX,
-		Act:        SiLU,
+		RopeLayout:    kernels.RopeNeoX,
+		Act:           SiLU,
+		WholeHeadRope: true,
 	}
 }

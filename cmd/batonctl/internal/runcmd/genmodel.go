@@ -79,14 +79,16 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 		preset, typ, out        string
 		vocabFrom, chatTemplate string
 		ropeBase, normEps       float64
+		ropeBaseLocal           float64
+		finalSoftCap            float64
 		s                       testmodel.Spec
 	)
 	fs := flag.NewFlagSet("batonctl gen-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&preset, "preset", "", "start from this preset: "+strings.Join(testmodel.Presets(), ", "))
 	fs.StringVar(&s.Arch, "arch", "llama", "architecture (general.architecture): "+strings.Join(arch.Names(), ", "))
-	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have)")
-	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none)")
+	fs.IntVar(&s.HeadDim, "head-dim", 0, "width of one attention head (default: dim/heads; another value is written as attention.key_length, as Qwen3 files have; qwen2 and phi3, whose heads fill the embedding, refuse another value)")
+	fs.IntVar(&s.SlidingWindow, "window", 0, "sliding window of gemma2, gemma3 and phi3 files, attention.sliding_window, at most --context (default: the preset's, else the architecture's: gemma2 4096, gemma3 512, both clamped to --context; phi3 none); other architectures refuse it")
 	fs.Float64Var(&s.Std, "std", 0, "standard deviation of the random weights and biases (default: the preset's, else 0.02)")
 	fs.Float64Var(&s.OutputStd, "output-std", 0, "standard deviation of output.weight (and of token_embd.weight with --tied) (default: --std)")
 	fs.Float64Var(&s.QKStd, "qk-std", 0, "standard deviation of the query and key weights and biases (attn_q, attn_k, their biases, the query and key rows of attn_qkv) (default: --std)")
@@ -104,6 +106,10 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 	fs.StringVar(&vocabFrom, "vocab-from", "", "copy the tokenizer (every tokenizer.* key) of this GGUF; the vocabulary size becomes its token count")
 	fs.StringVar(&chatTemplate, "chat-template", "", "Jinja file written as tokenizer.chat_template (replacing a copied one)")
 	fs.Float64Var(&ropeBase, "rope-base", 0, fmt.Sprintf("rope.freq_base (default: the preset's, else %d; Gemma 3: of its global layers)", testmodel.RopeBase))
+	fs.IntVar(&s.RopeDim, "rope-dim", 0, "rope.dimension_count, the head dimensions RoPE rotates (partial rotary, as Phi-4-mini's 96 of 128; phi3 and gemma3) (default: the head dimension)")
+	fs.Float64Var(&ropeBaseLocal, "rope-base-local", 0, "gemma3's rope.freq_base_swa, the RoPE base of its local layers (default 10000, no key written)")
+	fs.IntVar(&s.SWAPattern, "swa-pattern", 0, "gemma3's attention.sliding_window_pattern: every Nth block global, 1 all of them (default 6, no key written)")
+	fs.Float64Var(&finalSoftCap, "final-softcap", 0, "final_logit_softcapping of gemma2 (default 30) and gemma3 (default none)")
 	fs.Float64Var(&normEps, "norm-eps", 0, fmt.Sprintf("attention.layer_norm_rms_epsilon (default: the preset's, else %g)", testmodel.NormEps))
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, genModelHelp+"\n", strings.Join(arch.Names(), ", "), typeHelp(), presetHelp())
@@ -113,6 +119,7 @@ func GenModel(ctx context.Context, stdout, stderr io.Writer, args []string) int 
 		return flagErr(stderr, "gen-model", err)
 	}
 	s.RopeBase, s.NormEps = float32(ropeBase), float32(normEps)
+	s.RopeBaseLocal, s.FinalSoftCap = float32(ropeBaseLocal), float32(finalSoftCap)
 	spec, err := genSpec(fs, preset, typ, s)
 	if err == nil {
 		spec, err = genVocab(fs, spec, vocabFrom, chatTemplate)
@@ -212,6 +219,34 @@ func genSpec(fs *flag.FlagSet, preset, typ string, flags testmodel.Spec) (testmo
 	}
 	pick("head-dim", &s.HeadDim, flags.HeadDim)
 	pick("window", &s.SlidingWindow, flags.SlidingWindow)
+	pick("rope-dim", &s.RopeDim, flags.RopeDim)
+	pick("swa-pattern", &s.SWAPattern, flags.SWAPattern)
+	for _, f := range []struct {
+		name string
+		dst  *float32
+		v    float32
+	}{{"rope-base-local", &s.RopeBaseLocal, flags.RopeBaseLocal}, {"final-softcap", &s.FinalSoftCap, flags.FinalSoftCap}} {
+		if set[f.name] {
+			if !(f.v > 0) {
+				return s, fmt.Errorf("--%s %v: want a number > 0", f.name, f.v)
+			}
+			*f.dst = f.v
+		}
+	}
+	// A flag the architecture ignores would leave the file as if it were
+	// not given: refused, naming both, rather than silently dropped, even
+	// at its default value. (--head-dim and --rope-dim at the value the
+	// architecture derives change nothing, and Spec.Validate refuses
+	// any other.)
+	if a, ok := arch.Lookup(s.ArchName()); ok {
+		for _, name := range testmodel.Settings {
+			if set[name] && name != "head-dim" && name != "rope-dim" {
+				if err := testmodel.Uses(a, name); err != nil {
+					return s, fmt.Errorf("--%s: %w", name, err)
+				}
+			}
+		}
+	}
 	if set["rope-base"] {
 		if !(flags.RopeBase > 0) {
 			return s, fmt.Errorf("--rope-base %v: want a number > 0", flags.RopeBase)
