@@ -40,6 +40,9 @@ go vet -tags e2e,chaos ./tests/...
 step "go test -race"
 go test -race -count=1 "${pkgs[@]}"
 
+step "llama.cpp goldens under every vec implementation this CPU has (the -race run checks only the preferred one)"
+go test -count=1 -run '^TestGoldenArch$' ./engine/model
+
 step "kernels, pure-Go build (the fallback every fast path is checked against)"
 go test -count=1 -tags purego ./kernels/...
 
