@@ -118,8 +118,9 @@ const (
 // parse that differs from gen-model's shows up there, not as a wrong model.
 func specFromGenModelArgs(args []string) (testmodel.Spec, error) {
 	var (
-		s   testmodel.Spec
-		typ string
+		s                                              testmodel.Spec
+		typ                                            string
+		ropeBase, ropeBaseLocal, finalSoftCap, normEps float64
 	)
 	fs := flag.NewFlagSet("gen-model", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -138,12 +139,23 @@ func specFromGenModelArgs(args []string) (testmodel.Spec, error) {
 	fs.StringVar(&typ, "type", "F32", "")
 	fs.BoolVar(&s.Tied, "tied", false, "")
 	fs.Uint64Var(&s.Seed, "seed", 1, "")
+	// The settings of the shape variants (record.sh VARIANTS); 0: unset,
+	// the architecture's default, as gen-model leaves them.
+	fs.IntVar(&s.SlidingWindow, "window", 0, "")
+	fs.IntVar(&s.RopeDim, "rope-dim", 0, "")
+	fs.IntVar(&s.SWAPattern, "swa-pattern", 0, "")
+	fs.Float64Var(&ropeBase, "rope-base", 0, "")
+	fs.Float64Var(&ropeBaseLocal, "rope-base-local", 0, "")
+	fs.Float64Var(&finalSoftCap, "final-softcap", 0, "")
+	fs.Float64Var(&normEps, "norm-eps", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return s, fmt.Errorf("gen_model_args %q: %v (the test reads only gen-model's shape flags)", args, err)
 	}
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("gen_model_args %q: unexpected %q", args, fs.Args())
 	}
+	s.RopeBase, s.RopeBaseLocal = float32(ropeBase), float32(ropeBaseLocal)
+	s.FinalSoftCap, s.NormEps = float32(finalSoftCap), float32(normEps)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["kv-heads"] {

@@ -62,12 +62,26 @@ PROMPTS=scripts/golden/prompts.txt
 SHAPE=(--dim 256 --hidden 512 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --context 512 --seed 1)
 TYPES=(F32 F16 Q8_0 Q4_K Q6_K)
 ARCHS=(llama qwen2 qwen3 phi3 gemma2 gemma3)
+# Shape variants, ARCH-NAME: the architecture features the base shape does
+# not reach (a window that binds within the prompts, Gemma 3's global
+# layer and its two rope bases, Qwen3's head_dim ≠ dim/heads), in
+# VARIANT_TYPES (F32: quantized recordings depend on the machine llama.cpp
+# was built on, see README.md). Their gen-model arguments come last (later
+# flags win). No gemma2 variant: at this shape its random model repeats one
+# token whatever the std (0.05–2, with or without --output-std), so ids
+# cannot show a window bug there; gemma3-global's windows do change its ids.
+declare -A VARIANTS=(
+	[gemma3-global]="--layers 6 --window 16 --rope-base 1000000 --rope-base-local 10000"
+	[phi3-window]="--window 16"
+	[qwen3-headdim]="--head-dim 128"
+)
+VARIANT_TYPES=(F32)
 
-# engine_for ARCH: which build records it (c392e50 lacks qwen3 and gemma3,
+# engine_for ARCH: which build records it (a variant, ARCH-NAME, as its ARCH) (c392e50 lacks qwen3 and gemma3,
 # and its gemma2 aborts on files whose block count is not 26, 42 or 46: it
 # picks the query scale by model size, not query_pre_attn_scalar).
 engine_for() {
-	case $1 in
+	case ${1%%-*} in
 	qwen3 | gemma3 | gemma2) echo "$GOLDEN_NEWER_ENGINE" ;;
 	*) echo upstream ;;
 	esac
@@ -77,6 +91,11 @@ all_cases() {
 	local a t
 	for a in "${ARCHS[@]}"; do
 		for t in "${TYPES[@]}"; do
+			echo "${a}_$(tr 'A-Z' 'a-z' <<<"$t")"
+		done
+	done
+	for a in $(printf '%s\n' "${!VARIANTS[@]}" | sort); do
+		for t in "${VARIANT_TYPES[@]}"; do
 			echo "${a}_$(tr 'A-Z' 'a-z' <<<"$t")"
 		done
 	done
@@ -202,6 +221,11 @@ for c in "${CASES[@]}"; do
 	engine=$(engine_for "$arch")
 	start=$(date +%s)
 	gen=("${SHAPE[@]}" --type "$typ")
+	extra=()
+	if [[ $arch == *-* ]]; then
+		read -r -a extra <<<"${VARIANTS[$arch]}"
+		arch=${arch%%-*}
+	fi
 	if ((have_arch)); then
 		gen=(--arch "$arch" "${gen[@]}")
 	elif [[ $arch != llama ]]; then
@@ -228,6 +252,7 @@ for c in "${CASES[@]}"; do
 	if [[ -n $GOLDEN_OUTPUT_STD ]]; then
 		gen+=(--output-std "$GOLDEN_OUTPUT_STD")
 	fi
+	gen+=("${extra[@]}") # last: a variant's flags win over the defaults above
 	model=$WORK/$c.gguf
 	if ! tool=$(build_tool "$engine"); then
 		failed+=("$c")
