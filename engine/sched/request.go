@@ -212,6 +212,8 @@ type Event struct {
 	Ready int
 	// Finish, Err and Usage describe the end (EventDone). Err is nil for
 	// FinishStop, FinishLength, FinishContext and FinishHandedOver.
+	// ModePrefillOnly's EventToken carries Usage too, so that the prompt's
+	// cached tokens are known before the handover.
 	Finish FinishReason
 	Err    error
 	Usage  Usage

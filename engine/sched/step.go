@@ -350,7 +350,7 @@ func (s *Scheduler) apply(p *plan, err error, now time.Time) {
 			if r.mode == ModePrefillOnly {
 				r.firstToken, r.lastToken = now, now
 				p.generated++
-				if s.emit(r, Event{Kind: EventToken, Token: tok, PromptLogprobs: r.takePromptLogprobs()}) {
+				if s.emit(r, Event{Kind: EventToken, Token: tok, PromptLogprobs: r.takePromptLogprobs(), Usage: r.usage()}) {
 					r.tokens = append(r.tokens, tok.ID)
 					s.setState(r, StateHandingOver)
 				}
