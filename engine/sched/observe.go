@@ -43,8 +43,11 @@ type Gauges struct {
 	Running      int // num_running_reqs
 	Transferring int // num_decode_transfer_queue_reqs
 	HandingOver  int // num_prefill_inflight_queue_reqs
-	PagesUsed    int
-	PagesTotal   int
+	// PagesUsed counts the pages requests hold: cached pages that no
+	// request holds are reclaimable and left out (Snapshot.Pages has the
+	// pool's own count, which the auditor checks).
+	PagesUsed  int
+	PagesTotal int
 	// PrefixCachePages counts the pages the prefix cache keeps (held or
 	// not), PrefixEvictions the pages it evicted since the start.
 	PrefixCachePages int
@@ -111,8 +114,13 @@ func (s *Scheduler) gauges(now time.Time) Gauges {
 		TokenUsage:   float64(st.Used) / float64(st.Total),
 	}
 	if s.cache {
+		// Cached pages no request holds are free for the asking (Alloc
+		// evicts them), so they count as free, as SGLang's token_usage
+		// leaves its evictable tree cache out; the auditor counts them.
 		cs := s.cfg.Pool.CacheStats()
 		g.PrefixCachePages, g.PrefixEvictions = cs.Pages, cs.Evictions
+		g.PagesUsed -= cs.Evictable
+		g.TokenUsage = float64(g.PagesUsed) / float64(st.Total)
 	}
 	for _, r := range s.live {
 		if r.state == StateWaiting {
