@@ -11,6 +11,7 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -33,6 +34,14 @@ func TestPrefixCacheFlags(t *testing.T) {
 	}
 	if f, err := parse("--prefix-cache=false", "--prefix-cache-max-fraction", "0.25"); err != nil || f.PrefixCache || f.PrefixCacheMaxFraction != 0.25 {
 		t.Fatalf("set: %+v %v", f, err)
+	}
+	// The environment overrides, as for every flag.
+	var ef Flags
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	ef.AddFlags(fs)
+	env := map[string]string{"BATON_PREFIX_CACHE": "false", "BATON_PREFIX_CACHE_MAX_FRACTION": "0.5"}
+	if err := svckit.ParseFlags(fs, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil || ef.PrefixCache || ef.PrefixCacheMaxFraction != 0.5 {
+		t.Fatalf("from the environment: %+v %v", ef, err)
 	}
 	for _, bad := range []string{"-0.1", "1.5", "NaN"} {
 		if _, err := parse("--prefix-cache-max-fraction", bad); err == nil || !strings.Contains(err.Error(), "--prefix-cache-max-fraction") {

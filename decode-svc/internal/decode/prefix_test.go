@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"testing"
-
 )
 
 // cachedTokens reads a Generate stream to its end and returns its tokens
@@ -61,4 +60,3 @@ func equalU32(a, b []uint32) bool {
 	}
 	return true
 }
-
