@@ -66,13 +66,16 @@ const (
 	AttrRetry        = attribute.Key("baton.retry")         // true for every attempt after the first
 	AttrMode         = attribute.Key("baton.mode")          // "pd" or "colocated"
 	AttrPromptTokens = attribute.Key("baton.prompt_tokens") // tokens in the prompt
-	AttrTokens       = attribute.Key("baton.tokens")        // tokens generated or computed
-	AttrFinish       = attribute.Key("baton.finish_reason") // how a generation ended
-	AttrKVBytes      = attribute.Key("baton.kv.bytes")      // KV cache bytes moved (K and V)
-	AttrKVChunks     = attribute.Key("baton.kv.chunks")     // KVChunk messages moved
-	AttrKVPages      = attribute.Key("baton.kv.pages")      // KV pages reserved or completed
-	AttrBatchSeqs    = attribute.Key("baton.batch.seqs")    // sequences in a forward step
-	AttrBatchTokens  = attribute.Key("baton.batch.tokens")  // tokens in a forward step, all sequences
+	// AttrPromptCachedTokens: prompt tokens whose KV pages came from the
+	// prefix cache (computed by no one this time).
+	AttrPromptCachedTokens = attribute.Key("baton.prompt_cached_tokens")
+	AttrTokens             = attribute.Key("baton.tokens")        // tokens generated or computed
+	AttrFinish             = attribute.Key("baton.finish_reason") // how a generation ended
+	AttrKVBytes            = attribute.Key("baton.kv.bytes")      // KV cache bytes moved (K and V)
+	AttrKVChunks           = attribute.Key("baton.kv.chunks")     // KVChunk messages moved
+	AttrKVPages            = attribute.Key("baton.kv.pages")      // KV pages reserved or completed
+	AttrBatchSeqs          = attribute.Key("baton.batch.seqs")    // sequences in a forward step
+	AttrBatchTokens        = attribute.Key("baton.batch.tokens")  // tokens in a forward step, all sequences
 	// AttrStage and AttrReason describe an EventAbort: the span name of
 	// the stage the request was in, and why it ended.
 	AttrStage  = attribute.Key("stage")

@@ -23,8 +23,8 @@
 //
 // # Ownership
 //
-// Pages are reference counted so that block tables can share them (a later
-// prefix cache will). Alloc hands out pages with one reference, Retain adds
+// Pages are reference counted so that block tables and the prefix cache
+// (see EnableCache) can share them. Alloc hands out pages with one reference, Retain adds
 // one, Release drops one and frees the page when none is left; each is O(1)
 // per page. The pool's bookkeeping is safe for concurrent use. The page
 // bytes are not guarded: whoever holds a page decides who writes it and when
@@ -81,6 +81,8 @@ type Stats struct {
 	Total, Free, Used int
 	// Shared counts the used pages with more than one reference.
 	Shared int
+	// Cached counts the pages the prefix cache keeps (part of Used).
+	Cached int
 }
 
 // Pool is a fixed set of pages of one kernels.KVLayout.
@@ -94,6 +96,7 @@ type Pool struct {
 	refs   []int32
 	free   []PageID // a stack: Alloc pops, the last reference pushes
 	shared int
+	cache  *prefixCache // nil while the prefix cache is off
 }
 
 // New allocates a pool of pages pages of layout l.
@@ -151,7 +154,14 @@ func (p *Pool) Layout() kernels.KVLayout { return p.layout }
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{Total: len(p.refs), Free: len(p.free), Used: len(p.refs) - len(p.free), Shared: p.shared}
+	return Stats{Total: len(p.refs), Free: len(p.free), Used: len(p.refs) - len(p.free), Shared: p.shared, Cached: p.cachedLocked()}
+}
+
+func (p *Pool) cachedLocked() int {
+	if p.cache == nil {
+		return 0
+	}
+	return len(p.cache.entries)
 }
 
 // Alloc takes n free pages, each with one reference, or none at all: when
@@ -161,15 +171,20 @@ func (p *Pool) Alloc(n int) ([]PageID, error) {
 	return p.AppendAlloc(nil, n)
 }
 
-// AppendAlloc is Alloc appending the new pages to ids.
+// AppendAlloc is Alloc appending the new pages to ids. When too few pages
+// are free it evicts prefix cache pages that no sequence holds, least
+// recently used first — but only when that makes n pages free.
 func (p *Pool) AppendAlloc(ids []PageID, n int) ([]PageID, error) {
 	if n < 0 {
 		return ids, fmt.Errorf("kvcache: allocate %d pages: %w", n, engine.ErrInvalidInput)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n > len(p.free) {
-		return ids, fmt.Errorf("kvcache: %d pages needed, %d of %d free: %w", n, len(p.free), len(p.refs), engine.ErrKVCacheFull)
+	if n > len(p.free)+p.evictable() {
+		return ids, fmt.Errorf("kvcache: %d pages needed, %d of %d free (%d more cached and evictable): %w",
+			n, len(p.free), len(p.refs), p.evictable(), engine.ErrKVCacheFull)
+	}
+	for n > len(p.free) && p.evictOne() {
 	}
 	for range n {
 		id := p.free[len(p.free)-1]
@@ -195,6 +210,7 @@ func (p *Pool) Retain(ids ...PageID) error {
 	for _, id := range ids {
 		if p.refs[id] == 1 {
 			p.shared++
+			p.onRetained(id)
 		}
 		p.refs[id]++
 	}
@@ -208,7 +224,7 @@ func (p *Pool) Release(ids ...PageID) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, id := range ids {
-		if !p.valid(id) || p.refs[id] == 0 {
+		if !p.valid(id) || p.refs[id] == 0 || p.refs[id] == 1 && p.cachedOnly(id) {
 			err := fmt.Errorf("kvcache: release page %d, which is %s: %w", id, p.describe(id), engine.ErrInvalidInput)
 			p.undoRelease(ids[:i])
 			return err
@@ -219,6 +235,7 @@ func (p *Pool) Release(ids ...PageID) error {
 			p.free = append(p.free, id)
 		case 1:
 			p.shared--
+			p.onReleased(id)
 		}
 	}
 	return nil
@@ -233,6 +250,7 @@ func (p *Pool) undoRelease(ids []PageID) {
 			p.free = p.free[:len(p.free)-1]
 		case 1:
 			p.shared++
+			p.onRetained(id)
 		}
 		p.refs[id]++
 	}
@@ -244,6 +262,8 @@ func (p *Pool) describe(id PageID) string {
 		return fmt.Sprintf("outside [0, %d)", len(p.refs))
 	case p.refs[id] == 0:
 		return "free"
+	case p.refs[id] == 1 && p.cachedOnly(id):
+		return "held only by the prefix cache"
 	}
 	return fmt.Sprintf("held %d times", p.refs[id])
 }

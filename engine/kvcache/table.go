@@ -3,6 +3,8 @@ package kvcache
 import (
 	"fmt"
 	"slices"
+
+	"github.com/baton-serving/baton/engine"
 )
 
 // BlockTable is one sequence's list of pages in position order: position i
@@ -69,3 +71,19 @@ func (t *BlockTable) Release() error {
 
 // Clone returns a copy of the page list.
 func (t *BlockTable) Clone() []PageID { return slices.Clone(t.pages) }
+
+// AttachPrefix makes an empty table start with the cached pages that hold
+// tokens' longest cached run of full pages, at most maxPages of them (see
+// Pool.MatchPrefix), and returns how many it attached.
+func (t *BlockTable) AttachPrefix(tokens []int32, maxPages int) (int, error) {
+	if len(t.pages) != 0 {
+		return 0, fmt.Errorf("kvcache: attach a cached prefix to a table of %d pages: %w", len(t.pages), engine.ErrInvalidInput)
+	}
+	ids := t.pool.MatchPrefix(tokens, maxPages)
+	t.pages = append(t.pages, ids...)
+	return len(ids), nil
+}
+
+// Cache offers the table's full pages holding tokens to the pool's prefix
+// cache (see Pool.Insert); the table keeps its references.
+func (t *BlockTable) Cache(tokens []int32) int { return t.pool.Insert(tokens, t.pages) }

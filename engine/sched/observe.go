@@ -43,8 +43,15 @@ type Gauges struct {
 	Running      int // num_running_reqs
 	Transferring int // num_decode_transfer_queue_reqs
 	HandingOver  int // num_prefill_inflight_queue_reqs
-	PagesUsed    int
-	PagesTotal   int
+	// PagesUsed counts the pages requests hold: cached pages that no
+	// request holds are reclaimable and left out (Snapshot.Pages has the
+	// pool's own count, which the auditor checks).
+	PagesUsed  int
+	PagesTotal int
+	// PrefixCachePages counts the pages the prefix cache keeps (held or
+	// not), PrefixEvictions the pages it evicted since the start.
+	PrefixCachePages int
+	PrefixEvictions  uint64
 	// TokenUsage is the fraction of KV cache pages in use (token_usage).
 	TokenUsage float64
 	// GenThroughput is generated tokens per second over the last
@@ -105,6 +112,15 @@ func (s *Scheduler) gauges(now time.Time) Gauges {
 		PagesUsed:    st.Used,
 		PagesTotal:   st.Total,
 		TokenUsage:   float64(st.Used) / float64(st.Total),
+	}
+	if s.cache {
+		// Cached pages no request holds are free for the asking (Alloc
+		// evicts them), so they count as free, as SGLang's token_usage
+		// leaves its evictable tree cache out; the auditor counts them.
+		cs := s.cfg.Pool.CacheStats()
+		g.PrefixCachePages, g.PrefixEvictions = cs.Pages, cs.Evictions
+		g.PagesUsed -= cs.Evictable
+		g.TokenUsage = float64(g.PagesUsed) / float64(st.Total)
 	}
 	for _, r := range s.live {
 		if r.state == StateWaiting {
@@ -202,8 +218,9 @@ type AuditReport struct {
 	At time.Time
 	// Live is the number of requests the scheduler holds.
 	Live int
-	// PagesUsed is the pool's count, PagesOwned the pages the live
-	// requests hold; LeakedPages = PagesUsed - PagesOwned must be 0.
+	// PagesUsed is the pool's count, PagesOwned the distinct pages the
+	// live requests or the prefix cache hold; LeakedPages = PagesUsed -
+	// PagesOwned must be 0.
 	PagesUsed, PagesOwned, LeakedPages int
 	// Violations describes every broken invariant; empty when all is well.
 	Violations []string
@@ -238,7 +255,6 @@ func (s *Scheduler) Audit() AuditReport {
 		}
 		counts[r.state]++
 		pages := r.table.Pages()
-		rep.PagesOwned += len(pages)
 		for _, p := range pages {
 			holders[p]++
 		}
@@ -262,6 +278,11 @@ func (s *Scheduler) Audit() AuditReport {
 			}
 		}
 	}
+	// The prefix cache is one more holder of each page it keeps.
+	for _, p := range s.cfg.Pool.CachedPages() {
+		holders[p]++
+	}
+	rep.PagesOwned = len(holders)
 	for p, n := range holders {
 		if refs := s.cfg.Pool.Refs(p); refs != n {
 			bad("page %d has %d references but %d holders", p, refs, n)
@@ -286,7 +307,7 @@ func (s *Scheduler) Audit() AuditReport {
 
 	rep.LeakedPages = rep.PagesUsed - rep.PagesOwned
 	if rep.LeakedPages != 0 {
-		bad("%d pages used but %d held by live requests", rep.PagesUsed, rep.PagesOwned)
+		bad("%d pages used but %d held by live requests and the prefix cache", rep.PagesUsed, rep.PagesOwned)
 	}
 	s.audits++
 	s.violations += uint64(len(rep.Violations))

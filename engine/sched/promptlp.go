@@ -12,10 +12,9 @@ import (
 // floats. The entries go out on the request's first EventToken (or its
 // EventDone when it ends before a token).
 //
-// Every prompt position is computed today (there is no prefix cache). A
-// future prefix cache must compute, not reuse, the positions whose
-// log-probabilities a request asks for: cached pages hold keys and values,
-// not logits.
+// A request that asks for them computes every prompt position: the prefix
+// cache holds keys and values, not logits, so such a request attaches no
+// cached pages (its finished pages are still offered to the cache).
 
 // promptLogprobs collects one request's prompt log-probabilities while its
 // prompt computes. Only the scheduler's goroutine touches it: the plan

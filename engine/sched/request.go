@@ -212,6 +212,8 @@ type Event struct {
 	Ready int
 	// Finish, Err and Usage describe the end (EventDone). Err is nil for
 	// FinishStop, FinishLength, FinishContext and FinishHandedOver.
+	// ModePrefillOnly's EventToken carries Usage too, so that the prompt's
+	// cached tokens are known before the handover.
 	Finish FinishReason
 	Err    error
 	Usage  Usage
@@ -224,6 +226,10 @@ type Usage struct {
 	// Preemptions counts how often the request lost its pages and was
 	// recomputed.
 	Preemptions int
+	// CachedTokens counts the prompt tokens whose keys and values came
+	// from the prefix cache instead of being computed (on admission, not
+	// counting recomputations after a preemption).
+	CachedTokens int
 }
 
 // Stream is the caller's end of a submitted request.
@@ -292,6 +298,7 @@ type request struct {
 	activated   bool // ModeDecodeImported: Activate applied
 	readyPages  int  // ModePrefillOnly: pages announced complete
 	preemptions int
+	cached      int // prompt positions attached from the prefix cache
 
 	// starved is set when the last plan left the request out for want of
 	// capacity others hold: a running sequence that sat the step out for
@@ -323,7 +330,7 @@ func (r *request) prefillTarget() int {
 }
 
 func (r *request) usage() Usage {
-	return Usage{PromptTokens: r.nPrompt, CompletionTokens: r.generated(), Preemptions: r.preemptions}
+	return Usage{PromptTokens: r.nPrompt, CompletionTokens: r.generated(), Preemptions: r.preemptions, CachedTokens: r.cached}
 }
 
 // preemptable: only requests whose pages nobody outside reads or writes.

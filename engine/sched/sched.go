@@ -37,8 +37,10 @@ type Model interface {
 type Config struct {
 	Model Model
 	// Pool holds the KV cache pages; it belongs to the scheduler, whose
-	// auditor counts every used page as held by one of its requests. Its
-	// layout must be Model.Config().KVLayout's.
+	// auditor counts every used page as held by one of its requests or by
+	// the pool's prefix cache. Its layout must be Model.Config().KVLayout's.
+	// When its prefix cache is on (kvcache.Pool.EnableCache, before New),
+	// prompts reuse cached pages and finished requests leave theirs.
 	Pool *kvcache.Pool
 	// Tokenizer, when set, turns tokens into text deltas and supplies the
 	// end-of-generation tokens; without it events carry no text and only
@@ -75,6 +77,7 @@ type Scheduler struct {
 	mcfg   model.Config
 	layout kernels.KVLayout
 	obs    Observer
+	cache  bool // the pool's prefix cache is on
 
 	// The inbox: what callers send to the owning goroutine.
 	inMu    sync.Mutex
@@ -161,6 +164,7 @@ func New(cfg Config) (*Scheduler, error) {
 		mcfg:   mcfg,
 		layout: l,
 		obs:    cfg.Observer,
+		cache:  cfg.Pool.CacheEnabled(),
 		ids:    make(map[string]*request),
 		wake:   make(chan struct{}, 1),
 		quit:   make(chan struct{}),
@@ -429,6 +433,14 @@ func (s *Scheduler) Step() (stats StepStats, busy bool, err error) {
 	stats, busy = s.step()
 	stats.TokenGaps = slices.Clone(stats.TokenGaps)
 	return stats, busy, nil
+}
+
+// FlushCache evicts every prefix cache page that no request holds and
+// returns how many pages it freed.
+func (s *Scheduler) FlushCache() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Pool.Flush()
 }
 
 func (s *Scheduler) runAudit() {

@@ -211,7 +211,7 @@ func (s *Scheduler) makePlan(p *plan) {
 		if r.state != StateWaiting {
 			continue
 		}
-		if full = full || active >= s.cfg.MaxSeqs || r.table.Grow(r.prefillTarget()) != nil; full {
+		if full = full || active >= s.cfg.MaxSeqs || !s.reserve(r); full {
 			r.starved = true
 			continue
 		}
@@ -237,6 +237,43 @@ func (s *Scheduler) makePlan(p *plan) {
 		s.addChunk(p, r, r.computed, n, r.computed+n == target && r.generated() == 0)
 		p.prefill += n
 		budget -= n
+	}
+}
+
+// reserve gives an admitted request its pages: the prefix cache's pages
+// for the leading full pages of what it must compute, then fresh ones for
+// the rest, or nothing at all when they do not fit. At least one position
+// is always computed (the prompt's last one gives the first token's
+// logits), so the partial page and the page being written are never
+// shared; requests that want prompt log-probabilities compute every
+// position, and imported ones receive theirs from prefill.
+func (s *Scheduler) reserve(r *request) bool {
+	target := r.prefillTarget()
+	if s.cache && r.plp == nil && r.mode != ModeDecodeImported {
+		n, err := r.table.AttachPrefix(r.tokens[:target], (target-1)/s.layout.PageSize)
+		if err != nil {
+			s.violations++
+		}
+		r.computed = n * s.layout.PageSize
+	}
+	if r.table.Grow(target) != nil {
+		if err := r.table.Release(); err != nil {
+			s.violations++
+		}
+		r.computed = 0
+		return false
+	}
+	if r.generated() == 0 {
+		r.cached = r.computed
+	}
+	return true
+}
+
+// offer gives r's computed full pages to the prefix cache before r lets
+// them go.
+func (s *Scheduler) offer(r *request) {
+	if s.cache && r.computed > 0 {
+		r.table.Cache(r.tokens[:r.computed])
 	}
 }
 
@@ -269,6 +306,7 @@ func (s *Scheduler) victim() *request {
 // arrival order, to be recomputed: its tokens so far, sampler and stopper
 // are kept, so it continues exactly where it stopped.
 func (s *Scheduler) preempt(r *request) {
+	s.offer(r)
 	if err := r.table.Release(); err != nil {
 		s.violations++
 	}
@@ -312,7 +350,7 @@ func (s *Scheduler) apply(p *plan, err error, now time.Time) {
 			if r.mode == ModePrefillOnly {
 				r.firstToken, r.lastToken = now, now
 				p.generated++
-				if s.emit(r, Event{Kind: EventToken, Token: tok, PromptLogprobs: r.takePromptLogprobs()}) {
+				if s.emit(r, Event{Kind: EventToken, Token: tok, PromptLogprobs: r.takePromptLogprobs(), Usage: r.usage()}) {
 					r.tokens = append(r.tokens, tok.ID)
 					s.setState(r, StateHandingOver)
 				}
@@ -457,6 +495,10 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	stage := r.state
 	r.stop()
+	if reason != FinishError {
+		// A failed forward pass may have left the pages half written.
+		s.offer(r)
+	}
 	if relErr := r.table.Release(); relErr != nil {
 		s.violations++
 	}

@@ -23,6 +23,7 @@ import (
 // asked, come with the first token and go in PrefillDone.
 func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd *kvtransfer.Sender, start time.Time, promptDone chan<- struct{}, pt *prefillTrace) {
 	var first *batonv1.TokenLogprob
+	var cached int
 	var promptLogprobs []*batonv1.TokenLogprob
 	done := false
 	for ev := range st.Events() {
@@ -33,6 +34,8 @@ func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd 
 			snd.PagesReady(ev.Ready)
 		case sched.EventToken:
 			first = apiconv.WireLogprob(ev.Token)
+			cached = ev.Usage.CachedTokens
+			pt.cachedTokens(cached)
 			promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
 		case sched.EventDone:
 			if ev.Finish != sched.FinishHandedOver && !done {
@@ -44,7 +47,7 @@ func follow(st *sched.Stream, promptTokens int, src *kvtransfer.PoolSource, snd 
 			close(promptDone)
 			snd.Finish(&batonv1.PrefillDone{
 				FirstTokenId: first.GetTokenId(), FirstTokenLogprob: first,
-				PromptTokens: uint32(promptTokens), PrefillSeconds: time.Since(start).Seconds(),
+				PromptTokens: uint32(promptTokens), CachedTokens: uint32(cached), PrefillSeconds: time.Since(start).Seconds(),
 				PromptLogprobs: promptLogprobs,
 			})
 		}

@@ -151,3 +151,9 @@ func (p *prefillTrace) draw(marks []progressMark, end time.Time) {
 		span.End(trace.WithTimestamp(f.end))
 	}
 }
+
+// cachedTokens records on the TransferKV span how many prompt tokens the
+// prefix cache supplied.
+func (p *prefillTrace) cachedTokens(n int) {
+	trace.SpanFromContext(p.ctx).SetAttributes(tracing.AttrPromptCachedTokens.Int(n))
+}

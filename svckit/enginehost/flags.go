@@ -27,6 +27,11 @@ type Flags struct {
 	MaxSeqs        int
 	MaxRequests    int
 	StallTimeout   time.Duration
+	// PrefixCache keeps computed full KV pages for later prompts that
+	// start with the same tokens; PrefixCacheMaxFraction caps the share of
+	// the pool they may keep.
+	PrefixCache            bool
+	PrefixCacheMaxFraction float64
 	// DebugHooks serves test hooks such as POST /debug/freeze (freeze.go).
 	DebugHooks bool
 }
@@ -43,6 +48,8 @@ func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxSeqs, "max-seqs", 128, "requests computing at once")
 	fs.IntVar(&f.MaxRequests, "max-requests", 4096, "requests in flight, queued ones included; beyond it new requests get RESOURCE_EXHAUSTED")
 	fs.DurationVar(&f.StallTimeout, "stall-timeout", 10*time.Second, "readiness turns NOT_SERVING when a forward step outlives its bound (4x its expected time at the measured speed, at least this) or requests the engine could compute wait this long without a step")
+	fs.BoolVar(&f.PrefixCache, "prefix-cache", true, "keep computed KV cache pages after their request and reuse them for prompts that start with the same tokens (docs/prefix-cache.md)")
+	fs.Float64Var(&f.PrefixCacheMaxFraction, "prefix-cache-max-fraction", 1.0, "share of the KV cache pages the prefix cache may keep, in [0, 1]; pages no request holds are evicted least recently used when requests need them")
 	fs.BoolVar(&f.DebugHooks, "debug-hooks", false, "serve test hooks on the admin listener (--admin-addr; POST /debug/freeze stalls the scheduler): for chaos tests only, never in production")
 }
 
@@ -65,6 +72,8 @@ func (f *Flags) Validate() error {
 		return fmt.Errorf("--stall-timeout: must be positive")
 	case f.MaxRequests < 1:
 		return fmt.Errorf("--max-requests: %d, want ≥ 1", f.MaxRequests)
+	case !(f.PrefixCacheMaxFraction >= 0 && f.PrefixCacheMaxFraction <= 1): // NaN too
+		return fmt.Errorf("--prefix-cache-max-fraction: %v, want a number in [0, 1]", f.PrefixCacheMaxFraction)
 	}
 	if _, err := f.dtype(); err != nil {
 		return err

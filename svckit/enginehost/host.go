@@ -2,9 +2,11 @@ package enginehost
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +104,12 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 	if err := h.watchdog.speed.calibrate(context.Background(), h.Model, h.Pool, calibrateTimeout(f.StallTimeout)); err != nil {
 		return nil, err
 	}
+	if f.PrefixCache {
+		// After calibration, which must not leave its pages cached.
+		if err := h.Pool.EnableCache(h.Fingerprint, int(f.PrefixCacheMaxFraction*float64(h.Pool.Stats().Total))); err != nil {
+			return nil, fmt.Errorf("--prefix-cache-max-fraction: %w", err)
+		}
+	}
 	if h.Sched, err = sched.New(sched.Config{
 		Model: stepModel, Pool: h.Pool, Tokenizer: h.Tokenizer,
 		MaxBatchTokens: f.MaxBatchTokens, MaxSeqs: f.MaxSeqs, MaxRequests: f.MaxRequests,
@@ -159,9 +167,22 @@ func (h *Host) Attach(srv *svckit.Server) {
 	h.ready = srv.Ready
 	srv.AddReadinessCheck("scheduler", h.Progress)
 	srv.HandleDebugRequests(h.Requests)
+	srv.Admin.HandleFunc("POST /debug/cache/flush", h.flushCache)
 	if h.freeze != nil {
 		h.registerDebugHooks(srv)
 	}
+}
+
+// flushCache serves POST /debug/cache/flush on the admin listener: it
+// evicts every prefix cache page that no request holds (for tests and
+// operators) and answers {"evicted": N, "cached": M}, M being the cached
+// pages live requests still hold.
+func (h *Host) flushCache(w http.ResponseWriter, _ *http.Request) {
+	n := h.Sched.FlushCache()
+	cached := h.Pool.CacheStats().Pages
+	h.logger.Info("prefix cache flushed", "evicted_pages", n, "cached_pages_held", cached)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]int{"evicted": n, "cached": cached})
 }
 
 // Info describes the worker (WorkerService).

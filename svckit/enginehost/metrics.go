@@ -28,6 +28,39 @@ type Metrics struct {
 	aborts                                                          *prometheus.CounterVec
 	KVTransferBytes                                                 prometheus.Counter
 	KVTransferSeconds                                               prometheus.Histogram
+	cacheHitRate, prefixPages                                       prometheus.Gauge
+	evictions                                                       atomic.Uint64 // the pool's count, as the last gauges saw it
+	hits                                                            hitWindow
+}
+
+// hitWindowSize is how many recent requests baton:cache_hit_rate covers.
+const hitWindowSize = 256
+
+// hitWindow holds the prompt and cached token counts of the last
+// hitWindowSize requests (canaries left out). Only the scheduler's
+// goroutine writes it, through RequestDone.
+type hitWindow struct {
+	prompt, cached [hitWindowSize]int
+	next, n        int
+	sumP, sumC     int
+}
+
+// add records a request and returns the window's hit rate.
+func (w *hitWindow) add(prompt, cached int) float64 {
+	if w.n == hitWindowSize {
+		w.sumP -= w.prompt[w.next]
+		w.sumC -= w.cached[w.next]
+	} else {
+		w.n++
+	}
+	w.prompt[w.next], w.cached[w.next] = prompt, cached
+	w.sumP += prompt
+	w.sumC += cached
+	w.next = (w.next + 1) % hitWindowSize
+	if w.sumP == 0 {
+		return 0
+	}
+	return float64(w.sumC) / float64(w.sumP)
 }
 
 func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
@@ -63,10 +96,16 @@ func newMetrics(reg *prometheus.Registry, role batonv1.WorkerRole) *Metrics {
 		KVTransferBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton:kv_transfer_bytes_total",
 			Help: "KV cache bytes (K and V) moved between prefill and decode by this worker."}),
 		KVTransferSeconds: h("baton:kv_transfer_seconds", "Duration of a request's KV cache transfer, handshake to PrefillDone.", latencyBuckets),
+		cacheHitRate:      g("baton:cache_hit_rate", "Prompt tokens reused from the prefix cache / prompt tokens, over the last 256 requests."),
+		prefixPages:       g("baton:prefix_cache_pages", "KV cache pages the prefix cache keeps (held by requests or evictable)."),
 	}
 	reg.MustRegister(m.running, m.queue, m.prefilling, m.prefillInflight, m.prealloc, m.transfer,
 		m.pagesUsed, m.pagesTotal, m.tokenUsage, m.genThroughput, m.leaked, m.stalled,
-		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.canaries, m.aborts, m.KVTransferBytes, m.KVTransferSeconds)
+		m.ttft, m.e2e, m.itl, m.stepSeconds, m.finished, m.canaries, m.aborts, m.KVTransferBytes, m.KVTransferSeconds,
+		m.cacheHitRate, m.prefixPages)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_prefix_cache_evictions_total",
+		Help: "KV cache pages evicted from the prefix cache since start."},
+		func() float64 { return float64(m.evictions.Load()) }))
 	// The scheduler counts violations itself; the counter shows its count.
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "baton_invariant_violations_total",
 		Help: "Scheduler invariant violations found by audits since start (must stay 0)."},
@@ -87,6 +126,8 @@ func (m *Metrics) Gauges(g sched.Gauges) {
 	m.pagesTotal.Set(float64(g.PagesTotal))
 	m.tokenUsage.Set(g.TokenUsage)
 	m.genThroughput.Set(g.GenThroughput)
+	m.prefixPages.Set(float64(g.PrefixCachePages))
+	m.evictions.Store(g.PrefixEvictions)
 }
 
 // Step implements sched.Observer. Canaries' token gaps are left out of the
@@ -110,6 +151,7 @@ func (m *Metrics) RequestDone(s sched.Summary) {
 		return
 	}
 	m.finished.WithLabelValues(s.Finish.String()).Inc()
+	m.cacheHitRate.Set(m.hits.add(s.Usage.PromptTokens, s.Usage.CachedTokens))
 	if s.TTFT > 0 {
 		m.ttft.Observe(s.TTFT.Seconds())
 	}

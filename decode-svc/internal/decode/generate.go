@@ -65,8 +65,12 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	// the last event when the request ends without a token. PD, prefill
 	// computed them; colocated, the scheduler's first token carries them.
 	var promptLogprobs []*batonv1.TokenLogprob
+	// cached_tokens: PD, the prompt tokens prefill reused (what saved
+	// compute; decode's own pages all arrive by transfer); colocated, the
+	// scheduler's count.
+	pdCached := -1
 	if req.Mode == sched.ModeDecodeImported {
-		lps, err := s.pull(ftCtx, log, in, st, timing, start)
+		lps, cached, err := s.pull(ftCtx, log, in, st, timing, start)
 		if err != nil {
 			if context.Cause(ftCtx) == errNoFirst {
 				err = svckit.Errorf(context.DeadlineExceeded, "%w", errNoFirst)
@@ -78,7 +82,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			awaitRelease(st, releaseWait)
 			return err
 		}
-		promptLogprobs = lps
+		promptLogprobs, pdCached = lps, cached
 	}
 	// Relay tokens until the request ends; a client that goes away (or the
 	// first-token deadline) cancels the scheduler request — nothing else
@@ -170,13 +174,17 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			timing.DecodeSeconds = time.Since(decodeStart).Seconds()
 			dspan.SetAttributes(tracing.AttrFinish.String(fr.String()))
 			u := ev.Usage
+			if pdCached >= 0 {
+				u.CachedTokens = pdCached
+			}
+			dspan.SetAttributes(tracing.AttrPromptCachedTokens.Int(u.CachedTokens))
 			if promptLogprobs == nil && first {
 				promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
 			}
 			return stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: &batonv1.GenerateEvent{
 				RequestId: req.ID, Text: ev.Text, FinishReason: fr, Timing: timing,
 				Usage: &batonv1.Usage{PromptTokens: uint32(u.PromptTokens), CompletionTokens: uint32(u.CompletionTokens),
-					TotalTokens: uint32(u.PromptTokens + u.CompletionTokens)},
+					TotalTokens: uint32(u.PromptTokens + u.CompletionTokens), CachedTokens: uint32(u.CachedTokens)},
 				PromptLogprobs: promptLogprobs, // nil once the first token carried them
 			}})
 		}

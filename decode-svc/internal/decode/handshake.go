@@ -39,6 +39,9 @@ type transfer struct {
 	// for it, checked, when it asked (complete).
 	request        *batonv1.GenerateRequest
 	promptLogprobs []*batonv1.TokenLogprob
+	// cachedTokens are the prompt tokens prefill reused from its prefix
+	// cache (PrefillDone.cached_tokens): the request's cached tokens in PD.
+	cachedTokens int
 }
 
 // close ends the stream and its timers.

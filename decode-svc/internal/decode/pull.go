@@ -18,11 +18,12 @@ import (
 // when anything goes wrong on the way (abort). When pull returns, no
 // transfer writes the pages any more, whatever happened. It returns the
 // prompt's log-probabilities from prefill's PrefillDone when the request
-// asked for them (SamplingParams.prompt_logprobs).
-func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (_ []*batonv1.TokenLogprob, err error) {
+// asked for them (SamplingParams.prompt_logprobs), and the prompt tokens
+// prefill reused from its prefix cache.
+func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (_ []*batonv1.TokenLogprob, cached int, err error) {
 	pages, err := reserve(ctx, st, timing, start)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// The transfer, the TransferKV call included, is the kv_receive span.
 	ctx, span := tracing.Start(ctx, tracing.SpanKVReceive, trace.WithAttributes(tracing.AttrPrefill.String(in.GetPrefillEndpoint()),
@@ -38,10 +39,11 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		tracing.EndAborted(ctx, span, tracing.SpanKVReceive, err)
 	}()
 	if t, err = s.handshake(ctx, log, in, pages); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err = s.receive(ctx, t, span, st, timing); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return t.promptLogprobs, nil
+	span.SetAttributes(tracing.AttrPromptCachedTokens.Int(t.cachedTokens))
+	return t.promptLogprobs, t.cachedTokens, nil
 }

@@ -127,6 +127,11 @@ func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.Prefi
 		}
 		t.promptLogprobs = lps
 	}
+	if c := done.GetCachedTokens(); c < uint32(len(t.request.GetPromptTokenIds())) {
+		t.cachedTokens = int(c)
+	} else {
+		return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %d cached tokens of a %d-token prompt", t.endpoint, c, len(t.request.GetPromptTokenIds()))
+	}
 	t.log.DebugContext(ctx, "kv received", "chunks", t.rcv.Chunks(), "bytes", t.rcv.Bytes(), "took", time.Since(transferStart).String())
 	if err := st.Activate(first); err != nil {
 		return fmt.Errorf("activate: %v", err) // this worker's bug: INTERNAL (not the INVALID_ARGUMENT err wraps)
