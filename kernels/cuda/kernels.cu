@@ -359,6 +359,39 @@ extern "C" __global__ void silu_mul(float* dst, const float* gate, const float* 
     }
 }
 
+// gelu_mul: dst[i] = gelu(gate[i])·up[i], with ggml's binary16 GELU table
+// as kernels.GELUMul computes it: gate ≤ −10 gives 0, gate ≥ 10 gives
+// gate, any other gate is rounded to binary16 (round to nearest even, as
+// quant.F32ToF16) and looked up in table, the 65,536 float32 entries the
+// host uploads from kernels.GELU. The result is the CPU's bit for bit;
+// evaluating the formula here would not be (tanhf differs from the CPU's
+// tanh, and ggml rounds the table to binary16). dst may be gate or up.
+extern "C" __global__ void gelu_mul(float* dst, const float* gate, const float* up, const float* table, i64 n) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        if (g <= -10.0f)
+            g = 0.0f;
+        else if (g < 10.0f)
+            g = table[f32_to_f16(g)];
+        dst[i] = g * up[i];
+    }
+}
+
+// scale_f32: dst[i] = s·x[i]; dst may be x.
+extern "C" __global__ void scale_f32(float* dst, const float* x, float s, i64 n) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        dst[i] = s * x[i];
+}
+
+// soft_cap: x[i] = c·tanh(x[i]·(1/c)), the reciprocal rounded to float32
+// as kernels.SoftCap does; tanhf is within 2 ulp of the CPU's correctly
+// rounded tanh, so results may differ from the CPU's by a few ulp of c.
+extern "C" __global__ void soft_cap(float* x, float c, i64 n) {
+    float inv = 1.0f / c;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        x[i] = c * tanhf(x[i] * inv);
+}
+
 // add_bcast: dst[i] = a[i] + b[i mod bn].
 extern "C" __global__ void add_bcast(float* dst, const float* a, const float* b, i64 n, i64 bn) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
@@ -399,15 +432,20 @@ __device__ __forceinline__ float kv_at(const u8* row, int d, int f16) {
 }
 
 // attention: block (i, h) computes query head h of query row i, over
-// positions 0…len-1 of the row's sequence, where rowInfo[2i] is the offset
-// of its block table in tables and rowInfo[2i+1] is len. Warp w takes
-// positions w, w+ATT_WARPS, …, keeping a running maximum m, a running sum
+// positions lo…len-1 of the row's sequence, where rowInfo[2i] is the offset
+// of its block table in tables and rowInfo[2i+1] is len, and lo is 0, or
+// max(0, len−window) with a sliding window (window > 0): pages wholly
+// before lo are never read, so their table entries may be anything. Each
+// score is q·k·scale, then, when softCap > 0, softCap·tanh(score/softCap)
+// as the CPU computes it (the reciprocal rounded to float32 first; tanhf
+// is within 2 ulp of the CPU's correctly rounded tanh). Warp w takes
+// positions lo+w, lo+w+ATT_WARPS, …, keeping a running maximum m, a running sum
 // l of e^(score−m) and the e^(score−m)-weighted sum of value rows (online
 // softmax, one pass over the cache); lane j holds head dimensions j,
 // j+32, …. The warps' states are then merged in shared memory.
 extern "C" __global__ void attention(float* out, const float* q, const u8* cache, const int* tables, const int* rowInfo,
                                      int heads, int kvHeads, int headDim, int pageSize, i64 pageBytes, i64 layerOff,
-                                     i64 blockBytes, int f16, float scale) {
+                                     i64 blockBytes, int f16, float scale, float softCap, int window) {
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
     __shared__ float sacc[ATT_WARPS][ATT_MAXD];
     int row = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, warp = threadIdx.y;
@@ -426,8 +464,10 @@ extern "C" __global__ void attention(float* out, const float* q, const u8* cache
         qv[i] = d < headDim ? qh[d] : 0.0f;
         acc[i] = 0.0f;
     }
+    int lo = window > 0 ? max(0, n - window) : 0;
+    float capInv = softCap > 0 ? 1.0f / softCap : 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int t = warp; t < n; t += ATT_WARPS) {
+    for (int t = lo + warp; t < n; t += ATT_WARPS) {
         const u8* kr = cache + (i64)table[t / pageSize] * pageBytes + layerOff + (i64)(t % pageSize) * rowBytes + headOff;
         const u8* vr = kr + blockBytes;
         float s = 0.0f;
@@ -437,6 +477,7 @@ extern "C" __global__ void attention(float* out, const float* q, const u8* cache
             if (d < headDim) s += qv[i] * kv_at(kr, d, f16);
         }
         s = warp_sum(s) * scale;
+        if (softCap > 0) s = softCap * tanhf(s * capInv);
         float mn = fmaxf(m, s);
         float c = expf(m - mn), p = expf(s - mn);
         l = l * c + p;

@@ -156,8 +156,13 @@ static void testRows() {
   }
 }
 
+// attOpts are the attention kernel's options tested: the default, a
+// soft-cap, a sliding window, and both with a score scale of its own.
+struct AttOpt { float scale, softCap; int window; };
+static const AttOpt attOpts[] = {{0, 0, 0}, {0, 5, 0}, {0, 0, 6}, {0.3f, 2, 3}};
+
 static void testAttention() {
-  for (int f16 : {0, 1}) for (int hd : {8, 40, 64}) {
+  for (AttOpt ao : attOpts) for (int f16 : {0, 1}) for (int hd : {8, 40, 64}) {
     int layers = 2, kvh = 2, heads = 6, ps = 4, pages = 12;
     int rowElems = kvh * hd, es = f16 ? 2 : 4;
     i64 blockBytes = (i64)ps * rowElems * es, pageBytes = 2 * layers * blockBytes;
@@ -187,25 +192,89 @@ static void testAttention() {
     // queries: rows (seq, len): A@11, B@1, B@5, B@27, A@8
     struct R { int sq, n; } rows[] = {{0, 11}, {1, 1}, {1, 5}, {1, 27}, {0, 8}};
     int nr = 5;
-    std::vector<int> tables; tables.insert(tables.end(), tA.begin(), tA.end()); tables.insert(tables.end(), tB.begin(), tB.end());
-    std::vector<int> info;
-    for (auto r : rows) { info.push_back(r.sq ? (int)tA.size() : 0); info.push_back(r.n); }
+    // Each row gets its own copy of its sequence's block table, in which
+    // the pages wholly before its window point far outside the cache: the
+    // kernel must not read them.
+    std::vector<int> tables, info;
+    for (auto r : rows) {
+      auto tb = r.sq ? tB : tA;
+      int lo = ao.window > 0 ? std::max(0, r.n - ao.window) : 0;
+      for (int p = 0; p < lo / ps; p++) tb[p] = 1 << 28;
+      info.push_back((int)tables.size()); info.push_back(r.n);
+      tables.insert(tables.end(), tb.begin(), tb.end());
+    }
     std::vector<float> q(nr * heads * hd), out(nr * heads * hd, NAN);
     for (auto& v : q) v = rnd(-2, 2);
-    float scale = 1 / std::sqrt((float)hd);
-    launch(dim3(nr, heads), dim3(32, ATT_WARPS), attention, out.data(), (const float*)q.data(), (const u8*)cache.data(), (const int*)tables.data(), (const int*)info.data(), heads, kvh, hd, ps, pageBytes, layerOff, blockBytes, f16, scale);
+    float scale = ao.scale != 0 ? ao.scale : 1 / std::sqrt((float)hd);
+    launch(dim3(nr, heads), dim3(32, ATT_WARPS), attention, out.data(), (const float*)q.data(), (const u8*)cache.data(), (const int*)tables.data(), (const int*)info.data(), heads, kvh, hd, ps, pageBytes, layerOff, blockBytes, f16, scale, ao.softCap, ao.window);
     for (int i = 0; i < nr; i++) for (int hh = 0; hh < heads; hh++) {
       int g = hh / (heads / kvh);
       auto kv = [&](std::vector<float>& M, int t, int d) { double v = M[t * rowElems + g * hd + d]; return f16 ? (double)hf(h((float)v)) : v; };
       int n = rows[i].n; auto& Ks = K[rows[i].sq]; auto& Vs = V[rows[i].sq];
+      int lo = ao.window > 0 ? std::max(0, n - ao.window) : 0;
       std::vector<double> sc(n); double m = -1e300;
-      for (int t = 0; t < n; t++) { double s = 0; for (int d = 0; d < hd; d++) s += (double)q[(i * heads + hh) * hd + d] * kv(Ks, t, d); sc[t] = s * scale; m = std::max(m, sc[t]); }
-      double sum = 0; for (int t = 0; t < n; t++) { sc[t] = std::exp(sc[t] - m); sum += sc[t]; }
-      for (int d = 0; d < hd; d++) {
-        double o = 0; for (int t = 0; t < n; t++) o += sc[t] * kv(Vs, t, d); o /= sum;
-        double got = out[(i * heads + hh) * hd + d];
-        CHECK(std::fabs(got - o) < 2e-6, "attention f16 %d hd %d row %d head %d d %d: %g want %g", f16, hd, i, hh, d, got, o);
+      for (int t = lo; t < n; t++) {
+        double s = 0; for (int d = 0; d < hd; d++) s += (double)q[(i * heads + hh) * hd + d] * kv(Ks, t, d);
+        sc[t] = s * scale;
+        if (ao.softCap > 0) sc[t] = ao.softCap * std::tanh(sc[t] / ao.softCap);
+        m = std::max(m, sc[t]);
       }
+      double sum = 0; for (int t = lo; t < n; t++) { sc[t] = std::exp(sc[t] - m); sum += sc[t]; }
+      for (int d = 0; d < hd; d++) {
+        double o = 0; for (int t = lo; t < n; t++) o += sc[t] * kv(Vs, t, d); o /= sum;
+        double got = out[(i * heads + hh) * hd + d];
+        CHECK(std::fabs(got - o) < 2e-6, "attention scale %g cap %g window %d f16 %d hd %d row %d head %d d %d: %g want %g", ao.scale, ao.softCap, ao.window, f16, hd, i, hh, d, got, o);
+      }
+    }
+  }
+}
+
+// geluRef is ggml's tanh GELU in float32 operations in ggml's order, with
+// the fused multiply-add of its native build (1 + 0.044715·x·x) and the
+// tanh of double rounded: the formula behind ggml's binary16 table.
+static float geluRef(float x) {
+  const float a = 0.044715f, sq = 0.79788456080286535587989211986876f;
+  float inner = (float)std::fma((double)(float)(a * x), (double)x, 1.0);
+  float arg = (float)(sq * x) * inner;
+  float th = (float)std::tanh((double)arg);
+  return (float)(0.5f * x) * (float)(1 + th);
+}
+
+static void testExt() {
+  // gelu_mul against the formula rounded as ggml's table, bit for bit,
+  // over the whole range and the ±10 edges; in place too.
+  std::vector<float> table(1 << 16);
+  for (int i = 0; i < 1 << 16; i++) table[i] = hf(h(geluRef(hf((uint16_t)i))));
+  int n = 3000;
+  std::vector<float> g(n), u(n), d(n);
+  for (int i = 0; i < n; i++) g[i] = rnd(-12, 12);
+  float edges[] = {-10, 10, -9.999f, 9.999f, 0, -0.0f, 1e-8f, -3.98f};
+  for (int i = 0; i < 8; i++) g[i] = edges[i];
+  for (auto& v : u) v = rnd(-2, 2);
+  auto want = [&](float gv, float uv) {
+    float e = gv <= -10 ? 0 : gv >= 10 ? gv : hf(h(geluRef(hf(h(gv)))));
+    return e * uv;
+  };
+  launch(dim3(3), dim3(256), gelu_mul, d.data(), (const float*)g.data(), (const float*)u.data(), (const float*)table.data(), (i64)n);
+  for (int i = 0; i < n; i++) CHECK(d[i] == want(g[i], u[i]), "gelu_mul %d: gelu(%g)·%g = %g want %g", i, g[i], u[i], d[i], want(g[i], u[i]));
+  auto gi = g;
+  launch(dim3(3), dim3(256), gelu_mul, gi.data(), (const float*)gi.data(), (const float*)u.data(), (const float*)table.data(), (i64)n);
+  for (int i = 0; i < n; i++) CHECK(gi[i] == want(g[i], u[i]), "gelu_mul in place %d", i);
+  // scale_f32, exact; in place
+  launch(dim3(3), dim3(256), scale_f32, d.data(), (const float*)g.data(), 0.37f, (i64)n);
+  for (int i = 0; i < n; i++) CHECK(d[i] == 0.37f * g[i], "scale %d", i);
+  launch(dim3(3), dim3(256), scale_f32, d.data(), (const float*)d.data(), -2.0f, (i64)n);
+  for (int i = 0; i < n; i++) CHECK(d[i] == -2.0f * (0.37f * g[i]), "scale in place %d", i);
+  // soft_cap: c·tanh(x·(1/c)) within a few ulp of the correctly rounded value
+  for (float c : {30.0f, 50.0f, 0.5f}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = rnd(-200, 200);
+    auto x0 = x;
+    launch(dim3(3), dim3(256), soft_cap, x.data(), c, (i64)n);
+    float inv = 1 / c;
+    for (int i = 0; i < n; i++) {
+      double w = (double)c * std::tanh((double)(x0[i] * inv));
+      CHECK(std::fabs(x[i] - w) <= 4 * 1.2e-7 * c, "soft_cap %g of %g: %g want %g", c, x0[i], x[i], w);
     }
   }
 }
@@ -214,6 +283,7 @@ int main() {
   testMatmul(); printf("matmul done\n");
   testRows(); printf("rows done\n");
   testAttention(); printf("attention done\n");
+  testExt(); printf("gelu_mul, scale, soft_cap done\n");
   printf(fails ? "FAILURES: %d\n" : "ALL OK\n", fails);
   return fails != 0;
 }
