@@ -103,8 +103,13 @@ __device__ float block_max(float v) {
 // +MM_TOK-1, reading the row once for all of them. Lanes split the row so
 // that a warp's loads are contiguous; each lane keeps a partial sum per
 // token, and the warp adds them up at the end. The weights are dequantized
-// in registers: quantized weights multiply the float32 activations
-// directly (no activation quantization, unlike the CPU kernels). The loops
+// in registers. F16 and BF16 products round the activations to the
+// weights' type as the CPU does; quantized weights multiply the float32
+// activations directly, where the CPU (like ggml) first quantizes them to
+// Q8_0 blocks: a GPU product of Q8_0 or Q4_0 weights differs from the
+// CPU's by that quantization, about 2⁻⁸ of each block's largest
+// activation times the weights (relative ~1e-3 on random rows), which is
+// within the backend tests' tolerance but not bit-close. The loops
 // over a row are unrolled so that a warp has several loads in flight:
 // a matrix-vector product is bound by memory latency and bandwidth.
 
@@ -138,10 +143,26 @@ struct RowF32 {
     }
 };
 
-// Half-width floats, 8 per 16-byte load where the shapes allow.
+// round_bf16 rounds f to the nearest bfloat16 (ties to even; finite
+// values may round to ±Inf; a NaN stays a quiet NaN), widened back: the
+// CPU's vec.RoundBF16 and ggml_compute_fp32_to_bf16.
+__device__ __forceinline__ float round_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float((u | 0x00400000u) & 0xffff0000u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
+// Half-width floats, 8 per 16-byte load where the shapes allow. The
+// activations are rounded to the weights' type (F16 or BF16, to nearest
+// even) as they are loaded, as the CPU backend and ggml do before such a
+// product (kernels/cpu_round.go): the products of two half-width values
+// are exact in float32, so what remains different from the CPU is the
+// order of the float32 additions.
 template <bool BF>
 struct RowHalf {
     static __device__ __forceinline__ float cvt(u16 h) { return BF ? bf16_to_f32(h) : f16_to_f32(h); }
+    static __device__ __forceinline__ float rx(float v) { return BF ? round_bf16(v) : __half2float(__float2half_rn(v)); }
     static __device__ __forceinline__ void dot(const u8* wr, const float* x, int cols, int nt, int lane, float* acc) {
         const u16* w = (const u16*)wr;
         if ((cols & 7) == 0 && (((size_t)w | (size_t)x) & 15) == 0) {
@@ -161,8 +182,8 @@ struct RowHalf {
                     if (t < nt) {
                         const float4* b = (const float4*)(x + (i64)t * cols) + 2 * k;
                         float4 b0 = b[0], b1 = b[1];
-                        acc[t] += a[0] * b0.x + a[1] * b0.y + a[2] * b0.z + a[3] * b0.w +
-                                  a[4] * b1.x + a[5] * b1.y + a[6] * b1.z + a[7] * b1.w;
+                        acc[t] += a[0] * rx(b0.x) + a[1] * rx(b0.y) + a[2] * rx(b0.z) + a[3] * rx(b0.w) +
+                                  a[4] * rx(b1.x) + a[5] * rx(b1.y) + a[6] * rx(b1.z) + a[7] * rx(b1.w);
                     }
                 }
             }
@@ -172,7 +193,7 @@ struct RowHalf {
             float a = cvt(w[k]);
 #pragma unroll
             for (int t = 0; t < MM_TOK; t++)
-                if (t < nt) acc[t] += a * x[(i64)t * cols + k];
+                if (t < nt) acc[t] += a * rx(x[(i64)t * cols + k]);
         }
     }
 };
@@ -303,17 +324,23 @@ extern "C" __global__ void embed(float* dst, const u8* w, const int* ids, int co
 // ---------------------------------------------------------------------------
 // Row operations: one block per row.
 
-// rmsnorm: dst = x / sqrt(mean(x²) + eps) · w, the sum of squares in
-// double as the CPU's. dst may be x: each thread rewrites only what it
-// read, after the reduction.
+// rmsnorm: dst = x / sqrt(mean(x²) + eps) · w, rounded as the CPU's
+// kernels.RMSNorm (ggml's rms_norm then mul): float32 squares summed in
+// double, the mean rounded to float32, scale = 1/sqrtf(mean + eps) in
+// float32 (both correctly rounded without fast math), then (x·scale)·w
+// with two roundings (__fmul_rn: no contraction). Only the order of the
+// double additions differs from the CPU's, which moves the float32 mean
+// by an ulp only when it lies within ~2⁻²⁹ of a rounding tie. dst may be
+// x: each thread rewrites only what it read, after the reduction.
 extern "C" __global__ void rmsnorm(float* dst, const float* x, const float* w, int cols, float eps) {
     const float* xr = x + (i64)blockIdx.x * cols;
     float* dr = dst + (i64)blockIdx.x * cols;
     double ss = 0.0;
-    for (int k = threadIdx.x; k < cols; k += blockDim.x) ss += (double)xr[k] * (double)xr[k];
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) ss += (double)__fmul_rn(xr[k], xr[k]);
     ss = block_sum_d(ss);
-    float scale = (float)(1.0 / sqrt(ss / (double)cols + (double)eps));
-    for (int k = threadIdx.x; k < cols; k += blockDim.x) dr[k] = xr[k] * scale * w[k];
+    float mean = (float)(ss / (double)cols);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int k = threadIdx.x; k < cols; k += blockDim.x) dr[k] = __fmul_rn(__fmul_rn(xr[k], scale), w[k]);
 }
 
 // rope: rotates pairs of every head of one row with that row's cos/sin

@@ -116,6 +116,14 @@ inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, 4);
   return f;
 }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+// The host's float multiplication rounds once (no FMA contraction under
+// -std=c++20), as __fmul_rn does on the GPU.
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __int_as_float(int i) {
   float f;
   memcpy(&f, &i, 4);

@@ -29,6 +29,18 @@ static std::vector<double> deq(int typ, const uint8_t* row, int cols) {
   }
   return o;
 }
+// roundAct is the activation x as F16 (typ 1) or BF16 (typ 30) products
+// multiply it: the nearest value of that type, ties to even, found by
+// comparing the two neighbours in double.
+static float roundAct(int typ, float x) {
+  if (typ == 1) return hf(h(x));
+  if (typ != 30 || std::isnan(x)) return x;
+  unsigned u; memcpy(&u, &x, 4);
+  unsigned lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float fl, fh; memcpy(&fl, &lo, 4); memcpy(&fh, &hi, 4);
+  double dl = std::fabs((double)x - fl), dh = std::fabs((double)fh - x);
+  return dl < dh ? fl : dh < dl ? fh : ((lo >> 16) & 1 ? fh : fl);
+}
 static int rowBytes(int typ, int cols) {
   switch (typ) { case 0: return 4 * cols; case 1: case 30: return 2 * cols; case 8: return cols / 32 * 34; case 2: return cols / 32 * 18; }
   return 0;
@@ -71,7 +83,7 @@ static void testMatmul() {
             auto wr = deq(typ, w.data() + (size_t)r * rowBytes(typ, cols), cols);
             for (int t = 0; t < tokens; t++) {
               double s = 0, a = 0;
-              for (int k = 0; k < cols; k++) { s += wr[k] * x[t * cols + k]; a += std::fabs(wr[k] * x[t * cols + k]); }
+              for (int k = 0; k < cols; k++) { double xv = roundAct(typ, x[t * cols + k]); s += wr[k] * xv; a += std::fabs(wr[k] * xv); }
               double got = dst[t * rows + r];
               CHECK(std::fabs(got - s) <= 1e-5 * a + 1e-30, "mm_%s cols %d tokens %d xoff %d [%d,%d]: %g want %g", names[ti], cols, tokens, xoff, t, r, got, s);
             }
@@ -103,9 +115,12 @@ static void testRows() {
     float* out = inplace ? xi.data() : d.data();
     launch(dim3(rows), dim3(256), rmsnorm, out, (const float*)xi.data(), (const float*)w.data(), cols, 1e-5f);
     for (int r = 0; r < rows; r++) {
-      double ss = 0; for (int k = 0; k < cols; k++) ss += (double)x[r * cols + k] * x[r * cols + k];
-      double sc = 1 / std::sqrt(ss / cols + 1e-5);
-      for (int k = 0; k < cols; k++) { double want = x[r * cols + k] * sc * w[k]; CHECK(std::fabs(out[r * cols + k] - want) <= 1e-6 * (1 + std::fabs(want)), "rmsnorm %d %d: %g want %g", r, k, out[r * cols + k], want); }
+      // ggml's rounding, bit for bit: float32 squares summed in double,
+      // the mean and the scale in float32, (x·scale)·w.
+      double ss = 0; for (int k = 0; k < cols; k++) { float sq = x[r * cols + k] * x[r * cols + k]; ss += sq; }
+      float mean = (float)(ss / cols);
+      float sc = 1.0f / std::sqrt(mean + 1e-5f);
+      for (int k = 0; k < cols; k++) { float want = (float)(x[r * cols + k] * sc) * w[k]; CHECK(out[r * cols + k] == want, "rmsnorm %d %d: %g want %g", r, k, out[r * cols + k], want); }
     }
   }
   // rope
