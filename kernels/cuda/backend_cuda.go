@@ -44,6 +44,18 @@ var mmKernels = map[quant.Type]string{
 	quant.BF16: "mm_bf16",
 	quant.Q8_0: "mm_q8_0",
 	quant.Q4_0: "mm_q4_0",
+	// The types without a kernel of their own share one that dequantizes
+	// element by element (RowDeq in kernels.cu).
+	quant.Q4_1:   "mm_q4_1",
+	quant.Q5_0:   "mm_q5_0",
+	quant.Q5_1:   "mm_q5_1",
+	quant.IQ4_NL: "mm_iq4_nl",
+	quant.Q2_K:   "mm_q2_k",
+	quant.Q3_K:   "mm_q3_k",
+	quant.Q4_K:   "mm_q4_k",
+	quant.Q5_K:   "mm_q5_k",
+	quant.Q6_K:   "mm_q6_k",
+	quant.IQ4_XS: "mm_iq4_xs",
 }
 
 // backend is the CUDA implementation of kernels.Backend. Every method
@@ -516,7 +528,7 @@ func (b *backend) LoadMatrix(typ quant.Type, rows, cols int, data []byte) (kerne
 		return nil, err
 	}
 	if _, ok := mmKernels[typ]; !ok {
-		return nil, fmt.Errorf("%w: the CUDA backend computes with F32, F16, BF16, Q8_0 and Q4_0 weights, not %s", kernels.ErrUnsupported, typ)
+		return nil, fmt.Errorf("%w: the CUDA backend computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, not %s", kernels.ErrUnsupported, typ)
 	}
 	if rows > math.MaxInt32 || cols > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: a %d×%d matrix exceeds the kernels' 32-bit sizes", kernels.ErrUnsupported, rows, cols)

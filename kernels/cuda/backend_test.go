@@ -24,7 +24,8 @@ import (
 // of the embedded kernels.
 
 // gpuTypes are the weight types the CUDA backend computes with.
-var gpuTypes = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0}
+var gpuTypes = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0,
+	quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.IQ4_NL, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS}
 
 func newGPU(tb testing.TB) kernels.Backend {
 	tb.Helper()
@@ -128,9 +129,12 @@ func TestMatMul(t *testing.T) {
 		// 96 and 2048 columns take the vector loads of the float kernels,
 		// 68 and 136 the scalar ones.
 		shapes := [][2]int{{37, 96}, {256, 2048}}
-		if typ == quant.Q8_0 || typ == quant.Q4_0 {
+		switch typ.BlockSize() {
+		case 256: // the K-quants and IQ4_XS
+			shapes = [][2]int{{37, 256}, {256, 2048}, {5, 768}}
+		case 32:
 			shapes = append(shapes, [2]int{5, 32})
-		} else {
+		default:
 			shapes = append(shapes, [2]int{37, 68}, [2]int{3, 136})
 		}
 		for _, sh := range shapes {
@@ -219,7 +223,11 @@ func TestEmbed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	ids := []int32{3, 0, 9, 3}
 	for _, typ := range gpuTypes {
-		const rows, cols = 10, 96
+		const rows = 10
+		cols := 96
+		if typ.BlockSize() == 256 {
+			cols = 512
+		}
 		data, _ := randMatrix(t, rng, typ, rows, cols)
 		gw, err := g.LoadMatrix(typ, rows, cols, data)
 		if err != nil {
@@ -234,7 +242,7 @@ func TestEmbed(t *testing.T) {
 		if err := c.Embed(c.Wrap(want), cw, ids); err != nil {
 			t.Fatal(err)
 		}
-		near(t, "embed "+typ.String(), read(t, g, gd), want, 1e-7, 0)
+		near(t, "embed "+typ.String(), read(t, g, gd), want, 0, 0) // quant's dequantization, bit for bit
 		if err := g.Embed(gd, gw, []int32{0, 1, rows, 2}); !errors.Is(err, kernels.ErrShape) {
 			t.Errorf("%s: embedding id %d of %d rows: err %v, want ErrShape", typ, rows, rows, err)
 		}
@@ -506,8 +514,8 @@ func TestRejectsBadOperands(t *testing.T) {
 		{"free a slice", kernels.ErrShape, func() error { return g.Free(a.Slice(0, 4)) }},
 		{"matmul in place", kernels.ErrShape, func() error { return g.MatMul(a.Slice(0, 2), w, a.Slice(0, 4)) }},
 		{"matmul ragged", kernels.ErrShape, func() error { return g.MatMul(a.Slice(0, 2), w, a.Slice(2, 7)) }},
-		{"Q4_K weights", kernels.ErrUnsupported, func() error {
-			_, err := g.LoadMatrix(quant.Q4_K, 1, 256, make([]byte, 144))
+		{"Q8_1 weights", kernels.ErrUnsupported, func() error {
+			_, err := g.LoadMatrix(quant.Q8_1, 1, 32, make([]byte, 36))
 			return err
 		}},
 		{"write length", kernels.ErrShape, func() error { return g.Write(a, make([]float32, 7)) }},

@@ -23,7 +23,17 @@ typedef long long i64;
 #define T_F32 0
 #define T_F16 1
 #define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
 #define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 #define T_BF16 30
 
 __device__ __forceinline__ float f16_to_f32(u16 h) { return __half2float(__ushort_as_half(h)); }
@@ -290,9 +300,115 @@ extern "C" __global__ void mm_q4_0(float* dst, const u8* w, const float* x, int 
     matmul<RowQ4_0>(dst, w, x, rows, cols, tokens, rowBytes);
 }
 
-// Element k of a weight row of type typ.
+// ggml's kvalues_iq4nl: the 16 levels of IQ4_NL and IQ4_XS (quant's
+// iq4nlValues).
+__constant__ signed char iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+__device__ __forceinline__ float f16_at(const u8* p) { return f16_to_f32((u16)(p[0] | (p[1] << 8))); }
+
+// The 6-bit scale and minimum of sub-block j (0..7) of a Q4_K or Q5_K
+// block, packed in 12 bytes s (quant's scaleMinK4).
+__device__ __forceinline__ void scale_min_k4(int j, const u8* s, int* sc, int* m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// The 2-bit level i of a Q2_K or Q3_K block's 64 bytes qs.
+__device__ __forceinline__ int q2_level(const u8* qs, int i) {
+    int h = i / 128, k = i % 128 / 32, l = i % 32;
+    return (qs[32 * h + l] >> (2 * k)) & 3;
+}
+
+// Element k of a weight row of type typ, dequantized exactly as quant's
+// Go dequantizers do (the same float32 operations in the same order;
+// __fmul_rn keeps nvcc from fusing a product and a difference into an
+// FMA that would round once instead of twice), so that embedding rows
+// equal the CPU's bit for bit. Block layouts as ggml-common.h declares
+// them; blocks are only 2-byte aligned, so scales are read bytewise.
 __device__ __forceinline__ float weight_at(const u8* row, int typ, int k) {
     switch (typ) {
+    case T_Q4_1:
+    case T_Q5_0:
+    case T_Q5_1:
+    case T_IQ4_NL: {
+        int bb = typ == T_Q4_1 ? 20 : typ == T_Q5_0 ? 22 : typ == T_Q5_1 ? 24 : 18;
+        const u8* bp = row + (i64)(k / 32) * bb;
+        int j = k % 32;
+        float d = f16_at(bp);
+        const u8* qs = bp + (typ == T_Q4_1 ? 4 : typ == T_Q5_0 ? 6 : typ == T_Q5_1 ? 8 : 2);
+        int q = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
+        if (typ == T_Q5_0 || typ == T_Q5_1) {
+            const u8* h = bp + (typ == T_Q5_0 ? 2 : 4);
+            unsigned qh = h[0] | (h[1] << 8) | (h[2] << 16) | ((unsigned)h[3] << 24);
+            q |= ((qh >> j) & 1) << 4;
+        }
+        switch (typ) {
+        case T_Q4_1:
+        case T_Q5_1:
+            return __fadd_rn(__fmul_rn((float)q, d), f16_at(bp + 2));
+        case T_Q5_0:
+            return (float)(q - 16) * d;
+        default:
+            return (float)iq4nl_values[q] * d;
+        }
+    }
+    case T_Q2_K: {
+        const u8* bp = row + (i64)(k / 256) * 84;
+        int i = k % 256, sc = bp[i / 16];
+        float dl = f16_at(bp + 80) * (float)(sc & 0xf), ml = f16_at(bp + 82) * (float)(sc >> 4);
+        return __fsub_rn(__fmul_rn(dl, (float)q2_level(bp + 16, i)), ml);
+    }
+    case T_Q3_K: {
+        const u8* bp = row + (i64)(k / 256) * 110;
+        int i = k % 256, s = i / 16;
+        const u8* sc = bp + 96;
+        int lo = (sc[s % 8] >> (4 * (s / 8))) & 0xf, hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        int q = q2_level(bp + 32, i);
+        int h = i / 128, kk = i % 128 / 32, l = i % 32;
+        if (((bp[l] >> (4 * h + kk)) & 1) == 0) q -= 4;
+        float dl = f16_at(bp + 108) * (float)((lo | (hi << 4)) - 32);
+        return dl * (float)q;
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        int q5 = typ == T_Q5_K;
+        const u8* bp = row + (i64)(k / 256) * (q5 ? 176 : 144);
+        int i = k % 256, sc, m;
+        scale_min_k4(i / 32, bp + 4, &sc, &m);
+        int c = i / 64, l = i % 64;
+        u8 b = bp[(q5 ? 48 : 16) + 32 * c + l % 32];
+        int q = l < 32 ? (b & 0xf) : (b >> 4);
+        if (q5) q |= ((bp[16 + l % 32] >> (2 * c + (l >= 32))) & 1) << 4;
+        float dl = f16_at(bp) * (float)sc, ml = f16_at(bp + 2) * (float)m;
+        return __fsub_rn(__fmul_rn(dl, (float)q), ml);
+    }
+    case T_Q6_K: {
+        const u8* bp = row + (i64)(k / 256) * 210;
+        int i = k % 256, h = i / 128, r = i % 128, l = r % 32, part = r / 32;
+        const u8* ql = bp + 64 * h;
+        u8 qhb = bp[128 + 32 * h + l];
+        int lowb = (part & 1) ? ql[l + 32] : ql[l];
+        int nib = part < 2 ? (lowb & 0xf) : (lowb >> 4);
+        int q = (nib | (((qhb >> (2 * part)) & 3) << 4)) - 32;
+        int g = l / 16;
+        float d = f16_at(bp + 208);
+        return d * (float)(signed char)bp[192 + 8 * h + g + 2 * part] * (float)q;
+    }
+    case T_IQ4_XS: {
+        const u8* bp = row + (i64)(k / 256) * 136;
+        int i = k % 256, s = i / 32, j = i % 32;
+        unsigned hbits = bp[2] | (bp[3] << 8);
+        int sc = (((bp[4 + s / 2] >> (4 * (s % 2))) & 0xf) | (((hbits >> (2 * s)) & 3) << 4)) - 32;
+        u8 b = bp[8 + 16 * s + j % 16];
+        int idx = j < 16 ? (b & 0xf) : (b >> 4);
+        float dl = f16_at(bp) * (float)sc;
+        return dl * (float)iq4nl_values[idx];
+    }
     case T_F32:
         return ((const float*)row)[k];
     case T_F16:
@@ -313,6 +429,42 @@ __device__ __forceinline__ float weight_at(const u8* row, int typ, int k) {
     }
     return __int_as_float(0x7fc00000);  // NaN: the host never launches other types
 }
+
+// RowDeq: the types without a kernel of their own (Q4_1, Q5_0, Q5_1,
+// IQ4_NL and the K-quants), dequantized one element at a time with
+// weight_at; lane j takes elements j, j+32, …, so a warp's reads of a
+// block are contiguous. Each element re-reads its block's scales (from
+// cache), which costs ALU time that a kernel per type would not; the
+// products are those of the dequantized weights with float32 activations
+// (see the note on quantized products above).
+template <int TYP>
+struct RowDeq {
+    static __device__ __forceinline__ void dot(const u8* wr, const float* x, int cols, int nt, int lane, float* acc) {
+#pragma unroll 4
+        for (int k = lane; k < cols; k += 32) {
+            float a = weight_at(wr, TYP, k);
+#pragma unroll
+            for (int t = 0; t < MM_TOK; t++)
+                if (t < nt) acc[t] += a * x[(i64)t * cols + k];
+        }
+    }
+};
+
+#define MM_DEQ(name, typ)                                                                                          \
+    extern "C" __global__ void name(float* dst, const u8* w, const float* x, int rows, int cols, int tokens,       \
+                                    i64 rowBytes) {                                                                \
+        matmul<RowDeq<typ> >(dst, w, x, rows, cols, tokens, rowBytes);                                             \
+    }
+MM_DEQ(mm_q4_1, T_Q4_1)
+MM_DEQ(mm_q5_0, T_Q5_0)
+MM_DEQ(mm_q5_1, T_Q5_1)
+MM_DEQ(mm_iq4_nl, T_IQ4_NL)
+MM_DEQ(mm_q2_k, T_Q2_K)
+MM_DEQ(mm_q3_k, T_Q3_K)
+MM_DEQ(mm_q4_k, T_Q4_K)
+MM_DEQ(mm_q5_k, T_Q5_K)
+MM_DEQ(mm_q6_k, T_Q6_K)
+MM_DEQ(mm_iq4_xs, T_IQ4_XS)
 
 // embed: block i writes row ids[i] of w, as float32, to row i of dst.
 extern "C" __global__ void embed(float* dst, const u8* w, const int* ids, int cols, i64 rowBytes, int typ) {
