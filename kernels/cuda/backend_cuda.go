@@ -44,6 +44,18 @@ var mmKernels = map[quant.Type]string{
 	quant.BF16: "mm_bf16",
 	quant.Q8_0: "mm_q8_0",
 	quant.Q4_0: "mm_q4_0",
+	// The types without a kernel of their own share one that dequantizes
+	// element by element (RowDeq in kernels.cu).
+	quant.Q4_1:   "mm_q4_1",
+	quant.Q5_0:   "mm_q5_0",
+	quant.Q5_1:   "mm_q5_1",
+	quant.IQ4_NL: "mm_iq4_nl",
+	quant.Q2_K:   "mm_q2_k",
+	quant.Q3_K:   "mm_q3_k",
+	quant.Q4_K:   "mm_q4_k",
+	quant.Q5_K:   "mm_q5_k",
+	quant.Q6_K:   "mm_q6_k",
+	quant.IQ4_XS: "mm_iq4_xs",
 }
 
 // backend is the CUDA implementation of kernels.Backend. Every method
@@ -64,9 +76,16 @@ type backend struct {
 	// block tables) on their way to a kernel, and temporary copies.
 	scratch *allocation
 
+	// gelu holds the GELU table that gelu_mul looks up (geluTable),
+	// uploaded once by New and freed by Close.
+	gelu *allocation
+
 	mm                                                         map[quant.Type]cu.Function
 	embed, rmsnorm, rope, softmax, siluMul, add, store, attend cu.Function
+	geluMul, scale, softCap                                    cu.Function
 }
+
+var _ kernels.ExtendedOps = (*backend)(nil)
 
 // New opens GPU opts.Device: it retains the device's primary context and
 // loads the kernels (the embedded PTX for the GPU's compute capability,
@@ -106,7 +125,15 @@ func New(opts Options) (kernels.Backend, error) {
 		name: fmt.Sprintf("cuda: %s (device %d, compute %d.%d, %.1f GiB, %s)",
 			strings.TrimSpace(devName), opts.Device, major, minor, float64(mem)/(1<<30), ptxName),
 	}
-	if err := b.inContext(func() error { return b.load(ptx) }); err != nil {
+	if err := b.inContext(func() error {
+		if err := b.load(ptx); err != nil {
+			return err
+		}
+		if err := b.uploadGELU(); err != nil {
+			return errors.Join(err, b.mod.Unload())
+		}
+		return nil
+	}); err != nil {
 		return nil, errors.Join(err, dev.ReleasePrimaryCtx())
 	}
 	return b, nil
@@ -169,9 +196,35 @@ func (b *backend) load(ptx string) error {
 	b.embed, b.rmsnorm, b.rope = fn("embed"), fn("rmsnorm"), fn("rope")
 	b.softmax, b.siluMul, b.add = fn("softmax_rows"), fn("silu_mul"), fn("add_bcast")
 	b.store, b.attend = fn("kv_store"), fn("attention")
+	b.geluMul, b.scale, b.softCap = fn("gelu_mul"), fn("scale_f32"), fn("soft_cap")
 	if err != nil {
 		return errors.Join(err, mod.Unload())
 	}
+	return nil
+}
+
+// geluTable is kernels.GELU at every binary16 value, as float32: the
+// table gelu_mul looks activations in -10 < x < 10 up in, rounded to
+// binary16, so that the GPU's GELU·mul is the CPU's bit for bit.
+func geluTable() []float32 {
+	t := make([]float32, 1<<16)
+	for i := range t {
+		t[i] = kernels.GELU(quant.F16ToF32(uint16(i)))
+	}
+	return t
+}
+
+// uploadGELU copies geluTable to the device (256 KiB), once.
+func (b *backend) uploadGELU() error {
+	t := geluTable()
+	a, err := b.alloc(4*int64(len(t)), "the GELU table")
+	if err != nil {
+		return err
+	}
+	if err := cu.MemcpyHtoD(a.ptr, unsafe.Pointer(&t[0]), a.bytes); err != nil {
+		return errors.Join(fmt.Errorf("kernels/cuda: uploading the GELU table: %w", err), b.free(a))
+	}
+	b.gelu = a
 	return nil
 }
 
@@ -475,7 +528,7 @@ func (b *backend) LoadMatrix(typ quant.Type, rows, cols int, data []byte) (kerne
 		return nil, err
 	}
 	if _, ok := mmKernels[typ]; !ok {
-		return nil, fmt.Errorf("%w: the CUDA backend computes with F32, F16, BF16, Q8_0 and Q4_0 weights, not %s", kernels.ErrUnsupported, typ)
+		return nil, fmt.Errorf("%w: the CUDA backend computes with F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, not %s", kernels.ErrUnsupported, typ)
 	}
 	if rows > math.MaxInt32 || cols > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: a %d×%d matrix exceeds the kernels' 32-bit sizes", kernels.ErrUnsupported, rows, cols)
@@ -648,6 +701,74 @@ func (b *backend) Add(dst, a, c kernels.Buffer) error {
 	})
 }
 
+// aliasOrApart reports whether an element-wise kernel may write d while
+// reading x: d is x, or the two do not overlap (at an offset, one thread
+// would read what another had already written).
+func aliasOrApart(d, x *buffer) bool { return !d.overlaps(x) || (d.ptr == x.ptr && d.n == x.n) }
+
+// GELUMul implements kernels.ExtendedOps with gelu_mul, which looks
+// ggml's GELU up in the table that New uploaded: the CPU's result bit for
+// bit.
+func (b *backend) GELUMul(dst, gate, up kernels.Buffer) error {
+	return b.do(func() error {
+		ops, err := b.bufs("gelu·mul", dst, gate, up)
+		if err != nil {
+			return err
+		}
+		d, g, u := ops[0], ops[1], ops[2]
+		if err := kernels.CheckGELUMul(d.n, g.n, u.n); err != nil {
+			return err
+		}
+		if !aliasOrApart(d, g) || !aliasOrApart(d, u) {
+			return fmt.Errorf("%w: gelu·mul output overlaps an input without being it", kernels.ErrShape)
+		}
+		if d.n == 0 {
+			return nil
+		}
+		return b.launch(b.geluMul, "gelu_mul", elemGrid(d.n), 1, rowThreads, 1,
+			ptrArg(d.ptr), ptrArg(g.ptr), ptrArg(u.ptr), ptrArg(b.gelu.ptr), longArg(d.n))
+	})
+}
+
+// Scale implements kernels.ExtendedOps; exact, as on the CPU.
+func (b *backend) Scale(dst, x kernels.Buffer, s float32) error {
+	return b.do(func() error {
+		ops, err := b.bufs("scale", dst, x)
+		if err != nil {
+			return err
+		}
+		d, xb := ops[0], ops[1]
+		if err := kernels.CheckScale(d.n, xb.n); err != nil {
+			return err
+		}
+		if !aliasOrApart(d, xb) {
+			return fmt.Errorf("%w: scale output overlaps its input without being it", kernels.ErrShape)
+		}
+		if d.n == 0 {
+			return nil
+		}
+		return b.launch(b.scale, "scale_f32", elemGrid(d.n), 1, rowThreads, 1,
+			ptrArg(d.ptr), ptrArg(xb.ptr), floatArg(s), longArg(d.n))
+	})
+}
+
+// SoftCap implements kernels.ExtendedOps. The device's tanhf is within 2
+// ulp of the correctly rounded tanh the CPU uses, so each result may
+// differ from the CPU's by a few ulp of c (kernels.cu, soft_cap).
+func (b *backend) SoftCap(x kernels.Buffer, c float32) error {
+	return b.do(func() error {
+		xb, err := b.buf(x, "soft-cap operand")
+		if err != nil {
+			return err
+		}
+		if err := kernels.CheckSoftCap(c); err != nil || xb.n == 0 {
+			return err
+		}
+		return b.launch(b.softCap, "soft_cap", elemGrid(xb.n), 1, rowThreads, 1,
+			ptrArg(xb.ptr), floatArg(c), longArg(xb.n))
+	})
+}
+
 // kvCache is a kernels.KVCache in device memory.
 type kvCache struct {
 	b     *backend
@@ -733,6 +854,14 @@ func (b *backend) StoreKV(kv kernels.KVCache, layer int, slots []int32, k, v ker
 }
 
 func (b *backend) Attention(out, q kernels.Buffer, kv kernels.KVCache, layer int, rows []kernels.AttnRow) error {
+	return b.AttentionWith(out, q, kv, layer, rows, kernels.AttnOptions{})
+}
+
+// AttentionWith implements kernels.ExtendedOps: the attention kernel with
+// a score scale, a soft-cap and a sliding window, whose pages wholly
+// before the window are neither checked nor read (their block table
+// entries travel to the device, unread).
+func (b *backend) AttentionWith(out, q kernels.Buffer, kv kernels.KVCache, layer int, rows []kernels.AttnRow, o kernels.AttnOptions) error {
 	return b.do(func() error {
 		c, err := b.kv(kv)
 		if err != nil {
@@ -744,13 +873,20 @@ func (b *backend) Attention(out, q kernels.Buffer, kv kernels.KVCache, layer int
 		}
 		ob, qb := ops[0], ops[1]
 		l := c.l
-		heads, err := kernels.CheckAttention(l, c.pages, layer, ob.n, qb.n, rows)
+		heads, err := kernels.CheckAttentionWith(l, c.pages, layer, ob.n, qb.n, rows, o)
 		if err != nil || len(rows) == 0 {
 			return err
 		}
 		if l.HeadDim > attMaxHeadDim || heads > maxGridY {
 			return fmt.Errorf("%w: attention with %d heads of %d (the CUDA kernel takes heads of at most %d, at most %d heads)",
 				kernels.ErrUnsupported, heads, l.HeadDim, attMaxHeadDim, maxGridY)
+		}
+		if o.Window > math.MaxInt32 {
+			o.Window = 0 // wider than any row: no window
+		}
+		scale := o.Scale
+		if scale == 0 {
+			scale = float32(1 / math.Sqrt(float64(l.HeadDim)))
 		}
 		idx, err := attentionIndex(rows, l.PageSize)
 		if err != nil {
@@ -765,7 +901,7 @@ func (b *backend) Attention(out, q kernels.Buffer, kv kernels.KVCache, layer int
 			ptrArg(ob.ptr), ptrArg(qb.ptr), ptrArg(c.a.ptr), ptrArg(tables), ptrArg(info),
 			intArg(heads), intArg(l.KVHeads), intArg(l.HeadDim), intArg(l.PageSize),
 			longArg(l.PageBytes()), longArg(l.LayerOffset(layer)), longArg(l.BlockBytes()),
-			boolArg(l.DType == quant.F16), floatArg(float32(1/math.Sqrt(float64(l.HeadDim)))))
+			boolArg(l.DType == quant.F16), floatArg(scale), floatArg(o.SoftCap), intArg(o.Window))
 	})
 }
 

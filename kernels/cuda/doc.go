@@ -5,10 +5,15 @@
 // Weights are uploaded once ([kernels.Backend.LoadMatrix]); activations,
 // the paged KV cache and every intermediate stay in device memory, so a
 // forward pass moves only token ids in and logits out. Matrix products
-// dequantize F32, F16, BF16, Q8_0 and Q4_0 weights in registers and
-// multiply them with float32 activations (the CPU backend quantizes the
-// activations of quantized types instead, so the two differ by that
-// rounding); Q4_K and Q6_K weights are not supported yet. A token's
+// dequantize weights in registers: F32, F16, BF16, Q8_0 and Q4_0 with
+// kernels of their own, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K and IQ4_XS with one that dequantizes element by element. F16 and
+// BF16 products round the activations to the weights' type first, as the
+// CPU backend does; quantized products multiply float32 activations,
+// where the CPU backend quantizes them (Q8_0, Q8_1, Q8_K) first, so the
+// two differ by that rounding (README.md says by how much). The backend
+// implements [kernels.ExtendedOps] (GELU·mul, scale, soft-cap, attention
+// with a score scale, soft-cap and sliding window). A token's
 // products do not depend on the other tokens of a call as long as
 // activation rows start 16 bytes apart (rows of a buffer from Alloc do
 // when their length is a multiple of 4): for misaligned operands the

@@ -1,7 +1,7 @@
 #!/bin/sh
 # gen-ptx.sh compiles kernels.cu to the PTX that the cuda package embeds
 # (ptx/kernels_smNN.ptx, NN the lowest compute capability it runs on). Run
-# it on a machine with nvcc (CUDA 12 or 13) whenever kernels.cu changes and
+# it on a machine with nvcc (CUDA 11.8 to 13) whenever kernels.cu changes and
 # commit the results:
 #
 #	kernels/cuda/gen-ptx.sh [OUTDIR]     # default OUTDIR: kernels/cuda/ptx

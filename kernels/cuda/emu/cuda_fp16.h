@@ -43,6 +43,7 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 // Blocks run one after another, so a static variable is one block's.
 #define __shared__ static
+#define __constant__ static const
 
 // Emulated threads are coroutines (ucontext) on the calling OS thread,
 // run by a scheduler that switches between them only at barriers, so a
@@ -116,6 +117,16 @@ inline float __uint_as_float(unsigned u) {
   memcpy(&f, &u, 4);
   return f;
 }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+// The host's float multiplication rounds once (no FMA contraction under
+// -std=c++20), as __fmul_rn does on the GPU.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __int_as_float(int i) {
   float f;
   memcpy(&f, &i, 4);

@@ -41,6 +41,16 @@ static std::map<std::string, void (*)(dim3, dim3, void**)> kernels_ = {
   {"mm_bf16", [](dim3 g, dim3 b, void** p) { t_mm(mm_bf16, g, b, p); }},
   {"mm_q8_0", [](dim3 g, dim3 b, void** p) { t_mm(mm_q8_0, g, b, p); }},
   {"mm_q4_0", [](dim3 g, dim3 b, void** p) { t_mm(mm_q4_0, g, b, p); }},
+  {"mm_q4_1", [](dim3 g, dim3 b, void** p) { t_mm(mm_q4_1, g, b, p); }},
+  {"mm_q5_0", [](dim3 g, dim3 b, void** p) { t_mm(mm_q5_0, g, b, p); }},
+  {"mm_q5_1", [](dim3 g, dim3 b, void** p) { t_mm(mm_q5_1, g, b, p); }},
+  {"mm_iq4_nl", [](dim3 g, dim3 b, void** p) { t_mm(mm_iq4_nl, g, b, p); }},
+  {"mm_q2_k", [](dim3 g, dim3 b, void** p) { t_mm(mm_q2_k, g, b, p); }},
+  {"mm_q3_k", [](dim3 g, dim3 b, void** p) { t_mm(mm_q3_k, g, b, p); }},
+  {"mm_q4_k", [](dim3 g, dim3 b, void** p) { t_mm(mm_q4_k, g, b, p); }},
+  {"mm_q5_k", [](dim3 g, dim3 b, void** p) { t_mm(mm_q5_k, g, b, p); }},
+  {"mm_q6_k", [](dim3 g, dim3 b, void** p) { t_mm(mm_q6_k, g, b, p); }},
+  {"mm_iq4_xs", [](dim3 g, dim3 b, void** p) { t_mm(mm_iq4_xs, g, b, p); }},
   {"embed", [](dim3 g, dim3 b, void** params) { launch(g, b, embed, P(0, float*), P(1, const u8*), P(2, const int*), P(3, int), P(4, i64), P(5, int)); }},
   {"rmsnorm", [](dim3 g, dim3 b, void** params) { launch(g, b, rmsnorm, P(0, float*), P(1, const float*), P(2, const float*), P(3, int), P(4, float)); }},
   {"rope", [](dim3 g, dim3 b, void** params) { launch(g, b, rope, P(0, float*), P(1, const float*), P(2, const float*), P(3, int), P(4, int), P(5, int), P(6, int)); }},
@@ -48,7 +58,10 @@ static std::map<std::string, void (*)(dim3, dim3, void**)> kernels_ = {
   {"silu_mul", [](dim3 g, dim3 b, void** params) { launch(g, b, silu_mul, P(0, float*), P(1, const float*), P(2, const float*), P(3, i64)); }},
   {"add_bcast", [](dim3 g, dim3 b, void** params) { launch(g, b, add_bcast, P(0, float*), P(1, const float*), P(2, const float*), P(3, i64), P(4, i64)); }},
   {"kv_store", [](dim3 g, dim3 b, void** params) { launch(g, b, kv_store, P(0, u8*), P(1, const float*), P(2, const float*), P(3, const int*), P(4, int), P(5, int), P(6, i64), P(7, i64), P(8, i64), P(9, int)); }},
-  {"attention", [](dim3 g, dim3 b, void** params) { launch(g, b, attention, P(0, float*), P(1, const float*), P(2, const u8*), P(3, const int*), P(4, const int*), P(5, int), P(6, int), P(7, int), P(8, int), P(9, i64), P(10, i64), P(11, i64), P(12, int), P(13, float)); }},
+  {"attention", [](dim3 g, dim3 b, void** params) { launch(g, b, attention, P(0, float*), P(1, const float*), P(2, const u8*), P(3, const int*), P(4, const int*), P(5, int), P(6, int), P(7, int), P(8, int), P(9, i64), P(10, i64), P(11, i64), P(12, int), P(13, float), P(14, float), P(15, int)); }},
+  {"gelu_mul", [](dim3 g, dim3 b, void** params) { launch(g, b, gelu_mul, P(0, float*), P(1, const float*), P(2, const float*), P(3, const float*), P(4, i64)); }},
+  {"scale_f32", [](dim3 g, dim3 b, void** params) { launch(g, b, scale_f32, P(0, float*), P(1, const float*), P(2, float), P(3, i64)); }},
+  {"soft_cap", [](dim3 g, dim3 b, void** params) { launch(g, b, soft_cap, P(0, float*), P(1, float), P(2, i64)); }},
 };
 extern "C" {
 int cuInit(unsigned) { return 0; }
