@@ -377,6 +377,22 @@ func (w *writer) send(ctx context.Context, m *batonv1.TransferKVResponse, what s
 	case <-deadline:
 		return fmt.Errorf("%w: %s did not go out within %v", ErrSendStalled, what, w.wait)
 	case <-ctx.Done():
+		// A message that went out is not undone by a cancel that came
+		// after it: when decode half-closes on PrefillDone, the end of its
+		// stream cancels ctx while the writer reports the Send, and select
+		// would pick either at random. The writer's result wins if it is
+		// there.
+		select {
+		case err := <-w.errs:
+			if w.timer != nil {
+				w.timer.Stop()
+			}
+			if err != nil {
+				return fmt.Errorf("sending %s: %w", what, err)
+			}
+			return nil
+		default:
+		}
 		return ctx.Err()
 	}
 }
