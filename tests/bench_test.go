@@ -111,12 +111,17 @@ func (h ttftHistogram) minus(before ttftHistogram) ttftHistogram {
 	return d
 }
 
+// clientSlack is how much later than a service the bench may see a first
+// token and still agree with the service's histogram (checkTTFTAgrees).
+const clientSlack = 0.025 // seconds
+
 // checkTTFTAgrees checks the bench's TTFTs (seconds) against a service's
 // histogram of the same requests, to the histogram's resolution. A
 // service's interval lies inside the client's (it starts later and sees
 // the first token sooner), so for every bucket bound le the bench can
 // never have more requests at or below le than the service; and the
-// client's overhead must not push a request beyond the next bucket.
+// client's overhead must not push a request beyond the next bucket (or
+// clientSlack).
 func checkTTFTAgrees(t *testing.T, service string, h ttftHistogram, bench []float64) {
 	t.Helper()
 	if int(h.count) != len(bench) {
@@ -130,10 +135,16 @@ func checkTTFTAgrees(t *testing.T, service string, h ttftHistogram, bench []floa
 		if i+1 < len(h.bounds) {
 			next = h.bounds[i+1]
 		}
-		b, s, bNext := atOrBelow(le), h.counts[i], atOrBelow(next)
+		// The bench sees each first token after the service does, by the
+		// relay and its own scheduling: at the millisecond buckets that is
+		// more than a bucket on a loaded 2-core machine (a request at 3 ms
+		// in the router was 10.5 ms in the bench), so the later bound is
+		// the next bucket or clientSlack past this one, whichever is later.
+		upper := max(next, le+clientSlack)
+		b, s, bNext := atOrBelow(le), h.counts[i], atOrBelow(upper)
 		if b > s || s > bNext {
-			t.Errorf("%s: %d requests with TTFT ≤ %gs, the bench %d (and %d ≤ %gs): disagree beyond one bucket",
-				service, s, le, b, bNext, next)
+			t.Errorf("%s: %d requests with TTFT ≤ %gs, the bench %d (and %d ≤ %gs): disagree beyond one bucket or %v",
+				service, s, le, b, bNext, upper, clientSlack)
 		}
 	}
 	var total float64
