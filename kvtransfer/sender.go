@@ -367,13 +367,7 @@ func (w *writer) send(ctx context.Context, m *batonv1.TransferKVResponse, what s
 	}
 	select {
 	case err := <-w.errs:
-		if w.timer != nil {
-			w.timer.Stop()
-		}
-		if err != nil {
-			return fmt.Errorf("sending %s: %w", what, err)
-		}
-		return nil
+		return w.sent(err, what)
 	case <-deadline:
 		return fmt.Errorf("%w: %s did not go out within %v", ErrSendStalled, what, w.wait)
 	case <-ctx.Done():
@@ -384,17 +378,22 @@ func (w *writer) send(ctx context.Context, m *batonv1.TransferKVResponse, what s
 		// there.
 		select {
 		case err := <-w.errs:
-			if w.timer != nil {
-				w.timer.Stop()
-			}
-			if err != nil {
-				return fmt.Errorf("sending %s: %w", what, err)
-			}
-			return nil
+			return w.sent(err, what)
 		default:
 		}
 		return ctx.Err()
 	}
+}
+
+// sent is send's result once the writer has reported the Send's error.
+func (w *writer) sent(err error, what string) error {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if err != nil {
+		return fmt.Errorf("sending %s: %w", what, err)
+	}
+	return nil
 }
 
 // stop lets the writer's goroutine end once its Send, if any, returns.
