@@ -374,6 +374,20 @@ type kvSetup struct {
 	lens   []int
 }
 
+// newCaches makes one KV cache of s's layout and size on each backend.
+func (s kvSetup) newCaches(t *testing.T, backends []kernels.Backend) []kernels.KVCache {
+	t.Helper()
+	caches := make([]kernels.KVCache, len(backends))
+	for i, b := range backends {
+		kv, err := b.NewKVCache(s.l, s.pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caches[i] = kv
+	}
+	return caches
+}
+
 func (s kvSetup) store(t *testing.T, rng *rand.Rand, backends []kernels.Backend, caches []kernels.KVCache) {
 	t.Helper()
 	for si, table := range s.tables {
@@ -409,14 +423,7 @@ func TestKVCacheAndAttention(t *testing.T) {
 					s.tables[2][i] = int32(39 - i)
 				}
 				backends := []kernels.Backend{g, c}
-				caches := make([]kernels.KVCache, 2)
-				for i, b := range backends {
-					kv, err := b.NewKVCache(s.l, s.pages)
-					if err != nil {
-						t.Fatal(err)
-					}
-					caches[i] = kv
-				}
+				caches := s.newCaches(t, backends)
 				s.store(t, rng, backends, caches)
 
 				// The stored bytes agree exactly.
@@ -804,14 +811,7 @@ func TestAttentionWith(t *testing.T) {
 				lens:   []int{11, 33},
 			}
 			backends := []kernels.Backend{gb, c}
-			caches := make([]kernels.KVCache, 2)
-			for i, b := range backends {
-				kv, err := b.NewKVCache(s.l, s.pages)
-				if err != nil {
-					t.Fatal(err)
-				}
-				caches[i] = kv
-			}
+			caches := s.newCaches(t, backends)
 			s.store(t, rng, backends, caches)
 			for _, o := range opts {
 				t.Run(fmt.Sprintf("%s/head%d/scale%v-cap%v-window%d", dtype, hd, o.Scale, o.SoftCap, o.Window), func(t *testing.T) {
