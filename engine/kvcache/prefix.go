@@ -75,6 +75,37 @@ func ChainHash(parent Hash, tokens []int32) Hash {
 	return Hash(binary.LittleEndian.Uint64(h.Sum(nil)))
 }
 
+// PageHashes returns the keys of the first n full pages of tokens, pages of
+// pageSize tokens, for a sequence whose first page's parent is seed: what a
+// peer names the pages by (a decode worker telling prefill which leading
+// pages it holds). It returns fewer when tokens has fewer full pages.
+func PageHashes(seed Hash, tokens []int32, pageSize, n int) []Hash {
+	if pageSize <= 0 {
+		return nil
+	}
+	n = max(min(n, len(tokens)/pageSize), 0)
+	out := make([]Hash, n)
+	parent := seed
+	for i := range out {
+		parent = ChainHash(parent, tokens[i*pageSize:(i+1)*pageSize])
+		out[i] = parent
+	}
+	return out
+}
+
+// PrefixHashes returns the keys under which this pool caches the first n
+// full pages of tokens (PageHashes with the pool's seed), or nil when the
+// cache is off.
+func (p *Pool) PrefixHashes(tokens []int32, n int) []Hash {
+	p.mu.Lock()
+	c := p.cache
+	p.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return PageHashes(c.seed, tokens, p.layout.PageSize, n)
+}
+
 // EnableCache turns the prefix cache on. fingerprint names the model whose
 // keys and values the pages hold; maxPages (in [0, Total]) caps the pages
 // the cache keeps. Calling it again changes the cap, evicting what exceeds

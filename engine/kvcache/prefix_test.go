@@ -212,3 +212,30 @@ func TestPrefixMaxPages(t *testing.T) {
 		t.Fatal("a pool without a cache cached")
 	}
 }
+
+// The hashes a peer is told are the keys the cache matches by: a pool with
+// the same fingerprint and layout computes them from the tokens alone.
+func TestPrefixHashesAreCacheKeys(t *testing.T) {
+	p := cachedPool(t, 8, 8)
+	tokens := seqTokens(10, 14) // 3 full pages of 4 and 2 tokens
+	pages := fill(t, p, tokens)
+	hs := p.PrefixHashes(tokens, 10)
+	if len(hs) != 3 {
+		t.Fatalf("%d hashes for 3 full pages", len(hs))
+	}
+	for i, h := range hs {
+		if id, ok := p.cache.byHash[h]; !ok || id != pages[i] {
+			t.Errorf("hash %d: cached page %d (%v), want %d", i, id, ok, pages[i])
+		}
+	}
+	seed := PrefixSeed("model-a", p.Layout().String())
+	if got := PageHashes(seed, tokens, p.Layout().PageSize, 2); !slices.Equal(got, hs[:2]) {
+		t.Errorf("PageHashes = %v, want %v", got, hs[:2])
+	}
+	if got := PageHashes(PrefixSeed("model-b", p.Layout().String()), tokens, p.Layout().PageSize, 3); slices.Equal(got, hs) {
+		t.Error("another model's pages have the same keys")
+	}
+	if got := newPool(t, layout(quant.F32), 4).PrefixHashes(tokens, 3); got != nil {
+		t.Errorf("cache off: %v, want nil", got)
+	}
+}

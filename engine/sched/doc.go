@@ -71,8 +71,10 @@
 //
 // ModeDecodeImported waits in the queue until the pages for its prompt are
 // free (decode's prealloc queue), reserves them and sends EventReserved with
-// the block table. The caller writes the prompt's keys and values into
-// those pages (kvcache.Pool.Import or PageBytes) while the request stays in
+// the block table. With the prefix cache on, the leading pages it already
+// holds are attached (Event.Held counts them; they are shared and never
+// written). The caller writes the prompt's keys and values into the other
+// pages (kvcache.Pool.Import or PageBytes) while the request stays in
 // transferring, out of every batch, then calls Stream.Activate with the
 // first token that prefill sampled; the request joins the running batch and
 // streams that token first. Cancelling before Activate frees the pages: the

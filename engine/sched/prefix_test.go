@@ -1,11 +1,15 @@
 package sched
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/baton-serving/baton/engine/kvcache"
+	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
@@ -128,4 +132,102 @@ func TestPrefixCacheComputesLastPosition(t *testing.T) {
 	}
 	s.FlushCache()
 	checkClean(t, s)
+}
+
+// TestImportedHoldsCachedPrefix: a decode worker's imported request attaches
+// the leading pages its prefix cache has (EventReserved.Held), receives only
+// the rest from prefill, and generates exactly what a colocated request
+// does; a multi-turn conversation so imports only its new turn's pages.
+func TestImportedHoldsCachedPrefix(t *testing.T) {
+	tm := loadSmall(t, 1)
+	const ps = 4
+	colo := newSched(t, Config{Model: tm.m, Pool: newPool(t, tm, ps, 64, quant.F16), Tokenizer: tm.tok})
+	ppool := cachedPool(t, tm, ps, 64, quant.F16, 64)
+	dpool := cachedPool(t, tm, ps, 64, quant.F16, 64)
+	pre := newSched(t, Config{Model: tm.m, Pool: ppool, Tokenizer: tm.tok, MaxBatchTokens: 5})
+	dec := newSched(t, Config{Model: tm.m, Pool: dpool, Tokenizer: tm.tok})
+	rng := rand.New(rand.NewPCG(8, 9))
+	var conv []int32
+	for turn := range 3 {
+		for range 5 + rng.IntN(6) { // the user's new message
+			conv = append(conv, int32(3+rng.IntN(tm.cfg().Vocab-3)))
+		}
+		r := Request{Prompt: slices.Clone(conv), MaxTokens: 6, Params: greedy(), IgnoreEOS: true}
+		want := runAll(t, colo, []Request{r})[0]
+
+		dr := r
+		dr.Mode = ModeDecodeImported
+		dst, err := dec.Submit(context.Background(), dr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := <-dst.Events()
+		if ev.Kind != EventReserved || len(ev.Pages) != dpool.Layout().PagesFor(len(r.Prompt)) {
+			t.Fatalf("turn %d: first decode event %+v", turn, ev)
+		}
+		// Every earlier turn's full pages, but never the page of the
+		// prompt's last token.
+		if maxHeld := (len(r.Prompt) - 1) / ps; ev.Held > maxHeld || turn > 0 && ev.Held == 0 {
+			t.Fatalf("turn %d: %d pages held of a %d-token prompt", turn, ev.Held, len(r.Prompt))
+		}
+		if turn == 0 && ev.Held != 0 {
+			t.Fatalf("first turn: %d pages held by an empty cache", ev.Held)
+		}
+		for _, id := range ev.Pages[:ev.Held] {
+			if dpool.Refs(id) < 2 {
+				t.Fatalf("turn %d: held page %d has %d refs, want the cache's and the request's", turn, id, dpool.Refs(id))
+			}
+		}
+		pr := r
+		pr.Mode = ModePrefillOnly
+		pst, err := pre.Submit(context.Background(), pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first sample.Token
+		imported := ev.Held
+		for pev := range pst.Events() {
+			switch pev.Kind {
+			case EventPagesReady:
+				for ; imported < pev.Ready; imported++ {
+					for l := range tm.cfg().Layers {
+						k, v := ppool.PageBytes(pev.Pages[imported], l)
+						if err := dpool.Import(ev.Pages[imported], l, k, v); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				// The held pages hold what prefill computed, byte for byte.
+				for p := 0; p < min(ev.Held, pev.Ready); p++ {
+					for l := range tm.cfg().Layers {
+						pk, pv := ppool.PageBytes(pev.Pages[p], l)
+						dk, dv := dpool.PageBytes(ev.Pages[p], l)
+						if !slices.Equal(pk, dk) || !slices.Equal(pv, dv) {
+							t.Fatalf("turn %d: held page %d layer %d differs from prefill's", turn, p, l)
+						}
+					}
+				}
+			case EventToken:
+				first = pev.Token
+				if err := pst.Handover(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := dst.Activate(first); err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, dst, time.Minute)
+		if !sameResult(got, want) {
+			t.Errorf("turn %d: PD with held pages %v, colocated %v", turn, got.ids, want.ids)
+		}
+		conv = append(conv, got.ids...)
+	}
+	for _, s := range []*Scheduler{pre, dec} {
+		if rep := s.Audit(); !rep.OK() || rep.Live != 0 {
+			t.Fatalf("audit: %+v", rep)
+		}
+		s.FlushCache()
+		checkClean(t, s)
+	}
 }

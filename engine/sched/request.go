@@ -210,6 +210,11 @@ type Event struct {
 	// Ready counts its leading pages that are complete (EventPagesReady).
 	Pages []kvcache.PageID
 	Ready int
+	// Held counts, on EventReserved, the leading pages of Pages that
+	// already hold the prompt's keys and values because the prefix cache
+	// had them: only the pages after them are to be imported, and the held
+	// ones, shared with other holders, must not be written.
+	Held int
 	// Finish, Err and Usage describe the end (EventDone). Err is nil for
 	// FinishStop, FinishLength, FinishContext and FinishHandedOver.
 	// ModePrefillOnly's EventToken carries Usage too, so that the prompt's

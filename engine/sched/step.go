@@ -220,7 +220,7 @@ func (s *Scheduler) makePlan(p *plan) {
 		p.admitted++
 		if r.mode == ModeDecodeImported && !r.activated {
 			s.setState(r, StateTransferring)
-			s.emit(r, Event{Kind: EventReserved, Pages: r.table.Clone()})
+			s.emit(r, Event{Kind: EventReserved, Pages: r.table.Clone(), Held: r.computed / s.layout.PageSize})
 			continue
 		}
 		s.setState(r, StatePrefilling)
@@ -246,10 +246,12 @@ func (s *Scheduler) makePlan(p *plan) {
 // is always computed (the prompt's last one gives the first token's
 // logits), so the partial page and the page being written are never
 // shared; requests that want prompt log-probabilities compute every
-// position, and imported ones receive theirs from prefill.
+// position, and imported ones receive the rest from prefill (the same rule
+// keeps the page that prefill writes the last token into its own, never a
+// shared one).
 func (s *Scheduler) reserve(r *request) bool {
 	target := r.prefillTarget()
-	if s.cache && r.plp == nil && r.mode != ModeDecodeImported {
+	if s.cache && r.plp == nil {
 		n, err := r.table.AttachPrefix(r.tokens[:target], (target-1)/s.layout.PageSize)
 		if err != nil {
 			s.violations++

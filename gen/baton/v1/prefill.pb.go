@@ -160,9 +160,18 @@ type Handshake struct {
 	// process, the same for all its attempts; copied from
 	// DecodeServiceGenerateRequest.origin. Empty: none (such a transfer is
 	// never replaced and never replaces one).
-	Origin        string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Origin string `protobuf:"bytes,11,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Chain hashes (kvcache.ChainHash, seeded by kvcache.PrefixSeed of the
+	// model fingerprint and the KV layout) of the leading prompt pages decode
+	// already holds, page 0 first: decode's prefix cache had them. Prefill
+	// sends only the pages after them and says so in Accepted.skipped_pages.
+	// At most the full pages before the one holding the prompt's last token;
+	// a hash that is not the prompt's own is INVALID_ARGUMENT. Empty: decode
+	// holds nothing and every page is sent, as for a peer that predates the
+	// field.
+	CachedPageHashes []uint64 `protobuf:"fixed64,12,rep,packed,name=cached_page_hashes,json=cachedPageHashes,proto3" json:"cached_page_hashes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Handshake) Reset() {
@@ -270,6 +279,13 @@ func (x *Handshake) GetOrigin() string {
 		return x.Origin
 	}
 	return ""
+}
+
+func (x *Handshake) GetCachedPageHashes() []uint64 {
+	if x != nil {
+		return x.CachedPageHashes
+	}
+	return nil
 }
 
 // Credit grants prefill permission to send more chunks.
@@ -574,6 +590,11 @@ type Accepted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Requests ahead of this one in the queue.
 	QueuePosition uint32 `protobuf:"varint,1,opt,name=queue_position,json=queuePosition,proto3" json:"queue_position,omitempty"`
+	// Leading pages prefill will not send because decode holds them
+	// (Handshake.cached_page_hashes): the first KVChunk is for this page
+	// index. 0 from a prefill that predates the field: every page comes,
+	// and decode discards the ones it holds.
+	SkippedPages  uint32 `protobuf:"varint,2,opt,name=skipped_pages,json=skippedPages,proto3" json:"skipped_pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +632,13 @@ func (*Accepted) Descriptor() ([]byte, []int) {
 func (x *Accepted) GetQueuePosition() uint32 {
 	if x != nil {
 		return x.QueuePosition
+	}
+	return 0
+}
+
+func (x *Accepted) GetSkippedPages() uint32 {
+	if x != nil {
+		return x.SkippedPages
 	}
 	return 0
 }
@@ -954,7 +982,7 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\thandshake\x18\x01 \x01(\v2\x13.baton.v1.HandshakeH\x00R\thandshake\x12*\n" +
 	"\x06credit\x18\x02 \x01(\v2\x10.baton.v1.CreditH\x00R\x06credit\x12'\n" +
 	"\x05abort\x18\x03 \x01(\v2\x0f.baton.v1.AbortH\x00R\x05abortB\x05\n" +
-	"\x03msg\"\xc5\x03\n" +
+	"\x03msg\"\xf3\x03\n" +
 	"\tHandshake\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -968,7 +996,8 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\fheartbeat_ms\x18\t \x01(\rR\vheartbeatMs\x12\x18\n" +
 	"\aattempt\x18\n" +
 	" \x01(\rR\aattempt\x12\x16\n" +
-	"\x06origin\x18\v \x01(\tR\x06origin\" \n" +
+	"\x06origin\x18\v \x01(\tR\x06origin\x12,\n" +
+	"\x12cached_page_hashes\x18\f \x03(\x06R\x10cachedPageHashes\" \n" +
 	"\x06Credit\x12\x16\n" +
 	"\x06chunks\x18\x01 \x01(\rR\x06chunks\"\x1f\n" +
 	"\x05Abort\x12\x16\n" +
@@ -983,9 +1012,10 @@ const file_baton_v1_prefill_proto_rawDesc = "" +
 	"\x03msg\"+\n" +
 	"\bProgress\x12\x1f\n" +
 	"\vpages_ready\x18\x01 \x01(\rR\n" +
-	"pagesReady\"1\n" +
+	"pagesReady\"V\n" +
 	"\bAccepted\x12%\n" +
-	"\x0equeue_position\x18\x01 \x01(\rR\rqueuePosition\"\xc8\x01\n" +
+	"\x0equeue_position\x18\x01 \x01(\rR\rqueuePosition\x12#\n" +
+	"\rskipped_pages\x18\x02 \x01(\rR\fskippedPages\"\xc8\x01\n" +
 	"\aKVChunk\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
