@@ -82,7 +82,10 @@ type server struct {
 	batonv1.UnimplementedPrefillServiceServer
 	maxChunk  int
 	stepDelay time.Duration
-	runErr    chan error
+	// skipHeld: skip the pages the handshake says decode holds, as a
+	// prefill that knows cached_page_hashes does (else send every page).
+	skipHeld bool
+	runErr   chan error
 }
 
 func (s *server) TransferKV(stream batonv1.PrefillService_TransferKVServer) error {
@@ -96,7 +99,14 @@ func (s *server) TransferKV(stream batonv1.PrefillService_TransferKVServer) erro
 		return err
 	}
 	prompt := len(hs.GetPromptTokenIds())
-	snd := NewSender(SenderConfig{Layout: layout, PromptTokens: prompt, InitialCredits: int(hs.GetInitialCredits()), MaxChunkBytes: s.maxChunk},
+	skip := 0
+	if s.skipHeld {
+		skip = len(hs.GetCachedPageHashes())
+		if err := stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Accepted{Accepted: &batonv1.Accepted{SkippedPages: uint32(skip)}}}); err != nil {
+			return err
+		}
+	}
+	snd := NewSender(SenderConfig{Layout: layout, PromptTokens: prompt, InitialCredits: int(hs.GetInitialCredits()), MaxChunkBytes: s.maxChunk, FirstPage: skip},
 		patternPages{layout}, stream)
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -162,14 +172,23 @@ func startServer(t *testing.T, s *server) batonv1.PrefillServiceClient {
 // receive runs the decode end: handshake, chunks into the sink, credits,
 // until PrefillDone. abortAfter > 0 aborts after that many chunks.
 func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout kernels.KVLayout, prompt, window, abortAfter int, sink PageSink) (*Receiver, *batonv1.TransferKVResponse, error) {
+	return receiveHolding(ctx, c, layout, prompt, window, abortAfter, 0, sink)
+}
+
+// receiveHolding is receive when decode holds the first held pages.
+func receiveHolding(ctx context.Context, c batonv1.PrefillServiceClient, layout kernels.KVLayout, prompt, window, abortAfter, held int, sink PageSink) (*Receiver, *batonv1.TransferKVResponse, error) {
 	stream, err := c.TransferKV(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	ids := make([]uint32, prompt)
 	rcv := NewReceiver(layout, prompt, window, sink)
+	if err := rcv.Hold(held); err != nil {
+		return nil, nil, err
+	}
 	if err := stream.Send(&batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Handshake{Handshake: &batonv1.Handshake{
-		RequestId: "r1", PromptTokenIds: ids, KvLayout: LayoutProto(layout), InitialCredits: uint32(rcv.Window())}}}); err != nil {
+		RequestId: "r1", PromptTokenIds: ids, KvLayout: LayoutProto(layout), InitialCredits: uint32(rcv.Window()),
+		CachedPageHashes: make([]uint64, held)}}}); err != nil {
 		return nil, nil, err
 	}
 	for {
@@ -178,6 +197,10 @@ func receive(ctx context.Context, c batonv1.PrefillServiceClient, layout kernels
 			return rcv, nil, err
 		}
 		switch {
+		case m.GetAccepted() != nil:
+			if err := rcv.Skip(int(m.GetAccepted().GetSkippedPages())); err != nil {
+				return rcv, nil, err
+			}
 		case m.GetKvChunk() != nil:
 			grant, err := rcv.Chunk(m.GetKvChunk())
 			if err != nil {
@@ -466,5 +489,73 @@ func TestSenderNoHeartbeatByDefault(t *testing.T) {
 	}
 	if n, _ := stream.progress(); n != 0 {
 		t.Fatalf("%d heartbeats with Heartbeat unset", n)
+	}
+}
+
+// TestTransferSkipsHeldPages: pages decode holds are not sent by a prefill
+// that knows the handshake's cached_page_hashes, and not written by decode
+// when an older prefill sends them anyway; either way the rest arrives
+// whole and the transfer completes.
+func TestTransferSkipsHeldPages(t *testing.T) {
+	const prompt, held = 70, 3 // 5 pages of 16, the first 3 held
+	for _, skip := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prefill skips %v", skip), func(t *testing.T) {
+			srv := &server{runErr: make(chan error, 1), skipHeld: skip}
+			client := startServer(t, srv)
+			sink := &checkSink{layout: testLayout, seen: map[[2]int]bool{}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rcv, last, err := receiveHolding(ctx, client, testLayout, prompt, 2, 0, held, sink)
+			if err != nil {
+				t.Fatalf("%v (sender: %v)", err, <-srv.runErr)
+			}
+			if err := <-srv.runErr; err != nil || last.GetPrefillDone() == nil {
+				t.Fatalf("sender: %v; last %v", err, last)
+			}
+			for k := range sink.seen {
+				if k[0] < held {
+					t.Errorf("held page %d layer %d written", k[0], k[1])
+				}
+			}
+			if want := (5 - held) * testLayout.Layers; len(sink.seen) != want {
+				t.Errorf("%d page-layers written, want %d", len(sink.seen), want)
+			}
+			sentTokens := prompt
+			if skip {
+				sentTokens -= held * testLayout.PageSize
+			}
+			if want := uint64(2 * sentTokens * testLayout.Layers * testLayout.RowBytes()); rcv.Bytes() != want {
+				t.Errorf("%d bytes received, want %d", rcv.Bytes(), want)
+			}
+			if want := map[bool]int{true: held, false: 0}[skip]; rcv.Skipped() != want {
+				t.Errorf("skipped %d, want %d", rcv.Skipped(), want)
+			}
+		})
+	}
+}
+
+func TestReceiverHoldAndSkip(t *testing.T) {
+	r := NewReceiver(testLayout, 33, 4, &checkSink{layout: testLayout, seen: map[[2]int]bool{}}) // 3 pages
+	if err := r.Hold(3); err == nil {
+		t.Error("held the page of the last token")
+	}
+	if err := r.Hold(-1); err == nil {
+		t.Error("held -1 pages")
+	}
+	if err := r.Hold(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Skip(3); err == nil || !strings.Contains(err.Error(), "decode holds 2") {
+		t.Errorf("skip beyond the held pages: %v", err)
+	}
+	if err := r.Skip(2); err != nil {
+		t.Fatal(err)
+	}
+	k := make([]byte, 16*testLayout.Layers*testLayout.RowBytes())
+	v := make([]byte, len(k))
+	patternPages{testLayout}.CopyPage(0, 0, testLayout.Layers, 16, k, v)
+	// After skipping two pages the next chunk must be page 2's.
+	if _, err := r.Chunk(&batonv1.KVChunk{PageIndex: 0, LayerEnd: uint32(testLayout.Layers), Tokens: 16, K: k, V: v, Checksum: Checksum(k, v)}); err == nil || !strings.Contains(err.Error(), "want page 2") {
+		t.Errorf("chunk for a skipped page: %v", err)
 	}
 }

@@ -23,6 +23,12 @@ type Receiver struct {
 	promptTokens int
 	window       int
 
+	// held leading pages already hold the prompt's keys and values
+	// (decode's prefix cache had them; they are shared, so never written);
+	// skipped of them prefill does not send (Accepted.skipped_pages).
+	held, skipped int
+	started       bool // a chunk arrived: Skip comes too late
+
 	nextSeq  uint64
 	page, lo int // the next (page, first layer) expected
 	pending  int // chunks consumed since the last grant
@@ -34,6 +40,36 @@ type Receiver struct {
 func NewReceiver(layout kernels.KVLayout, promptTokens, window int, sink PageSink) *Receiver {
 	return &Receiver{layout: layout, sink: sink, promptTokens: promptTokens, window: max(window, 1)}
 }
+
+// Hold says, before the transfer starts, that the first n pages already hold
+// the prompt's keys and values (the handshake offers their hashes): chunks
+// for them are still checked but never written, since those pages are
+// shared with the prefix cache. At most the full pages before the page of
+// the prompt's last token may be held.
+func (r *Receiver) Hold(n int) error {
+	if n < 0 || n > r.layout.PagesFor(r.promptTokens)-1 {
+		return fmt.Errorf("kvtransfer: %d held pages of a %d-token prompt (%d pages)", n, r.promptTokens, r.layout.PagesFor(r.promptTokens))
+	}
+	r.held = n
+	return nil
+}
+
+// Skip applies prefill's Accepted.skipped_pages: the first chunk will be for
+// page n. Prefill may skip only pages decode holds, and says so before its
+// first chunk.
+func (r *Receiver) Skip(n int) error {
+	switch {
+	case n > r.held:
+		return fmt.Errorf("prefill skips %d pages, decode holds %d", n, r.held)
+	case r.started && n != r.skipped:
+		return fmt.Errorf("prefill skips %d pages after its first chunk", n)
+	}
+	r.skipped, r.page = n, n
+	return nil
+}
+
+// Skipped is the number of leading pages prefill did not send.
+func (r *Receiver) Skipped() int { return r.skipped }
 
 // Window is the number of chunks to grant in the handshake.
 func (r *Receiver) Window() int { return r.window }
@@ -73,9 +109,15 @@ func (r *Receiver) Chunk(c *batonv1.KVChunk) (grant int, err error) {
 	if sum := Checksum(c.GetK(), c.GetV()); sum != c.GetChecksum() {
 		return 0, fmt.Errorf("kv chunk %d: checksum %08x, computed %08x", c.GetSeq(), c.GetChecksum(), sum)
 	}
-	if err := r.sink.WritePage(p, lo, hi, tokens, c.GetK(), c.GetV()); err != nil {
-		return 0, fmt.Errorf("kv chunk %d: %w", c.GetSeq(), err)
+	// A held page already has these bytes, and other holders read it: a
+	// prefill that sends it anyway (one that predates skipped_pages) is
+	// checked above and ignored here.
+	if p >= r.held {
+		if err := r.sink.WritePage(p, lo, hi, tokens, c.GetK(), c.GetV()); err != nil {
+			return 0, fmt.Errorf("kv chunk %d: %w", c.GetSeq(), err)
+		}
 	}
+	r.started = true
 	r.nextSeq++
 	r.bytes += uint64(2 * want)
 	if r.lo = hi; r.lo == r.layout.Layers {

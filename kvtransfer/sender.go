@@ -40,6 +40,7 @@ type Sender struct {
 	src          PageSource
 	stream       SendStream
 	promptTokens int
+	firstPage    int
 	layersPer    int
 	creditWait   time.Duration
 	sendWait     time.Duration
@@ -66,6 +67,9 @@ type SenderConfig struct {
 	Layout         kernels.KVLayout
 	PromptTokens   int
 	InitialCredits int
+	// FirstPage is the first page sent: decode holds the pages before it
+	// (Handshake.cached_page_hashes, Accepted.skipped_pages).
+	FirstPage int
 	// MaxChunkBytes bounds a chunk's K+V bytes (default 256 KiB).
 	MaxChunkBytes int
 	// CreditTimeout ends the transfer with ErrStalled when chunks are ready
@@ -111,7 +115,7 @@ func NewSender(cfg SenderConfig, src PageSource, stream SendStream) *Sender {
 	}
 	return &Sender{
 		layout: cfg.Layout, src: src, stream: stream, promptTokens: cfg.PromptTokens,
-		layersPer: LayersPerChunk(cfg.Layout, cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
+		firstPage: cfg.FirstPage, layersPer: LayersPerChunk(cfg.Layout, cfg.MaxChunkBytes), creditWait: cfg.CreditTimeout,
 		sendWait: cfg.SendTimeout, heartbeat: cfg.Heartbeat, codec: cfg.Codec, credits: cfg.InitialCredits, wake: make(chan struct{}, 1),
 	}
 }
@@ -207,7 +211,7 @@ func (s *Sender) Stats() (chunks, bytes uint64) {
 func (s *Sender) Run(ctx context.Context) error {
 	w := s.startWriter()
 	defer w.stop()
-	page, lo := 0, 0
+	page, lo := s.firstPage, 0
 	var seq uint64
 	var starved *time.Timer // runs while chunks wait for credit
 	var beat *time.Timer    // the next heartbeat

@@ -74,8 +74,11 @@ const (
 	AttrKVBytes            = attribute.Key("baton.kv.bytes")      // KV cache bytes moved (K and V)
 	AttrKVChunks           = attribute.Key("baton.kv.chunks")     // KVChunk messages moved
 	AttrKVPages            = attribute.Key("baton.kv.pages")      // KV pages reserved or completed
-	AttrBatchSeqs          = attribute.Key("baton.batch.seqs")    // sequences in a forward step
-	AttrBatchTokens        = attribute.Key("baton.batch.tokens")  // tokens in a forward step, all sequences
+	// AttrKVPagesHeld: leading prompt pages decode's prefix cache already
+	// held, so that prefill did not send them.
+	AttrKVPagesHeld = attribute.Key("baton.kv.pages_held")
+	AttrBatchSeqs   = attribute.Key("baton.batch.seqs")   // sequences in a forward step
+	AttrBatchTokens = attribute.Key("baton.batch.tokens") // tokens in a forward step, all sequences
 	// AttrStage and AttrReason describe an EventAbort: the span name of
 	// the stage the request was in, and why it ended.
 	AttrStage  = attribute.Key("stage")

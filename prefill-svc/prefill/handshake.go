@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
@@ -76,6 +77,9 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 	if err := apiconv.CheckPromptLogprobs(hs.GetSampling(), n, s.maxTokenBytes); err != nil {
 		return sched.Request{}, svckit.Errorf(engine.ErrInvalidInput, "%w", err)
 	}
+	if err := s.checkHeldPages(hs.GetCachedPageHashes(), prompt); err != nil {
+		return sched.Request{}, err
+	}
 	// The first token is sampled here, under the request's grammar.
 	constraint, err := s.grammars.Constraint(hs.GetSampling())
 	if err != nil {
@@ -87,4 +91,28 @@ func (s *Service) checkHandshake(hs *batonv1.Handshake) (sched.Request, error) {
 		// grammar, ignore_eos keeps the end-of-generation ids out of it
 		// as it does there.
 		IgnoreEOS: hs.GetSampling().GetIgnoreEos()}, nil
+}
+
+// checkHeldPages checks the pages decode says it holds: at most the full
+// pages before the page of the prompt's last token (prefill writes that one
+// and decode must own it), each named by the key this worker's prefix cache
+// would give the prompt's own page, under the seed of the model and layout
+// that the handshake has already been checked to share. A hash of another
+// prefix would make decode attend to keys of other tokens: it is refused,
+// naming the first page that differs.
+func (s *Service) checkHeldPages(held []uint64, prompt []int32) error {
+	if len(held) == 0 {
+		return nil
+	}
+	ps := s.Host.Layout.PageSize
+	if max := (len(prompt) - 1) / ps; len(held) > max {
+		return svckit.Errorf(engine.ErrInvalidInput, "cached_page_hashes: %d pages of a %d-token prompt, at most %d (the full pages before its last token's)", len(held), len(prompt), max)
+	}
+	seed := kvcache.PrefixSeed(s.Host.Fingerprint, s.Host.Layout.String())
+	for i, h := range kvcache.PageHashes(seed, prompt, ps, len(held)) {
+		if uint64(h) != held[i] {
+			return svckit.Errorf(engine.ErrInvalidInput, "cached_page_hashes[%d]: %016x is not the key of the prompt's page %d (%016x)", i, held[i], i, uint64(h))
+		}
+	}
+	return nil
 }

@@ -84,12 +84,15 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	start := time.Now()
 	pt := &prefillTrace{ctx: ctx, steps: s.Host.Steps(), submitted: submitted,
 		pageTokens: s.Host.Layout.PageSize, promptTokens: len(req.Prompt)}
-	if err := stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Accepted{Accepted: &batonv1.Accepted{}}}); err != nil {
+	if err := stream.Send(&batonv1.TransferKVResponse{Msg: &batonv1.TransferKVResponse_Accepted{Accepted: &batonv1.Accepted{
+		// Decode holds these pages (checkHeldPages): only the rest goes.
+		SkippedPages: uint32(len(hs.GetCachedPageHashes()))}}}); err != nil {
 		return err
 	}
 	src := kvtransfer.NewPoolSource(s.Host.Pool)
 	snd := kvtransfer.NewSender(kvtransfer.SenderConfig{
 		Layout: s.Host.Layout, PromptTokens: len(req.Prompt), InitialCredits: int(hs.GetInitialCredits()),
+		FirstPage:     len(hs.GetCachedPageHashes()),
 		CreditTimeout: s.IdleTimeout, Codec: s.Codec,
 		// A send stuck on gRPC flow control (decode stopped reading,
 		// the network black-holed) gets the same deadline.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit/workerapi/workertest"
@@ -121,20 +123,29 @@ func TestBadHandshake(t *testing.T) {
 	s, w := startPrefill(t)
 	other := handshake(s, "other-model", 20, 4)
 	other.GetHandshake().ModelFingerprint = "sha256:other"
+	// Pages decode claims to hold: not the prompt's own, or the page of
+	// its last token, which prefill must send.
+	notOwn := handshake(s, "not-own-page", 40, 4)
+	notOwn.GetHandshake().CachedPageHashes = append(heldHashes(s, notOwn.GetHandshake(), 1), 12345)
+	lastPage := handshake(s, "last-page", 32, 4)
+	lastPage.GetHandshake().CachedPageHashes = heldHashes(s, lastPage.GetHandshake(), 2)
 	for _, c := range []struct {
 		name string
 		msg  *batonv1.TransferKVRequest
 		code codes.Code
+		want string
 	}{
-		{"credit first", &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: 1}}}, codes.InvalidArgument},
-		{"other model", other, codes.FailedPrecondition},
+		{"credit first", &batonv1.TransferKVRequest{Msg: &batonv1.TransferKVRequest_Credit{Credit: &batonv1.Credit{Chunks: 1}}}, codes.InvalidArgument, "handshake"},
+		{"other model", other, codes.FailedPrecondition, "model_fingerprint"},
+		{"hash of another page", notOwn, codes.InvalidArgument, "cached_page_hashes[1]: 0000000000003039 is not the key of the prompt's page 1"},
+		{"the last token's page held", lastPage, codes.InvalidArgument, "cached_page_hashes: 2 pages of a 32-token prompt, at most 1"},
 	} {
 		stream, _ := transfer(t, w)
 		if err := stream.Send(c.msg); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := recvEnd(stream); status.Code(err) != c.code {
-			t.Errorf("%s: %v, want %v", c.name, err, c.code)
+		if _, err := recvEnd(stream); status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.want) {
+			t.Errorf("%s: %v, want %v naming %q", c.name, err, c.code, c.want)
 		}
 	}
 	w.WaitIdle(t, idleBound)
@@ -229,5 +240,66 @@ func TestRetryReplacesStaleTransfer(t *testing.T) {
 	}
 	_ = retry.CloseSend()
 	w.WaitCounter(t, idleBound, 1, "baton_requests_finished_total", "finish", "handed_over")
+	w.WaitIdle(t, idleBound)
+}
+
+// heldHashes are the keys of the first n pages of hs's prompt, as a decode
+// worker holding them names them.
+func heldHashes(s *Service, hs *batonv1.Handshake, n int) []uint64 {
+	tokens := make([]int32, len(hs.GetPromptTokenIds()))
+	for i, id := range hs.GetPromptTokenIds() {
+		tokens[i] = int32(id)
+	}
+	var out []uint64
+	for _, h := range kvcache.PageHashes(kvcache.PrefixSeed(s.Host.Fingerprint, s.Host.Layout.String()), tokens, s.Host.Layout.PageSize, n) {
+		out = append(out, uint64(h))
+	}
+	return out
+}
+
+// TestHeldPagesNotSent: prefill accepts a handshake naming the prompt's
+// first pages, says it skips them, sends from the next page on, and its
+// PrefillDone counts only what it sent.
+func TestHeldPagesNotSent(t *testing.T) {
+	s, w := startPrefill(t)
+	ps := s.Host.Layout.PageSize
+	n := 3*ps + 5
+	msg := handshake(s, "held", n, 64)
+	msg.GetHandshake().CachedPageHashes = heldHashes(s, msg.GetHandshake(), 2)
+	stream, _ := transfer(t, w)
+	if err := stream.Send(msg); err != nil {
+		t.Fatal(err)
+	}
+	var first *batonv1.KVChunk
+	var skipped uint32 = 99
+	var bytes uint64
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.GetAccepted(); a != nil {
+			skipped = a.GetSkippedPages()
+		}
+		if c := m.GetKvChunk(); c != nil {
+			if first == nil {
+				first = c
+			}
+			bytes += uint64(len(c.GetK()) + len(c.GetV()))
+		}
+		if d := m.GetPrefillDone(); d != nil {
+			if d.GetBytesSent() != bytes {
+				t.Errorf("PrefillDone reports %d bytes, %d came", d.GetBytesSent(), bytes)
+			}
+			break
+		}
+	}
+	_ = stream.CloseSend()
+	if skipped != 2 || first.GetPageIndex() != 2 {
+		t.Fatalf("skipped_pages %d, first chunk for page %d; want 2 and 2", skipped, first.GetPageIndex())
+	}
+	if want := uint64(2 * (n - 2*ps) * s.Host.Layout.Layers * s.Host.Layout.RowBytes()); bytes != want {
+		t.Errorf("%d bytes sent, want %d (pages 2 and 3 only)", bytes, want)
+	}
 	w.WaitIdle(t, idleBound)
 }

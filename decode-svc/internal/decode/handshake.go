@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
@@ -68,7 +67,7 @@ func (t *transfer) notAccepted() error {
 // --handshake-timeout covers everything, connecting included: a prefill
 // that accepts TCP but never answers must not hold the request. The
 // returned transfer, also on an error, must be closed.
-func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, pages []kvcache.PageID) (*transfer, error) {
+func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, res reserved) (*transfer, error) {
 	endpoint := in.GetPrefillEndpoint()
 	conn, release, err := s.peers.get(endpoint)
 	if err != nil {
@@ -91,11 +90,16 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		return t, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: %w", endpoint, err)
 	}
 	r := in.GetRequest()
-	t.rcv = kvtransfer.NewReceiver(s.Host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &kvtransfer.PoolSink{Pool: s.Host.Pool, Pages: pages})
+	t.rcv = kvtransfer.NewReceiver(s.Host.Layout, len(r.GetPromptTokenIds()), s.creditWindow, &kvtransfer.PoolSink{Pool: s.Host.Pool, Pages: res.pages})
+	if err := t.rcv.Hold(res.held); err != nil {
+		return t, err // the scheduler held a page it must not have: INTERNAL
+	}
 	hs := &batonv1.Handshake{
 		RequestId: r.GetRequestId(), PromptTokenIds: r.GetPromptTokenIds(), Sampling: r.GetSampling(),
 		ModelFingerprint: s.Host.Fingerprint, KvLayout: kvtransfer.LayoutProto(s.Host.Layout),
-		PagesReserved: uint32(len(pages)), InitialCredits: uint32(t.rcv.Window()),
+		PagesReserved: uint32(len(res.pages)), InitialCredits: uint32(t.rcv.Window()),
+		// The pages decode's prefix cache had: prefill sends the rest.
+		CachedPageHashes: s.heldHashes(r.GetPromptTokenIds(), res.held),
 		// Four heartbeats per idle deadline: a busy prefill never looks
 		// silent, a lost one still does.
 		HeartbeatMs: uint32(max(1, (s.IdleTimeout / 4).Milliseconds())),
@@ -110,4 +114,23 @@ func (s *Service) handshake(ctx context.Context, log *slog.Logger, in *batonv1.D
 		return t, svckit.Errorf(svckit.ErrPeerUnavailable, "prefill %s: handshake: %w", endpoint, err)
 	}
 	return t, nil
+}
+
+// heldHashes names the first held pages of the prompt by their prefix cache
+// keys, for the handshake.
+func (s *Service) heldHashes(prompt []uint32, held int) []uint64 {
+	if held == 0 {
+		return nil
+	}
+	ps := s.Host.Layout.PageSize
+	tokens := make([]int32, held*ps)
+	for i := range tokens {
+		tokens[i] = int32(prompt[i])
+	}
+	hs := s.Host.Pool.PrefixHashes(tokens, held)
+	out := make([]uint64, len(hs))
+	for i, h := range hs {
+		out[i] = uint64(h)
+	}
+	return out
 }

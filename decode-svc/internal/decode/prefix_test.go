@@ -60,3 +60,39 @@ func equalU32(a, b []uint32) bool {
 	}
 	return true
 }
+
+// TestPDSendsOnlyWhatDecodeLacks: a conversation's next turn through PD
+// moves only the pages decode's prefix cache lacks — the KV bytes received
+// are those of the new tokens past the pages the first turn left cached —
+// and generates what a decode worker without a cache does.
+func TestPDSendsOnlyWhatDecodeLacks(t *testing.T) {
+	p := startPD(t, nil, nil, nil)
+	ref := startPD(t, nil, []string{"--prefix-cache=false"}, nil)
+	const ps = 16 // the test workers' page size (common)
+	received := func(pp *pd) float64 { return pp.decode.Counter(t, "baton:kv_transfer_bytes_total") }
+
+	b0 := received(p)
+	turn1, _ := p.start(t, request("turn-1", 50, 8, p.prefill.Addr())).cachedTokens(t)
+	b1 := received(p)
+	// Turn 2 starts with turn 1's prompt: decode holds its three full
+	// pages (48 tokens), so only the 22 tokens after them come.
+	turn2, _ := p.start(t, request("turn-2", 70, 8, p.prefill.Addr())).cachedTokens(t)
+	b2 := received(p)
+	perToken := (b1 - b0) / 50
+	if perToken <= 0 {
+		t.Fatalf("turn 1 received %v bytes", b1-b0)
+	}
+	if got, want := b2-b1, perToken*float64(70-3*ps); got != want {
+		t.Errorf("turn 2 received %v bytes, want %v (%v per token × %d tokens)", got, want, perToken, 70-3*ps)
+	}
+	want1, _ := ref.start(t, request("turn-1", 50, 8, ref.prefill.Addr())).cachedTokens(t)
+	want2, _ := ref.start(t, request("turn-2", 70, 8, ref.prefill.Addr())).cachedTokens(t)
+	if !equalU32(turn1, want1) || !equalU32(turn2, want2) {
+		t.Errorf("with decode's cache %v, %v; without %v, %v", turn1, turn2, want1, want2)
+	}
+	if got := ref.decode.Counter(t, "baton:kv_transfer_bytes_total"); got != perToken*(50+70) {
+		t.Errorf("without decode's cache %v bytes received, want every page (%v)", got, perToken*120)
+	}
+	p.waitIdle(t)
+	ref.waitIdle(t)
+}

@@ -21,13 +21,14 @@ import (
 // asked for them (SamplingParams.prompt_logprobs), and the prompt tokens
 // prefill reused from its prefix cache.
 func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.DecodeServiceGenerateRequest, st *sched.Stream, timing *batonv1.Timing, start time.Time) (_ []*batonv1.TokenLogprob, cached int, err error) {
-	pages, err := reserve(ctx, st, timing, start)
+	res, err := reserve(ctx, st, timing, start)
 	if err != nil {
 		return nil, 0, err
 	}
 	// The transfer, the TransferKV call included, is the kv_receive span.
 	ctx, span := tracing.Start(ctx, tracing.SpanKVReceive, trace.WithAttributes(tracing.AttrPrefill.String(in.GetPrefillEndpoint()),
-		tracing.AttrKVPages.Int(len(pages)), tracing.AttrPromptTokens.Int(len(in.GetRequest().GetPromptTokenIds()))))
+		tracing.AttrKVPages.Int(len(res.pages)), tracing.AttrKVPagesHeld.Int(res.held),
+		tracing.AttrPromptTokens.Int(len(in.GetRequest().GetPromptTokenIds()))))
 	var t *transfer
 	defer func() {
 		if t != nil {
@@ -38,7 +39,7 @@ func (s *Service) pull(ctx context.Context, log *slog.Logger, in *batonv1.Decode
 		}
 		tracing.EndAborted(ctx, span, tracing.SpanKVReceive, err)
 	}()
-	if t, err = s.handshake(ctx, log, in, pages); err != nil {
+	if t, err = s.handshake(ctx, log, in, res); err != nil {
 		return nil, 0, err
 	}
 	if err = s.receive(ctx, t, span, st, timing); err != nil {

@@ -78,6 +78,10 @@ func (s *Service) receive(ctx context.Context, t *transfer, span trace.Span, st 
 			switch m := rm.m.Msg.(type) {
 			case *batonv1.TransferKVResponse_Accepted:
 				span.AddEvent(tracing.EventAccepted)
+				if err := t.rcv.Skip(int(m.Accepted.GetSkippedPages())); err != nil {
+					s.abort(t, "bad accept")
+					return svckit.Errorf(svckit.ErrCorrupt, "prefill %s: %w", t.endpoint, err)
+				}
 			case *batonv1.TransferKVResponse_Progress:
 				// Prefill is busy with the request: the idle deadline
 				// restarts (above); the first-token deadline still runs.
