@@ -119,6 +119,7 @@ func (s *Service) complete(ctx context.Context, t *transfer, done *batonv1.Prefi
 	s.Host.Metrics.KVTransferBytes.Add(float64(t.rcv.Bytes()))
 	s.Host.Metrics.TransferDone(st.ID(), time.Since(transferStart))
 	timing.PrefillSeconds, timing.KvTransferSeconds = done.GetPrefillSeconds(), time.Since(transferStart).Seconds()
+	timing.KvTransferBytes = t.rcv.Bytes()
 	first := apiconv.TokenLogprob(done.GetFirstTokenLogprob())
 	first.ID = int32(done.GetFirstTokenId())
 	if _, err := apiconv.TokenIDs("first_token_id", []uint32{done.GetFirstTokenId()}, s.Host.Config.Vocab); err != nil {

@@ -825,9 +825,13 @@ type Timing struct {
 	// Generating tokens at the decode worker.
 	DecodeSeconds float64 `protobuf:"fixed64,6,opt,name=decode_seconds,json=decodeSeconds,proto3" json:"decode_seconds,omitempty"`
 	// From arrival at the router until the last event.
-	E2ESeconds    float64 `protobuf:"fixed64,7,opt,name=e2e_seconds,json=e2eSeconds,proto3" json:"e2e_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	E2ESeconds float64 `protobuf:"fixed64,7,opt,name=e2e_seconds,json=e2eSeconds,proto3" json:"e2e_seconds,omitempty"`
+	// Bytes of keys and values that crossed from prefill to decode for the
+	// prompt (0 colocated): the pages decode's prefix cache already held
+	// did not.
+	KvTransferBytes uint64 `protobuf:"varint,8,opt,name=kv_transfer_bytes,json=kvTransferBytes,proto3" json:"kv_transfer_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Timing) Reset() {
@@ -905,6 +909,13 @@ func (x *Timing) GetDecodeSeconds() float64 {
 func (x *Timing) GetE2ESeconds() float64 {
 	if x != nil {
 		return x.E2ESeconds
+	}
+	return 0
+}
+
+func (x *Timing) GetKvTransferBytes() uint64 {
+	if x != nil {
+		return x.KvTransferBytes
 	}
 	return 0
 }
@@ -1423,7 +1434,7 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\rR\vtotalTokens\x12#\n" +
-	"\rcached_tokens\x18\x04 \x01(\rR\fcachedTokens\"\xcf\x02\n" +
+	"\rcached_tokens\x18\x04 \x01(\rR\fcachedTokens\"\xfb\x02\n" +
 	"\x06Timing\x12<\n" +
 	"\x1btime_to_first_token_seconds\x18\x01 \x01(\x01R\x17timeToFirstTokenSeconds\x122\n" +
 	"\x15prealloc_wait_seconds\x18\x02 \x01(\x01R\x13preallocWaitSeconds\x122\n" +
@@ -1432,7 +1443,8 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\x13kv_transfer_seconds\x18\x05 \x01(\x01R\x11kvTransferSeconds\x12%\n" +
 	"\x0edecode_seconds\x18\x06 \x01(\x01R\rdecodeSeconds\x12\x1f\n" +
 	"\ve2e_seconds\x18\a \x01(\x01R\n" +
-	"e2eSeconds\"\xad\x03\n" +
+	"e2eSeconds\x12*\n" +
+	"\x11kv_transfer_bytes\x18\b \x01(\x04R\x0fkvTransferBytes\"\xad\x03\n" +
 	"\rGenerateEvent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +

@@ -34,6 +34,14 @@ type Result struct {
 	ServerTTFT float64
 	// FinishReason is "stop" or "length".
 	FinishReason string
+	// CachedTokens are the prompt tokens the server reused from a cache
+	// (usage.prompt_tokens_details.cached_tokens, Baton's usage, or
+	// llama-server's timings.cache_n); 0 when it reports none.
+	CachedTokens int
+	// KVTransferBytes are the K and V bytes that crossed from prefill to
+	// decode for the prompt (gRPC timing); valid when HasKVTransferBytes.
+	KVTransferBytes    uint64
+	HasKVTransferBytes bool
 }
 
 // OnChunk is called, on the goroutine that called Generate, as each chunk of

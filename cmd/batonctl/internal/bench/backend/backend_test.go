@@ -98,7 +98,7 @@ func chunk(text string, finish string, usage string) string {
 func TestOpenAIGenerate(t *testing.T) {
 	srv := &openAIServer{events: []string{
 		chunk("Once", "", ""), chunk(" upon", "", ""), chunk("", "length", ""),
-		`{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, "[DONE]",
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}`, "[DONE]",
 	}}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
@@ -117,7 +117,7 @@ func TestOpenAIGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Result{InputTokens: 3, OutputTokens: 4, FinishReason: "length"}); res != want {
+	if want := (Result{InputTokens: 3, OutputTokens: 4, FinishReason: "length", CachedTokens: 2}); res != want {
 		t.Errorf("Result = %+v, want %+v", res, want)
 	}
 	if !reflect.DeepEqual(got, []int{0, 0}) {
@@ -218,8 +218,8 @@ func TestGRPCGenerate(t *testing.T) {
 		{TokenIds: []uint32{7}, Text: "a"},
 		{TokenIds: []uint32{8, 9}, Text: ""},
 		{TokenIds: []uint32{4}, FinishReason: batonv1.FinishReason_FINISH_REASON_LENGTH,
-			Usage:  &batonv1.Usage{PromptTokens: 3, CompletionTokens: 4},
-			Timing: &batonv1.Timing{TimeToFirstTokenSeconds: 0.125}},
+			Usage:  &batonv1.Usage{PromptTokens: 3, CompletionTokens: 4, CachedTokens: 2},
+			Timing: &batonv1.Timing{TimeToFirstTokenSeconds: 0.125, KvTransferBytes: 4096}},
 	}}
 	b, err := New(Options{Kind: "grpc", Addr: startRouter(t, s), APIKey: "k"})
 	if err != nil {
@@ -235,7 +235,8 @@ func TestGRPCGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Result{InputTokens: 3, OutputTokens: 4, ServerTTFT: 0.125, FinishReason: "length"}); res != want {
+	if want := (Result{InputTokens: 3, OutputTokens: 4, ServerTTFT: 0.125, FinishReason: "length",
+		CachedTokens: 2, KVTransferBytes: 4096, HasKVTransferBytes: true}); res != want {
 		t.Errorf("Result = %+v, want %+v", res, want)
 	}
 	if !reflect.DeepEqual(got, []int{1, 2, 1}) {
@@ -277,5 +278,25 @@ func TestGRPCFailures(t *testing.T) {
 	}
 	if _, err := New(Options{Kind: "rest"}); err == nil {
 		t.Error("unknown backend accepted")
+	}
+}
+
+// TestOpenAICacheN: llama-server reports its prompt cache's reuse as
+// timings.cache_n rather than in the usage.
+func TestOpenAICacheN(t *testing.T) {
+	srv := &openAIServer{events: []string{
+		chunk("Once", "", ""), chunk("", "length", ""),
+		`{"id":"c","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32},"timings":{"cache_n":16,"prompt_n":14}}`, "[DONE]",
+	}}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	o, err := NewOpenAI(strings.TrimPrefix(ts.URL, "http://"), "", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	res, err := o.Generate(context.Background(), Request{PromptIDs: []int32{1, 5, 9}, MaxTokens: 2}, func(int) {})
+	if err != nil || res.CachedTokens != 16 {
+		t.Fatalf("Result = %+v, %v; want 16 cached tokens", res, err)
 	}
 }

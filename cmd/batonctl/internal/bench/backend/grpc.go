@@ -102,8 +102,12 @@ func (g *GRPC) Generate(ctx context.Context, req Request, onChunk OnChunk) (Resu
 		finished = true
 		res.FinishReason = strings.ToLower(strings.TrimPrefix(ev.GetFinishReason().String(), "FINISH_REASON_"))
 		res.ServerTTFT = ev.GetTiming().GetTimeToFirstTokenSeconds()
+		if tm := ev.GetTiming(); tm != nil {
+			res.KVTransferBytes, res.HasKVTransferBytes = tm.GetKvTransferBytes(), true
+		}
 		if u := ev.GetUsage(); u != nil {
 			res.InputTokens, res.OutputTokens = int(u.GetPromptTokens()), int(u.GetCompletionTokens())
+			res.CachedTokens = int(u.GetCachedTokens())
 		}
 	}
 	if !finished {

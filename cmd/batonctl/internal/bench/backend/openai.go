@@ -109,9 +109,17 @@ type completionChunk struct {
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
+	// Timings is llama-server's own report; cache_n counts the prompt
+	// tokens its prompt cache reused.
+	Timings *struct {
+		CacheN *int `json:"cache_n"`
+	} `json:"timings"`
 	Error *apiError `json:"error"`
 }
 
@@ -181,6 +189,12 @@ func (o *OpenAI) Generate(ctx context.Context, req Request, onChunk OnChunk) (Re
 		}
 		if c.Usage != nil {
 			res.InputTokens, res.OutputTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			if d := c.Usage.PromptTokensDetails; d != nil {
+				res.CachedTokens = d.CachedTokens
+			}
+		}
+		if c.Timings != nil && c.Timings.CacheN != nil && res.CachedTokens == 0 {
+			res.CachedTokens = *c.Timings.CacheN
 		}
 		return nil
 	})

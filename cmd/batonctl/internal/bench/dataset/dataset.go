@@ -1,6 +1,7 @@
 // Package dataset makes the prompts of a serving benchmark: random token
-// sequences of chosen lengths, conversations from a ShareGPT file, or groups
-// of prompts sharing a long prefix. Prompts are token ids, so their lengths
+// sequences of chosen lengths, conversations from a ShareGPT file, groups
+// of prompts sharing a long prefix, or multi-turn conversations replayed
+// turn by turn. Prompts are token ids, so their lengths
 // are exact whatever the tokenizer would make of decoded text.
 package dataset
 
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/baton-serving/baton/engine/tokenizer"
 )
@@ -19,6 +21,30 @@ type Prompt struct {
 	IDs []int32
 	// OutputLen is the number of tokens to generate.
 	OutputLen int
+	// Conversation and Turn place a multi-turn request (0 elsewhere); a
+	// turn after the first waits for request After, its conversation's
+	// previous turn, to end before it is sent.
+	Conversation, Turn, After int
+}
+
+// Dependencies returns, for each prompt, the index of the request that must
+// end before it is sent (-1 for none), or nil when none waits (every data
+// set but multi-turn).
+func Dependencies(ps []Prompt) []int {
+	var after []int
+	for i, p := range ps {
+		if p.Turn == 0 {
+			continue
+		}
+		if after == nil {
+			after = make([]int, len(ps))
+			for j := range after {
+				after[j] = -1
+			}
+		}
+		after[i] = p.After
+	}
+	return after
 }
 
 // Vocab is what the generators need from a tokenizer.
@@ -205,4 +231,55 @@ func Fit(ps []Prompt, ctxLen int) error {
 		}
 	}
 	return nil
+}
+
+// MultiTurnOptions configure MultiTurn.
+type MultiTurnOptions struct {
+	// Conversations run side by side, each of Turns turns.
+	Conversations, Turns int
+	// SystemLen is the system prompt's length, BOS included; each
+	// conversation has its own.
+	SystemLen int
+	// UserLen and OutputLen are each turn's new message and answer
+	// lengths, spread by RangeRatio as in Random.
+	UserLen, OutputLen int
+	RangeRatio         float64
+	Seed               uint64
+}
+
+// MultiTurn makes Conversations × Turns prompts, turn by turn: request
+// t·Conversations + c is turn t of conversation c. Turn t's prompt is the
+// conversation so far — the system prompt and, for every earlier turn, its
+// user message and an answer of that turn's output length — followed by
+// the new user message, so each prompt starts with the previous turn's
+// prompt, as a chat client resending the history does. The earlier answers
+// are drawn, not the server's actual outputs, so that every server and
+// configuration sees the same prompts; what a cache can reuse is the
+// previous turns' prompts. A turn is sent after its conversation's
+// previous turn ends (After).
+func MultiTurn(v Vocab, o MultiTurnOptions) ([]Prompt, error) {
+	switch {
+	case o.Conversations < 1:
+		return nil, fmt.Errorf("conversations %d: want ≥ 1", o.Conversations)
+	case o.Turns < 1:
+		return nil, fmt.Errorf("turns %d: want ≥ 1", o.Turns)
+	case o.SystemLen < 1:
+		return nil, fmt.Errorf("system prompt length %d: want ≥ 1", o.SystemLen)
+	}
+	g, err := newGenerator(v, "user message length", o.UserLen, o.OutputLen, o.RangeRatio, o.Seed, 3)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]Prompt, o.Conversations*o.Turns)
+	for c := range o.Conversations {
+		history := g.ids(nil, o.SystemLen, true)
+		for t := range o.Turns {
+			history = g.ids(history, g.in.draw(g.rng), false)
+			out := g.out.draw(g.rng)
+			i := t*o.Conversations + c
+			ps[i] = Prompt{IDs: slices.Clone(history), OutputLen: out, Conversation: c, Turn: t, After: i - o.Conversations}
+			history = g.ids(history, out, false) // the answer, in the next turn's history
+		}
+	}
+	return ps, nil
 }

@@ -293,3 +293,64 @@ func TestRandomRealVocabulary(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiTurn: turn t of conversation c is request t·C+c; its prompt
+// starts with the previous turn's prompt followed by an answer of that
+// turn's output length, then a new user message; it waits for that turn.
+func TestMultiTurn(t *testing.T) {
+	o := MultiTurnOptions{Conversations: 3, Turns: 4, SystemLen: 20, UserLen: 6, OutputLen: 5, RangeRatio: 0.5, Seed: 9}
+	ps, err := MultiTurn(fakeVocab{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 12 {
+		t.Fatalf("%d prompts, want 12", len(ps))
+	}
+	after := Dependencies(ps)
+	for i, p := range ps {
+		c, turn := i%3, i/3
+		if p.Conversation != c || p.Turn != turn {
+			t.Fatalf("prompt %d is conversation %d turn %d, want %d, %d", i, p.Conversation, p.Turn, c, turn)
+		}
+		if p.IDs[0] != 1 {
+			t.Errorf("prompt %d does not start with BOS", i)
+		}
+		checkNormal(t, p.IDs, 1)
+		if turn == 0 {
+			if after[i] != -1 || len(p.IDs) < 20+3 || len(p.IDs) > 20+9 {
+				t.Errorf("first turn %d: after %d, %d tokens", i, after[i], len(p.IDs))
+			}
+			continue
+		}
+		prev := ps[i-3]
+		if after[i] != i-3 {
+			t.Errorf("turn %d waits for %d, want %d", i, after[i], i-3)
+		}
+		if !slices.Equal(p.IDs[:len(prev.IDs)], prev.IDs) {
+			t.Errorf("prompt %d does not start with its previous turn's", i)
+		}
+		if added := len(p.IDs) - len(prev.IDs) - prev.OutputLen; added < 3 || added > 9 {
+			t.Errorf("prompt %d adds a %d-token message after the answer", i, added)
+		}
+	}
+	if slices.Equal(ps[0].IDs[:20], ps[1].IDs[:20]) {
+		t.Error("two conversations share a system prompt")
+	}
+	again, _ := MultiTurn(fakeVocab{}, o)
+	if !slices.EqualFunc(ps, again, func(a, b Prompt) bool { return slices.Equal(a.IDs, b.IDs) && a.OutputLen == b.OutputLen }) {
+		t.Error("the same seed made other conversations")
+	}
+	if Dependencies([]Prompt{{IDs: []int32{1}}}) != nil {
+		t.Error("a single-turn data set has dependencies")
+	}
+	for _, bad := range []MultiTurnOptions{
+		{Conversations: 0, Turns: 1, SystemLen: 1, UserLen: 1, OutputLen: 1},
+		{Conversations: 1, Turns: 0, SystemLen: 1, UserLen: 1, OutputLen: 1},
+		{Conversations: 1, Turns: 1, SystemLen: 0, UserLen: 1, OutputLen: 1},
+		{Conversations: 1, Turns: 1, SystemLen: 1, UserLen: 0, OutputLen: 1},
+	} {
+		if _, err := MultiTurn(fakeVocab{}, bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}

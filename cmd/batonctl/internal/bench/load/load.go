@@ -7,8 +7,10 @@ package load
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,11 +101,19 @@ type Do func(ctx context.Context, i int, onChunk func(tokens int)) (inTokens, ou
 // Config shapes a run.
 type Config struct {
 	// Gaps are the arrival gaps (Intervals); nil sends everything at once.
+	// Requests that wait for another (After) take no gap.
 	Gaps []time.Duration
 	// MaxConcurrency bounds the requests in flight (0: no bound). A
 	// request whose arrival finds the bound reached is sent when one
 	// ends; its timings start when it is sent.
 	MaxConcurrency int
+	// After, when set, names for each request the earlier request (a
+	// smaller index) that must end before it arrives, -1 for none: a
+	// conversation's next turn follows its previous one. Such a request
+	// arrives Think after that one ends, whether it succeeded or not.
+	After []int
+	// Think is the user's pause between a turn's end and the next turn.
+	Think time.Duration
 	// Clock defaults to RealClock.
 	Clock Clock
 	// Progress, when set, is called after each request ends with the
@@ -112,55 +122,61 @@ type Config struct {
 }
 
 // Run sends n requests with do and returns one Sample per request sent, in
-// request order, the moment the first was sent and the moment the last
-// ended. When ctx ends no more are sent, those in flight are cancelled, and
-// the samples of the requests sent so far are returned with ctx's error.
+// request order (Sample.Index says which), the moment the first was sent
+// and the moment the last ended. When ctx ends no more are sent, those in
+// flight are cancelled, and the samples of the requests sent so far are
+// returned with ctx's error.
 func Run(ctx context.Context, cfg Config, n int, do Do) (samples []measure.Sample, start, end time.Time, err error) {
 	clock := cfg.Clock
 	if clock == nil {
 		clock = RealClock{}
 	}
+	if len(cfg.After) != 0 && len(cfg.After) != n {
+		return nil, start, end, fmt.Errorf("load: %d dependencies for %d requests", len(cfg.After), n)
+	}
+	for i, j := range cfg.After {
+		if j >= i {
+			return nil, start, end, fmt.Errorf("load: request %d waits for request %d, not an earlier one", i, j)
+		}
+	}
 	samples = make([]measure.Sample, n)
+	sent := make([]bool, n)
+	ended := make([]chan struct{}, n) // closed when request i ends or is never sent
+	for i := range ended {
+		ended[i] = make(chan struct{})
+	}
 	var slots chan struct{}
 	if cfg.MaxConcurrency > 0 {
 		slots = make(chan struct{}, cfg.MaxConcurrency)
 	}
 	var (
-		wg             sync.WaitGroup
-		mu             sync.Mutex // guards done, failed, end and Progress calls
-		done, failed   int
-		sent           int
-		arrival, first time.Time
+		wg           sync.WaitGroup
+		mu           sync.Mutex // guards done, failed, end, sent and Progress calls
+		done, failed int
+		arrival      time.Time
+		first        = true
 	)
-	for i := range n {
-		if i == 0 {
-			arrival = clock.Now()
-		}
-		if i < len(cfg.Gaps) {
-			arrival = arrival.Add(cfg.Gaps[i])
-		}
-		if err = clock.Sleep(ctx, arrival.Sub(clock.Now())); err != nil {
-			break
-		}
+	// send runs request i once it may go: it takes a slot, then runs on
+	// its own goroutine. It reports false (and sends nothing) when ctx
+	// ended first.
+	send := func(i int) bool {
 		if slots != nil {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			if err != nil {
-				break
+				return false
 			}
 		}
 		s := &samples[i]
+		s.Index = i
 		s.Start = clock.Now()
-		if i == 0 {
-			first = s.Start
-		}
-		sent++
+		mu.Lock()
+		sent[i] = true
+		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(ended[i])
 			in, out, rerr := do(ctx, i, func(tokens int) {
 				s.Chunks = append(s.Chunks, measure.Chunk{At: clock.Now(), Tokens: tokens})
 			})
@@ -188,7 +204,59 @@ func Run(ctx context.Context, cfg Config, n int, do Do) (samples []measure.Sampl
 				<-slots
 			}
 		}()
+		return true
+	}
+	for i := range n {
+		if len(cfg.After) > 0 && cfg.After[i] >= 0 {
+			// A later turn: it arrives Think after its previous turn.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case <-ended[cfg.After[i]]:
+				case <-ctx.Done():
+					close(ended[i])
+					return
+				}
+				if clock.Sleep(ctx, cfg.Think) != nil || !send(i) {
+					close(ended[i])
+				}
+			}()
+			continue
+		}
+		if first {
+			arrival, first = clock.Now(), false
+		}
+		if i < len(cfg.Gaps) {
+			arrival = arrival.Add(cfg.Gaps[i])
+		}
+		if err = clock.Sleep(ctx, arrival.Sub(clock.Now())); err != nil || !send(i) {
+			if err == nil {
+				err = ctx.Err()
+			}
+			// Nothing after this arrives; later turns waiting for an
+			// unsent request see it ended.
+			for j := i; j < n; j++ {
+				if len(cfg.After) == 0 || cfg.After[j] < 0 {
+					close(ended[j])
+				}
+			}
+			break
+		}
 	}
 	wg.Wait()
-	return samples[:sent], first, end, err
+	if err == nil && slices.Contains(sent, false) {
+		// Only an ended ctx keeps a later turn from being sent.
+		err = ctx.Err()
+	}
+	out := samples[:0]
+	for i := range samples {
+		if sent[i] {
+			if len(out) == 0 || samples[i].Start.Before(start) {
+				start = samples[i].Start
+			}
+			out = append(out, samples[i])
+		}
+	}
+	return out, start, end, err
 }

@@ -152,3 +152,80 @@ func TestIntervals(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFollowsConversations: a turn is sent only after its conversation's
+// previous turn ended and the think time passed, whatever the other
+// conversations do, and within the concurrency bound.
+func TestRunFollowsConversations(t *testing.T) {
+	clock := loadtest.NewClock(time.Unix(1000, 0))
+	const convs, turns = 3, 4
+	after := make([]int, convs*turns)
+	for i := range after {
+		after[i] = i - convs // turn-major: i = turn·convs + conversation
+	}
+	var inFlight, most atomic.Int32
+	do := func(_ context.Context, i int, chunk func(int)) (int, int, error) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		clock.Advance(time.Duration(1+i%convs) * time.Millisecond) // conversations run at different speeds
+		chunk(1)
+		inFlight.Add(-1)
+		if i == 4 {
+			return 1, 1, errors.New("boom") // a failed turn does not stop its conversation
+		}
+		return 1, 1, nil
+	}
+	samples, _, _, err := Run(context.Background(), Config{MaxConcurrency: 2, After: after, Think: 50 * time.Millisecond, Clock: clock}, len(after), do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != len(after) {
+		t.Fatalf("%d samples, want %d", len(samples), len(after))
+	}
+	for k, s := range samples {
+		if s.Index != k {
+			t.Fatalf("sample %d has index %d", k, s.Index)
+		}
+		if j := after[k]; j >= 0 {
+			if gap := s.Start.Sub(samples[j].End); gap < 50*time.Millisecond {
+				t.Errorf("request %d sent %v after request %d ended, want ≥ the think time", k, gap, j)
+			}
+		}
+	}
+	if most.Load() > 2 {
+		t.Errorf("%d requests in flight, bound 2", most.Load())
+	}
+}
+
+func TestRunRejectsBadDependencies(t *testing.T) {
+	do := func(context.Context, int, func(int)) (int, int, error) { return 0, 0, nil }
+	for _, after := range [][]int{{-1, 1}, {-1}, {0, -1}} {
+		if _, _, _, err := Run(context.Background(), Config{After: after}, 2, do); err == nil {
+			t.Errorf("After %v accepted", after)
+		}
+	}
+}
+
+// TestRunCancelledMidConversation: once ctx ends, no later turn is sent,
+// Run returns the turns sent so far with ctx's error, and it does not wait
+// for the think time of turns that will never go.
+func TestRunCancelledMidConversation(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	do := func(_ context.Context, i int, chunk func(int)) (int, int, error) {
+		chunk(1)
+		if i == 1 {
+			cancel()
+		}
+		return 1, 1, nil
+	}
+	samples, _, _, err := Run(ctx, Config{After: []int{-1, -1, 0, 1, 2, 3}, Think: time.Hour}, 6, do)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	for _, s := range samples {
+		if s.Index > 1 {
+			t.Errorf("turn %d sent after the cancel", s.Index)
+		}
+	}
+}

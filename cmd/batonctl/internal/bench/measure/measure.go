@@ -30,6 +30,8 @@ type Chunk struct {
 
 // Sample is one request as the client saw it.
 type Sample struct {
+	// Index is the request's position in the run's list.
+	Index int
 	// Start is when the request was sent; End when its stream ended.
 	Start, End time.Time
 	// Chunks are the events that carried output, in arrival order.
