@@ -72,6 +72,17 @@ exact; --model names the GGUF the router serves, default $BATON_MODEL, else
                  the prompt, the answer's length as the output length
   shared-prefix  --num-groups groups whose prompts share a --prefix-len
                  prefix, each followed by a random --random-input-len suffix
+  multi-turn     --num-conversations conversations of --num-turns turns,
+                 replayed turn by turn: each has its own --prefix-len system
+                 prompt; a turn's prompt is the conversation so far (every
+                 earlier message and a --random-output-len answer) plus a
+                 new --random-input-len message, sent --think-time after
+                 the previous turn ended (the rate paces first turns;
+                 conversations × turns requests, so not --num-prompts)
+
+The report gives the cache hit rate (prompt tokens the server says it
+reused / prompt tokens) and, over gRPC, the KV bytes that crossed from
+prefill to decode per request.
 
 Output: a table per rate on stdout (and a sweep table), or with --json one
 JSON object on stdout instead; --output FILE also writes the JSON to FILE;
@@ -87,6 +98,8 @@ type options struct {
 	inputLen, outputLen               int
 	rangeRatio                        float64
 	prefixLen, numGroups              int
+	conversations, turns              int
+	think                             time.Duration
 	sharegptOutputLen                 int
 	rates                             []float64
 	burstiness                        float64
@@ -147,13 +160,16 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 	fs.StringVar(&o.router, "router", "", "router address (default "+loopback.RouterGRPC+" for grpc, "+loopback.RouterHTTP+" for openai: batonctl up's default ports)")
 	fs.StringVar(&o.apiKey, "api-key", os.Getenv("BATON_API_KEY"), "bearer token for a router started with --api-keys-file (default $BATON_API_KEY)")
 	fs.StringVar(&o.modelRef, "model", "", "GGUF model the router serves, for its vocabulary (default: $BATON_MODEL, else "+modelfile.DefaultHelp+")")
-	fs.StringVar(&o.dataset, "dataset", "random", "prompts: random, sharegpt or shared-prefix")
+	fs.StringVar(&o.dataset, "dataset", "random", "prompts: random, sharegpt, shared-prefix or multi-turn")
 	fs.StringVar(&o.datasetPath, "dataset-path", "", "ShareGPT JSON file (--dataset sharegpt)")
-	fs.IntVar(&o.inputLen, "random-input-len", 32, "prompt tokens, BOS included (random); suffix tokens after the shared prefix (shared-prefix)")
-	fs.IntVar(&o.outputLen, "random-output-len", 64, "tokens to generate per request (random, shared-prefix)")
+	fs.IntVar(&o.inputLen, "random-input-len", 32, "prompt tokens, BOS included (random); suffix tokens after the shared prefix (shared-prefix); each turn's new message (multi-turn)")
+	fs.IntVar(&o.outputLen, "random-output-len", 64, "tokens to generate per request (random, shared-prefix, multi-turn)")
 	fs.Float64Var(&o.rangeRatio, "random-range-ratio", 0, "spread lengths uniformly over [len·(1−r), len·(1+r)], 0 ≤ r < 1")
-	fs.IntVar(&o.prefixLen, "prefix-len", 32, "shared prefix tokens, BOS included (shared-prefix)")
+	fs.IntVar(&o.prefixLen, "prefix-len", 32, "shared prefix tokens, BOS included (shared-prefix); each conversation's system prompt (multi-turn)")
 	fs.IntVar(&o.numGroups, "num-groups", 4, "number of distinct prefixes (shared-prefix)")
+	fs.IntVar(&o.conversations, "num-conversations", 8, "conversations side by side (multi-turn)")
+	fs.IntVar(&o.turns, "num-turns", 4, "turns per conversation (multi-turn)")
+	fs.DurationVar(&o.think, "think-time", 500*time.Millisecond, "pause between a turn's end and the next turn (multi-turn)")
 	fs.IntVar(&o.sharegptOutputLen, "sharegpt-output-len", 0, "fixed output length for sharegpt (0: each answer's length)")
 	rates := fs.String("request-rate", "inf", "requests per second, Poisson arrivals; inf sends all at once; a comma-separated list sweeps")
 	fs.Float64Var(&o.burstiness, "burstiness", 1, "shape of the gamma-distributed arrival gaps: 1 Poisson, < 1 burstier, > 1 more regular")
@@ -202,12 +218,26 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 	}
 	switch o.dataset {
 	case "random", "shared-prefix":
+	case "multi-turn":
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		switch {
+		case set["num-prompts"]:
+			return bad("--num-prompts: the multi-turn data set sends --num-conversations × --num-turns requests")
+		case o.conversations < 1:
+			return bad("--num-conversations %d: want ≥ 1", o.conversations)
+		case o.turns < 1:
+			return bad("--num-turns %d: want ≥ 1", o.turns)
+		case o.think < 0:
+			return bad("--think-time %v: want ≥ 0", o.think)
+		}
+		o.numPrompts = o.conversations * o.turns
 	case "sharegpt":
 		if o.datasetPath == "" {
 			return bad("--dataset sharegpt needs --dataset-path FILE")
 		}
 	default:
-		return bad("--dataset %q: want random, sharegpt or shared-prefix", o.dataset)
+		return bad("--dataset %q: want random, sharegpt, shared-prefix or multi-turn", o.dataset)
 	}
 	var err error
 	if o.rates, err = parseRates(*rates); err != nil {
@@ -316,6 +346,8 @@ func prompts(o options, v dataset.Vocab, ctxLen, n int) ([]dataset.Prompt, error
 	case "shared-prefix":
 		ps, err = dataset.SharedPrefix(v, dataset.SharedPrefixOptions{N: n, Groups: o.numGroups, PrefixLen: o.prefixLen,
 			SuffixLen: o.inputLen, OutputLen: o.outputLen, RangeRatio: o.rangeRatio, Seed: o.seed})
+	case "multi-turn":
+		ps, err = multiTurn(o, v, n)
 	case "sharegpt":
 		ps, err = dataset.ShareGPT(v, o.datasetPath, dataset.ShareGPTOptions{N: n, OutputLen: o.sharegptOutputLen,
 			ContextLen: ctxLen, Seed: o.seed})
@@ -324,6 +356,21 @@ func prompts(o options, v dataset.Vocab, ctxLen, n int) ([]dataset.Prompt, error
 		return nil, fmt.Errorf("--dataset %s: %w", o.dataset, err)
 	}
 	return ps, dataset.Fit(ps, ctxLen)
+}
+
+// multiTurn makes the multi-turn prompts: the warm-up's first, single
+// turns of conversations of their own (a warm-up request waits for
+// nothing), then the measured conversations.
+func multiTurn(o options, v dataset.Vocab, n int) ([]dataset.Prompt, error) {
+	mt := dataset.MultiTurnOptions{Conversations: o.conversations, Turns: o.turns, SystemLen: o.prefixLen,
+		UserLen: o.inputLen, OutputLen: o.outputLen, RangeRatio: o.rangeRatio, Seed: o.seed}
+	ps, err := dataset.MultiTurn(v, mt)
+	if err != nil || n == len(ps) {
+		return ps, err
+	}
+	mt.Conversations, mt.Turns, mt.Seed = n-len(ps), 1, o.seed^0x9e3779b97f4a7c15
+	warm, err := dataset.MultiTurn(v, mt)
+	return append(warm, ps...), err
 }
 
 // benchmark connects, makes the prompts and runs every rate.
@@ -381,10 +428,10 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 				label += " concurrency " + concurrencyLabel(conc)
 			}
 			bar := newProgressBar(progress, label, len(measured))
-			server := make([]float64, len(measured))
-			samples, start, end, err := runOnce(ctx, o, b, clock, measured, rate, conc, bar, server)
+			results := make([]backend.Result, len(measured))
+			samples, start, end, err := runOnce(ctx, o, b, clock, measured, rate, conc, bar, results)
 			bar.finish()
-			rep.Runs = append(rep.Runs, newRun(rate, conc, samples, start, end, server, o.slo, err != nil))
+			rep.Runs = append(rep.Runs, newRun(rate, conc, samples, start, end, measured, results, o.slo, err != nil))
 			if err != nil {
 				return rep, err
 			}
@@ -393,16 +440,18 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 	return rep, nil
 }
 
-// runOnce sends ps at rate with at most conc in flight; server[i], when
-// server is not nil, receives the router's own TTFT of request i in
-// seconds (0 when it reports none).
+// runOnce sends ps at rate with at most conc in flight, later turns of a
+// conversation after their previous turn; results[i], when results is not
+// nil, receives what the server reported of request i.
 func runOnce(ctx context.Context, o options, b backend.Backend, clock load.Clock, ps []dataset.Prompt, rate float64, conc int,
-	bar *progressBar, server []float64) ([]measure.Sample, time.Time, time.Time, error) {
+	bar *progressBar, results []backend.Result) ([]measure.Sample, time.Time, time.Time, error) {
 	cfg := load.Config{
 		Gaps:           load.Intervals(len(ps), rate, o.burstiness, o.seed),
 		MaxConcurrency: conc,
 		Clock:          clock,
 		Progress:       bar.update,
+		After:          dataset.Dependencies(ps),
+		Think:          o.think,
 	}
 	return load.Run(ctx, cfg, len(ps), func(ctx context.Context, i int, onChunk func(int)) (int, int, error) {
 		if o.requestTimeout > 0 {
@@ -412,8 +461,8 @@ func runOnce(ctx context.Context, o options, b backend.Backend, clock load.Clock
 		}
 		res, err := b.Generate(ctx, backend.Request{PromptIDs: ps[i].IDs, MaxTokens: ps[i].OutputLen,
 			IgnoreEOS: o.ignoreEOS, Temperature: o.temperature, Seed: o.seed + uint64(i)}, onChunk)
-		if server != nil {
-			server[i] = res.ServerTTFT
+		if results != nil {
+			results[i] = res
 		}
 		return res.InputTokens, res.OutputTokens, err
 	})

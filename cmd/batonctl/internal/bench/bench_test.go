@@ -335,7 +335,11 @@ func TestParseFlags(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--backend", "rest"}, 2, "want grpc or openai"},
-		{[]string{"--dataset", "x"}, 2, "want random, sharegpt or shared-prefix"},
+		{[]string{"--dataset", "x"}, 2, "want random, sharegpt, shared-prefix or multi-turn"},
+		{[]string{"--dataset", "multi-turn", "--num-prompts", "10"}, 2, "--num-conversations × --num-turns requests"},
+		{[]string{"--dataset", "multi-turn", "--num-turns", "0"}, 2, "--num-turns 0"},
+		{[]string{"--dataset", "multi-turn", "--num-conversations", "-1"}, 2, "--num-conversations -1"},
+		{[]string{"--dataset", "multi-turn", "--think-time", "-1s"}, 2, "--think-time"},
 		{[]string{"--dataset", "sharegpt"}, 2, "needs --dataset-path"},
 		{[]string{"--request-rate", "1,0"}, 2, "--request-rate"},
 		{[]string{"--request-rate", "fast"}, 2, "--request-rate"},
@@ -359,7 +363,83 @@ func TestParseFlags(t *testing.T) {
 		!reflect.DeepEqual(o.concurrencies, []int{1, 16}) || o.maxConcurrency() != 16 {
 		t.Errorf("parse: %+v, %d, %s", o, code, stderr.String())
 	}
+	if o, code := parse(&stderr, []string{"--dataset", "multi-turn", "--num-conversations", "3", "--num-turns", "5"}); code != -1 || o.numPrompts != 15 {
+		t.Errorf("multi-turn: %d requests, exit %d", o.numPrompts, code)
+	}
 	if o, _ := parse(&stderr, nil); o.router != "127.0.0.1:8081" {
 		t.Errorf("default gRPC router %q", o.router)
+	}
+}
+
+// turnBackend answers every request after 10 ms with one token, reporting
+// half the prompt as cached and 100 KV bytes per uncached prompt token.
+type turnBackend struct {
+	clock *loadtest.Clock
+	mu    sync.Mutex
+	sent  []int // first prompt id of each request, in sending order
+}
+
+func (f *turnBackend) Model(context.Context) (backend.Model, error) {
+	return backend.Model{ID: "fake", VocabSize: 10, ContextLength: 100}, nil
+}
+
+func (f *turnBackend) Generate(_ context.Context, req backend.Request, onChunk backend.OnChunk) (backend.Result, error) {
+	f.mu.Lock()
+	f.sent = append(f.sent, int(req.PromptIDs[0]))
+	f.mu.Unlock()
+	f.clock.Advance(10 * ms)
+	onChunk(1)
+	n := len(req.PromptIDs)
+	return backend.Result{InputTokens: n, OutputTokens: 1, CachedTokens: n / 2,
+		KVTransferBytes: uint64(100 * (n - n/2)), HasKVTransferBytes: true}, nil
+}
+
+func (f *turnBackend) Close() error { return nil }
+
+// TestExecuteMultiTurn: turns follow their conversation's previous turn
+// after the think time; the report places each request in its
+// conversation and sums the server's cache reuse and KV transfer.
+func TestExecuteMultiTurn(t *testing.T) {
+	f := &turnBackend{clock: loadtest.NewClock(time.Unix(5000, 0))}
+	// Two conversations (first ids 0 and 1) of two turns; no warm-up.
+	ps := []dataset.Prompt{
+		{IDs: []int32{0, 5, 5, 5}, OutputLen: 1, Conversation: 0, After: -2},
+		{IDs: []int32{1, 6}, OutputLen: 1, Conversation: 1, After: -1},
+		{IDs: []int32{0, 5, 5, 5, 7, 7}, OutputLen: 1, Conversation: 0, Turn: 1, After: 0},
+		{IDs: []int32{1, 6, 8, 8}, OutputLen: 1, Conversation: 1, Turn: 1, After: 1},
+	}
+	o := baseOptions()
+	o.dataset, o.warmup, o.numPrompts, o.think, o.conversations, o.turns = "multi-turn", 0, 4, 50*ms, 2, 2
+	rep, err := execute(context.Background(), o, backend.Model{ID: "fake"}, f, f.clock, ps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := rep.Runs[0]
+	if run.Completed != 4 || run.CachedTokens != 2+1+3+2 {
+		t.Fatalf("completed %d, cached %d", run.Completed, run.CachedTokens)
+	}
+	if want := 8.0 / 16; run.CacheHitRate != want {
+		t.Errorf("cache hit rate %v, want %v", run.CacheHitRate, want)
+	}
+	if run.KVBytesPerRequest == nil || *run.KVBytesPerRequest != 100*8/4.0 {
+		t.Errorf("KV bytes per request %v, want 200", run.KVBytesPerRequest)
+	}
+	for _, r := range run.Requests {
+		if r.Conversation == nil || r.Turn == nil || r.KVTransferBytes == nil {
+			t.Fatalf("request %+v not placed in its conversation", r)
+		}
+	}
+	byTurn := map[[2]int]RequestRep{}
+	for _, r := range run.Requests {
+		byTurn[[2]int{*r.Conversation, *r.Turn}] = r
+	}
+	for c := range 2 {
+		first, second := byTurn[[2]int{c, 0}], byTurn[[2]int{c, 1}]
+		if second.SentMS < first.SentMS+first.E2EMS+50 {
+			t.Errorf("conversation %d: turn 2 sent at %v ms, turn 1 sent at %v ms and took %v ms (think 50 ms)", c, second.SentMS, first.SentMS, first.E2EMS)
+		}
+	}
+	if rep.Conversations != 2 || rep.Turns != 2 || rep.ThinkTimeMS != 50 {
+		t.Errorf("report configuration %+v", rep)
 	}
 }

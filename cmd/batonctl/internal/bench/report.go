@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/backend"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/charts"
+	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/dataset"
 	"github.com/baton-serving/baton/cmd/batonctl/internal/bench/measure"
 )
 
@@ -29,6 +30,9 @@ type Report struct {
 	RandomRangeRatio float64  `json:"random_range_ratio"`
 	PrefixLen        int      `json:"prefix_len,omitempty"`
 	NumGroups        int      `json:"num_groups,omitempty"`
+	Conversations    int      `json:"num_conversations,omitempty"`
+	Turns            int      `json:"num_turns,omitempty"`
+	ThinkTimeMS      float64  `json:"think_time_ms,omitempty"`
 	NumPrompts       int      `json:"num_prompts"`
 	Warmup           int      `json:"warmup"`
 	Burstiness       float64  `json:"burstiness"`
@@ -51,7 +55,15 @@ type RunRep struct {
 	// Interrupted marks a run cut short by Ctrl-C.
 	Interrupted bool `json:"interrupted,omitempty"`
 	measure.Summary
-	Requests []RequestRep `json:"requests"`
+	// CachedTokens are the prompt tokens of completed requests that the
+	// server reported reused; CacheHitRate divides them by those
+	// requests' prompt tokens.
+	CachedTokens int     `json:"cached_tokens"`
+	CacheHitRate float64 `json:"cache_hit_rate"`
+	// KVBytesPerRequest is the mean of kv_transfer_bytes over completed
+	// requests; null when the backend does not report it (openai).
+	KVBytesPerRequest *float64     `json:"kv_transfer_bytes_per_request"`
+	Requests          []RequestRep `json:"requests"`
 }
 
 // RequestRep is one request as measured.
@@ -69,7 +81,15 @@ type RequestRep struct {
 	// ServerTTFTMS is the router's own TTFT (gRPC only): the client's
 	// TTFT minus it is the network and client overhead.
 	ServerTTFTMS *float64 `json:"server_ttft_ms,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// CachedTokens are the prompt tokens the server reported reused.
+	CachedTokens int `json:"cached_tokens"`
+	// KVTransferBytes crossed from prefill to decode for the prompt
+	// (gRPC only; 0 colocated).
+	KVTransferBytes *uint64 `json:"kv_transfer_bytes,omitempty"`
+	// Conversation and Turn place a multi-turn request.
+	Conversation *int   `json:"conversation,omitempty"`
+	Turn         *int   `json:"turn,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 func newReport(o options, m backend.Model) *Report {
@@ -86,18 +106,23 @@ func newReport(o options, m backend.Model) *Report {
 		r.DatasetPath, r.RandomInputLen, r.RandomOutputLen = o.datasetPath, 0, o.sharegptOutputLen
 	case "shared-prefix":
 		r.PrefixLen, r.NumGroups = o.prefixLen, o.numGroups
+	case "multi-turn":
+		r.PrefixLen, r.Conversations, r.Turns, r.ThinkTimeMS = o.prefixLen, o.conversations, o.turns, millis(o.think)
 	}
 	return r
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func newRun(rate float64, conc int, samples []measure.Sample, start, end time.Time, serverTTFT []float64, slo measure.SLO, interrupted bool) RunRep {
+// newRun makes a run's report of its samples; ps and results are indexed
+// by Sample.Index.
+func newRun(rate float64, conc int, samples []measure.Sample, start, end time.Time, ps []dataset.Prompt, results []backend.Result, slo measure.SLO, interrupted bool) RunRep {
 	run := RunRep{RateLabel: rateLabel(rate), MaxConcurrency: conc, Interrupted: interrupted,
 		Summary: measure.Summarize(samples, start, end, slo), Requests: make([]RequestRep, len(samples))}
 	if !math.IsInf(rate, 1) {
 		run.RequestRate = &rate
 	}
+	multiTurn := dataset.Dependencies(ps) != nil
 	for i := range samples {
 		s := &samples[i]
 		r := RequestRep{SentMS: millis(s.Start.Sub(start)), InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
@@ -112,13 +137,51 @@ func newRun(rate float64, conc int, samples []measure.Sample, start, end time.Ti
 		} else if r.Error == "" {
 			r.Error = "stream ended without output"
 		}
-		if i < len(serverTTFT) && serverTTFT[i] > 0 {
-			v := serverTTFT[i] * 1000
-			r.ServerTTFTMS = &v
+		if k := s.Index; k < len(results) {
+			res := results[k]
+			if res.ServerTTFT > 0 {
+				v := res.ServerTTFT * 1000
+				r.ServerTTFTMS = &v
+			}
+			r.CachedTokens = res.CachedTokens
+			if res.HasKVTransferBytes {
+				b := res.KVTransferBytes
+				r.KVTransferBytes = &b
+			}
+		}
+		if k := s.Index; multiTurn && k < len(ps) {
+			c, t := ps[k].Conversation, ps[k].Turn
+			r.Conversation, r.Turn = &c, &t
 		}
 		run.Requests[i] = r
 	}
+	run.cacheFigures(samples)
 	return run
+}
+
+// cacheFigures sums the completed requests' cache reuse and KV transfer.
+func (run *RunRep) cacheFigures(samples []measure.Sample) {
+	var prompt, kvReqs int
+	var kv float64
+	for i := range samples {
+		if !samples[i].OK() {
+			continue
+		}
+		r := &run.Requests[i]
+		prompt += r.InputTokens
+		run.CachedTokens += r.CachedTokens
+		if r.KVTransferBytes != nil {
+			kv += float64(*r.KVTransferBytes)
+			kvReqs++
+		}
+	}
+	if prompt > 0 {
+		run.CacheHitRate = float64(run.CachedTokens) / float64(prompt)
+	}
+	if kvReqs > 0 {
+		v := kv / float64(kvReqs)
+		run.KVBytesPerRequest = &v
+	}
 }
 
 func rateLabel(rate float64) string { return charts.RateLabel(rate) }
@@ -165,6 +228,10 @@ func printRun(w io.Writer, r *Report, run *RunRep) {
 	row("Output token throughput (tok/s)", fmt.Sprintf("%.1f", run.OutputThroughput))
 	row("Total token throughput (tok/s)", fmt.Sprintf("%.1f", run.TotalThroughput))
 	row("Mean concurrency", fmt.Sprintf("%.2f", run.Concurrency))
+	row("Cache hit rate", fmt.Sprintf("%.1f%% (%d prompt tokens reused)", 100*run.CacheHitRate, run.CachedTokens))
+	if run.KVBytesPerRequest != nil {
+		row("KV bytes transferred per request", fmt.Sprintf("%.0f", *run.KVBytesPerRequest))
+	}
 	if r.SLO != "" {
 		share := 0.0
 		if run.Completed+run.Failed > 0 {
