@@ -299,4 +299,10 @@ func TestOpenAICacheN(t *testing.T) {
 	if err != nil || res.CachedTokens != 16 {
 		t.Fatalf("Result = %+v, %v; want 16 cached tokens", res, err)
 	}
+	// Older llama-servers say only how many prompt tokens they computed.
+	srv.events[2] = `{"id":"c","choices":[],"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32},"timings":{"prompt_n":10}}`
+	res, err = o.Generate(context.Background(), Request{PromptIDs: []int32{1, 5, 9}, MaxTokens: 2}, func(int) {})
+	if err != nil || res.CachedTokens != 20 {
+		t.Fatalf("Result = %+v, %v; want 20 cached tokens", res, err)
+	}
 }

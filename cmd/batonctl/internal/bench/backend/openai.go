@@ -115,10 +115,12 @@ type completionChunk struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
-	// Timings is llama-server's own report; cache_n counts the prompt
-	// tokens its prompt cache reused.
+	// Timings is llama-server's own report: cache_n counts the prompt
+	// tokens its prompt cache reused, prompt_n those it computed (older
+	// versions report only prompt_n).
 	Timings *struct {
-		CacheN *int `json:"cache_n"`
+		CacheN  *int `json:"cache_n"`
+		PromptN *int `json:"prompt_n"`
 	} `json:"timings"`
 	Error *apiError `json:"error"`
 }
@@ -159,10 +161,11 @@ func (o *OpenAI) Generate(ctx context.Context, req Request, onChunk OnChunk) (Re
 		return Result{}, httpErr(resp)
 	}
 	var (
-		res      Result
-		chunks   int
-		done     bool
-		finished bool
+		res             Result
+		chunks          int
+		done            bool
+		finished        bool
+		cacheN, promptN = -1, -1
 	)
 	err = readSSE(resp.Body, func(data []byte) error {
 		if string(data) == "[DONE]" {
@@ -193,8 +196,13 @@ func (o *OpenAI) Generate(ctx context.Context, req Request, onChunk OnChunk) (Re
 				res.CachedTokens = d.CachedTokens
 			}
 		}
-		if c.Timings != nil && c.Timings.CacheN != nil && res.CachedTokens == 0 {
-			res.CachedTokens = *c.Timings.CacheN
+		if c.Timings != nil {
+			if c.Timings.CacheN != nil {
+				cacheN = *c.Timings.CacheN
+			}
+			if c.Timings.PromptN != nil {
+				promptN = *c.Timings.PromptN
+			}
 		}
 		return nil
 	})
@@ -208,6 +216,13 @@ func (o *OpenAI) Generate(ctx context.Context, req Request, onChunk OnChunk) (Re
 	}
 	if res.InputTokens == 0 {
 		res.InputTokens = len(ids)
+	}
+	switch {
+	case res.CachedTokens > 0:
+	case cacheN >= 0:
+		res.CachedTokens = cacheN
+	case promptN >= 0 && promptN < res.InputTokens:
+		res.CachedTokens = res.InputTokens - promptN
 	}
 	if res.OutputTokens == 0 {
 		// No usage chunk: the chunk count is the best estimate there is.
