@@ -37,6 +37,7 @@ func TestChaos(t *testing.T) {
 		run  func(t *testing.T, row *chaosRow)
 	}{
 		{"cancel storm", chaosCancelStorm},
+		{"eviction under pressure while transfers hold pages", chaosEvictUnderTransfers},
 		{"kill -9 decode mid-transfer", chaosKillDecode},
 		{"kill -9 prefill mid-transfer", chaosKillPrefill},
 		{"kill -9 prefill, retried on another", chaosKillPrefillRetry},
