@@ -1,9 +1,11 @@
 package backend
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -305,4 +307,64 @@ func TestOpenAICacheN(t *testing.T) {
 	if err != nil || res.CachedTokens != 20 {
 		t.Fatalf("Result = %+v, %v; want 20 cached tokens", res, err)
 	}
+}
+
+// TestOpenAIRetriesOnClosedIdleConnection: a server that closes a
+// kept-alive connection as the next request arrives, without answering it
+// (an idle timeout racing the request), costs that request nothing: it is
+// sent again on a new connection.
+func TestOpenAIRetriesOnClosedIdleConnection(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	body := "data: " + chunk("Once", "length", `{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}`) + "\n\ndata: [DONE]\n\n"
+	answer := func(conn net.Conn, r *bufio.Reader) error {
+		req, err := http.ReadRequest(r)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		_, err = fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// First connection: one answer, then the next request is read
+		// and the connection closed without a response.
+		c1, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		r1 := bufio.NewReader(c1)
+		if answer(c1, r1) != nil {
+			c1.Close()
+			return
+		}
+		if req, err := http.ReadRequest(r1); err == nil {
+			_, _ = io.Copy(io.Discard, req.Body)
+		}
+		c1.Close()
+		// The retry comes on a second connection.
+		c2, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c2.Close()
+		_ = answer(c2, bufio.NewReader(c2))
+	}()
+	o, err := NewOpenAI(lis.Addr().String(), "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	o.model = "m" // skip /v1/models: the raw server answers completions only
+	for i := range 2 {
+		if res, err := o.Generate(context.Background(), Request{PromptIDs: []int32{1, 5, 9}, MaxTokens: 1}, func(int) {}); err != nil || res.OutputTokens != 1 {
+			t.Fatalf("request %d: %+v, %v", i, res, err)
+		}
+	}
+	<-done
 }

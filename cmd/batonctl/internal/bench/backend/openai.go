@@ -152,6 +152,13 @@ func (o *OpenAI) Generate(ctx context.Context, req Request, onChunk OnChunk) (Re
 		return Result{}, err
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
+	// A kept-alive connection that the server closed while it sat idle
+	// (llama-server closes them after a few seconds) fails the next
+	// request before the server read it ("broken pipe", or EOF before any
+	// response). A completion the server never saw is safe to send again:
+	// marking the request idempotent lets net/http retry it on a new
+	// connection in exactly that case. A nil value is not sent on the wire.
+	hreq.Header["Idempotency-Key"] = nil
 	resp, err := o.client.Do(hreq)
 	if err != nil {
 		return Result{}, errors.New(oneLine(err.Error()))
