@@ -20,8 +20,12 @@
 #
 #   --out DIR          results (default results/bench-prefix-DATE)
 #   --configs          colocated-cache colocated-nocache pd-cache pd-nocache
-#                      llama-server (default: all; llama-server only when
-#                      --llama-server or $LLAMA_SERVER names the binary)
+#                      colocated-cache-openai llama-server (default: all;
+#                      llama-server only when --llama-server or
+#                      $LLAMA_SERVER names the binary). Baton's configs are
+#                      measured over gRPC (which reports KV bytes per
+#                      request); colocated-cache-openai is colocated-cache
+#                      through the OpenAI API, the client llama-server gets
 #   --workloads        shared-prefix multi-turn (default both)
 #   --llama-server P   llama.cpp's llama-server binary
 #   --port-base P      ports P to P+5 (default 18800)
@@ -30,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-OUT="" CONFIGS="colocated-cache colocated-nocache pd-cache pd-nocache llama-server" WORKLOADS="shared-prefix multi-turn"
+OUT="" CONFIGS="colocated-cache colocated-nocache pd-cache pd-nocache colocated-cache-openai llama-server" WORKLOADS="shared-prefix multi-turn"
 LLAMA_SERVER=${LLAMA_SERVER:-} PORT_BASE=18800 QUICK=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -98,7 +102,7 @@ wait_ready() { # URL LOG
 }
 
 start_config() { # CONFIG LOG
-  local cfg=$1 log=$2 cache
+  local cfg=${1%-openai} log=$2 cache
   case $cfg in *-nocache) cache=false ;; *) cache=true ;; esac
   local common=(--model "$MODEL" --log-level warn --context-length 2048)
   local worker=("${common[@]}" --kv-cache-bytes 1GiB --prefix-cache="$cache")
@@ -142,7 +146,7 @@ for cfg in $CONFIGS; do
   start_config "$cfg" "$OUT/$cfg.log"
   for wl in $WORKLOADS; do
     backend=(--backend grpc --router "$RG")
-    [[ $cfg == llama-server ]] && backend=(--backend openai --router "$RH")
+    [[ $cfg == llama-server || $cfg == *-openai ]] && backend=(--backend openai --router "$RH")
     # shellcheck disable=SC2046
     "$BATONCTL" bench "${backend[@]}" --model "$MODEL" --ignore-eos --seed 7 --label "$cfg" \
       $(workload_flags "$wl") --output "$OUT/$wl-$cfg.json" | tee "$OUT/$wl-$cfg.txt"
