@@ -28,7 +28,7 @@
 #                      through the OpenAI API, the client llama-server gets
 #   --workloads        shared-prefix multi-turn (default both)
 #   --llama-server P   llama.cpp's llama-server binary
-#   --port-base P      ports P to P+5 (default 18800)
+#   --port-base P      ports P to P+8 (default 18800)
 #   --quick            a few requests each: checks the script only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +87,7 @@ trap stop_config EXIT
 RH=127.0.0.1:$PORT_BASE RG=127.0.0.1:$((PORT_BASE + 1))
 PG=127.0.0.1:$((PORT_BASE + 2)) PH=127.0.0.1:$((PORT_BASE + 3))
 DG=127.0.0.1:$((PORT_BASE + 4)) DH=127.0.0.1:$((PORT_BASE + 5))
+RA=127.0.0.1:$((PORT_BASE + 6)) PA=127.0.0.1:$((PORT_BASE + 7)) DA=127.0.0.1:$((PORT_BASE + 8))
 
 wait_ready() { # URL LOG
   local i pid
@@ -108,17 +109,17 @@ start_config() { # CONFIG LOG
   local worker=("${common[@]}" --kv-cache-bytes 1GiB --prefix-cache="$cache")
   case $cfg in
     pd-*)
-      "$BIN/prefill-svc" --grpc-addr "$PG" --http-addr "$PH" "${worker[@]}" >>"$log" 2>&1 &
+      "$BIN/prefill-svc" --grpc-addr "$PG" --http-addr "$PH" --admin-addr "$PA" "${worker[@]}" >>"$log" 2>&1 &
       PIDS+=($!)
-      "$BIN/decode-svc" --grpc-addr "$DG" --http-addr "$DH" "${worker[@]}" >>"$log" 2>&1 &
+      "$BIN/decode-svc" --grpc-addr "$DG" --http-addr "$DH" --admin-addr "$DA" "${worker[@]}" >>"$log" 2>&1 &
       PIDS+=($!)
-      "$BIN/router-svc" --grpc-addr "$RG" --http-addr "$RH" --prefill "$PG" --decode "$DG" "${common[@]}" >>"$log" 2>&1 &
+      "$BIN/router-svc" --grpc-addr "$RG" --http-addr "$RH" --admin-addr "$RA" --prefill "$PG" --decode "$DG" "${common[@]}" >>"$log" 2>&1 &
       PIDS+=($!)
       wait_ready "http://$RH/health/ready" "$log" ;;
     colocated-*)
-      "$BIN/decode-svc" --grpc-addr "$DG" --http-addr "$DH" "${worker[@]}" >>"$log" 2>&1 &
+      "$BIN/decode-svc" --grpc-addr "$DG" --http-addr "$DH" --admin-addr "$DA" "${worker[@]}" >>"$log" 2>&1 &
       PIDS+=($!)
-      "$BIN/router-svc" --grpc-addr "$RG" --http-addr "$RH" --prefill local --decode "$DG" "${common[@]}" >>"$log" 2>&1 &
+      "$BIN/router-svc" --grpc-addr "$RG" --http-addr "$RH" --admin-addr "$RA" --prefill local --decode "$DG" "${common[@]}" >>"$log" 2>&1 &
       PIDS+=($!)
       wait_ready "http://$RH/health/ready" "$log" ;;
     llama-server)
