@@ -28,7 +28,7 @@
 #                      through the OpenAI API, the client llama-server gets
 #   --workloads        shared-prefix multi-turn (default both)
 #   --llama-server P   llama.cpp's llama-server binary
-#   --port-base P      ports P to P+8 (default 18800)
+#   --port-base P      ports P to P+9 (default 18800)
 #   --quick            a few requests each: checks the script only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +88,9 @@ RH=127.0.0.1:$PORT_BASE RG=127.0.0.1:$((PORT_BASE + 1))
 PG=127.0.0.1:$((PORT_BASE + 2)) PH=127.0.0.1:$((PORT_BASE + 3))
 DG=127.0.0.1:$((PORT_BASE + 4)) DH=127.0.0.1:$((PORT_BASE + 5))
 RA=127.0.0.1:$((PORT_BASE + 6)) PA=127.0.0.1:$((PORT_BASE + 7)) DA=127.0.0.1:$((PORT_BASE + 8))
+# llama-server's own port: it cannot bind one that Baton's router left in
+# TIME-WAIT.
+LS=127.0.0.1:$((PORT_BASE + 9))
 
 wait_ready() { # URL LOG
   local i pid
@@ -124,9 +127,9 @@ start_config() { # CONFIG LOG
       wait_ready "http://$RH/health/ready" "$log" ;;
     llama-server)
       # One slot per conversation, each with the whole context.
-      "$LLAMA_SERVER" -m "$MODEL" -t "$(nproc)" -np 8 -c $((8 * 2048)) --host 127.0.0.1 --port "$PORT_BASE" >>"$log" 2>&1 &
+      "$LLAMA_SERVER" -m "$MODEL" -t "$(nproc)" -np 8 -c $((8 * 2048)) --host 127.0.0.1 --port "${LS#*:}" >>"$log" 2>&1 &
       PIDS+=($!)
-      wait_ready "http://$RH/health" "$log" ;;
+      wait_ready "http://$LS/health" "$log" ;;
     *) echo "bench-prefix: unknown configuration $cfg" >&2; exit 2 ;;
   esac
 }
@@ -147,7 +150,8 @@ for cfg in $CONFIGS; do
   start_config "$cfg" "$OUT/$cfg.log"
   for wl in $WORKLOADS; do
     backend=(--backend grpc --router "$RG")
-    [[ $cfg == llama-server || $cfg == *-openai ]] && backend=(--backend openai --router "$RH")
+    [[ $cfg == *-openai ]] && backend=(--backend openai --router "$RH")
+    [[ $cfg == llama-server ]] && backend=(--backend openai --router "$LS")
     # shellcheck disable=SC2046
     "$BATONCTL" bench "${backend[@]}" --model "$MODEL" --ignore-eos --seed 7 --label "$cfg" \
       $(workload_flags "$wl") --output "$OUT/$wl-$cfg.json" | tee "$OUT/$wl-$cfg.txt"
