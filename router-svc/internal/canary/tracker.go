@@ -82,10 +82,18 @@ func computing(before, after Progress) bool {
 }
 
 // stuck reports whether a worker's step in progress is far past its
-// expected time: its forward loop is frozen, so it admits, activates and
-// computes nothing, whatever its peer does.
-func stuck(p Progress) bool {
-	return p.StepRunning > 0 && p.StepExpected > 0 && p.StepRunning > busyFactor*p.StepExpected
+// expected time and has run for at least the probe's whole deadline: its
+// forward loop is frozen, so it admits, activates and computes nothing,
+// whatever its peer does. The expected time comes from a per-token speed
+// that the worker's recent steps set, which a decode step of one sequence
+// after steps of many outlasts several times over (a step costs about the
+// same whatever its batch); such a step, shorter than the deadline, cannot
+// be what made the probe late, so alone it is not a stall: without the
+// floor the only pair of a fleet serving conversations, whose batches
+// shrink and grow with think times, was quarantined (20 of 48 multi-turn
+// requests refused UNAVAILABLE in scripts/bench-prefix.sh's PD run).
+func stuck(p Progress, deadline time.Duration) bool {
+	return p.StepRunning > 0 && p.StepExpected > 0 && p.StepRunning > busyFactor*p.StepExpected && p.StepRunning >= deadline
 }
 
 // Options configure a Tracker.
@@ -375,7 +383,7 @@ func (t *Tracker) busy(p Pair, stage Stage, before, after map[string]Progress) s
 		b, okB := before[addr]
 		a, okA := after[addr]
 		switch {
-		case okA && stuck(a):
+		case okA && stuck(a, t.o.Timeout):
 			return ""
 		case who == "" && okB && okA && computing(b, a):
 			role := "decode"

@@ -500,6 +500,13 @@ func TestTrackerBusyRule(t *testing.T) {
 			stepping, func(_ int, s time.Time) Progress {
 				return Progress{Steps: 9, StepRunning: time.Since(s) + 2*time.Second, StepExpected: 5 * time.Millisecond}
 			}, false, ResultTimeout},
+		// A step of one sequence after batches of many runs several times
+		// its expected time without being frozen: younger than the
+		// deadline, it does not make a stall.
+		{"first token awaited, prefill busy, decode in a short step past 4× its expected time", StageFirstToken,
+			stepping, func(n int, _ time.Time) Progress {
+				return Progress{Steps: uint64(9 + n), StepRunning: 30 * time.Millisecond, StepExpected: 5 * time.Millisecond}
+			}, false, ResultBusy},
 		{"admission awaited, only prefill computes", StageAdmission,
 			stepping, idle, false, ResultTimeout},
 		// Decode frozen in another request's step cannot reserve or
