@@ -293,13 +293,7 @@ func TestChoicesImported(t *testing.T) {
 		for pev := range pst.Events() {
 			switch pev.Kind {
 			case EventToken:
-				for j, pg := range pev.Pages {
-					_ = j
-					_ = pg
-				}
 				first = pev.Token
-				s := pre.Snapshot()
-				_ = s
 				if err := pst.Handover(); err != nil {
 					t.Fatal(err)
 				}
