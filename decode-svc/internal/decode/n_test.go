@@ -1,0 +1,112 @@
+package decode
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/baton-serving/baton/engine/sample"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// choices reads a Generate stream of n > 1 choices to its end: each
+// choice's tokens and finish by index, and the stream's last usage.
+func (c *call) choices(t *testing.T, n int) ([]output, *batonv1.Usage) {
+	t.Helper()
+	outs := make([]output, n)
+	var usage *batonv1.Usage
+	for {
+		resp, err := c.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return outs, usage
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := resp.GetEvent()
+		k := int(ev.GetIndex())
+		if k >= n {
+			t.Fatalf("event of choice %d of %d", k, n)
+		}
+		if usage != nil {
+			t.Fatalf("event %v after the usage", ev)
+		}
+		if outs[k].finish != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+			t.Fatalf("choice %d: event after its finish", k)
+		}
+		outs[k].tokens = append(outs[k].tokens, ev.GetTokenIds()...)
+		outs[k].finish = ev.GetFinishReason()
+		usage = ev.GetUsage()
+	}
+}
+
+// TestChoicesMatchIndependent: a request for 3 choices, colocated and PD
+// (one transfer; the other choices fork on decode), gives each choice the
+// tokens a request of its own with the choice's derived seed gives, and
+// usage counts the prompt once and every choice's tokens.
+func TestChoicesMatchIndependent(t *testing.T) {
+	p := startPD(t, nil, nil, nil)
+	const n = 3
+	for _, tc := range []struct{ name, endpoint string }{{"colocated", localPrefill}, {"pd", p.prefill.Addr()}} {
+		var want [n][]uint32
+		for k := range n {
+			in := request(tc.name+"-alone", 21, 6, tc.endpoint)
+			seed := sample.ChoiceSeed(in.Request.Sampling.GetSeed(), k)
+			in.Request.Sampling.Seed = &seed
+			out, err := p.start(t, in).rest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[k] = out.tokens
+		}
+		in := request(tc.name+"-n", 21, 6, tc.endpoint)
+		in.Request.Sampling.N = proto.Uint32(n)
+		got, usage := p.start(t, in).choices(t, n)
+		for k := range n {
+			if !equalU32(got[k].tokens, want[k]) || got[k].finish != batonv1.FinishReason_FINISH_REASON_LENGTH {
+				t.Errorf("%s choice %d: %v (%s), alone %v", tc.name, k, got[k].tokens, got[k].finish, want[k])
+			}
+		}
+		if usage.GetPromptTokens() != 21 || usage.GetCompletionTokens() != n*6 || usage.GetTotalTokens() != 21+n*6 {
+			t.Errorf("%s: usage %v", tc.name, usage)
+		}
+	}
+	p.waitIdle(t)
+}
+
+// TestChoicesBadN: n = 0 and n above decode's --max-n are refused naming
+// sampling.n; cancelling a request of 4 choices mid-decode frees them all.
+func TestChoicesBadN(t *testing.T) {
+	p := startPD(t, nil, []string{"--max-n", "4"}, nil)
+	for _, n := range []uint32{0, 5} {
+		in := request("bad", 5, 3, localPrefill)
+		in.Request.Sampling.N = proto.Uint32(n)
+		stream, err := p.client.Generate(t.Context(), in)
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "sampling.n") {
+			t.Errorf("n = %d: %v, want INVALID_ARGUMENT naming sampling.n", n, err)
+		}
+	}
+	in := request("cancel", 9, 60, localPrefill)
+	in.Request.Sampling.N = proto.Uint32(4)
+	c := p.start(t, in)
+	seen := map[uint32]bool{}
+	for len(seen) < 4 {
+		resp, err := c.stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[resp.GetEvent().GetIndex()] = true
+	}
+	c.cancel()
+	if _, err := c.rest(); status.Code(err) != codes.Canceled {
+		t.Fatalf("err = %v, want CANCELED", err)
+	}
+	p.waitIdle(t)
+}
