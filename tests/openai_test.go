@@ -256,7 +256,11 @@ func openAIChoices(t *testing.T, c *cluster, base string) {
 			Index        int     `json:"index"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *struct{ PromptTokens, CompletionTokens, TotalTokens int } `json:"usage"`
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+			TotalTokens      int `json:"total_tokens"`
+		} `json:"usage"`
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
