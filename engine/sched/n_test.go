@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,14 +146,28 @@ func TestChoicesSameOutput(t *testing.T) {
 			if _, pre := obs.get(); tc.pages < 256 && pre == 0 {
 				t.Errorf("the small pool preempted nothing")
 			}
+			// The summaries are reported after the events: only once the
+			// scheduler's goroutine has exited are they all in.
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
 			if tc.pages == 256 {
 				// Nothing was preempted: every choice after the first
 				// forked, reusing all but the last prompt position.
+				choices := 0
 				for _, d := range obs.done {
-					var k int
-					if _, err := fmt.Sscanf(d.ID[len(d.ID)-2:], "/%d", &k); err == nil && k > 0 && d.Usage.CachedTokens != d.Usage.PromptTokens-1 {
-						t.Errorf("%s: %d of %d prompt tokens reused, want all but one", d.ID, d.Usage.CachedTokens, d.Usage.PromptTokens)
+					if d.Choice == 0 {
+						continue
 					}
+					choices++
+					if !strings.HasSuffix(d.ID, fmt.Sprintf("/%d", d.Choice)) || d.Usage.CachedTokens != d.Usage.PromptTokens-1 {
+						t.Errorf("%s (choice %d): %d of %d prompt tokens reused, want all but one", d.ID, d.Choice, d.Usage.CachedTokens, d.Usage.PromptTokens)
+					}
+				}
+				if choices != len(reqs)*(n-1) {
+					t.Errorf("%d summaries of choices after the first, want %d", choices, len(reqs)*(n-1))
 				}
 			}
 			s.FlushCache()

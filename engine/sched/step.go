@@ -598,7 +598,7 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	s.inMu.Unlock()
 
 	sum := Summary{
-		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage,
+		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage, Choice: r.choice,
 		Queued: r.queued, E2E: r.finished.Sub(r.queued), Usage: r.usage(),
 	}
 	if !r.firstToken.IsZero() {
