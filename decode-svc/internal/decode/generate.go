@@ -190,8 +190,15 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			}
 			if ended++; ended < choices {
 				completion += ev.Usage.CompletionTokens
-				if err := stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: &batonv1.GenerateEvent{
-					RequestId: req.ID, Index: uint32(ev.Choice), Text: ev.Text, FinishReason: fr}}); err != nil {
+				// The first choice may end before any token (a stop
+				// first): its end carries the prompt's log-probabilities,
+				// the first event with a finish or a token must.
+				if promptLogprobs == nil {
+					promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
+				}
+				out := &batonv1.GenerateEvent{RequestId: req.ID, Index: uint32(ev.Choice), Text: ev.Text, FinishReason: fr}
+				out.PromptLogprobs, promptLogprobs = promptLogprobs, nil
+				if err := stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: out}); err != nil {
 					schedCancel(err)
 					drain(st)
 					return err

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -107,6 +108,54 @@ func TestChoicesBadN(t *testing.T) {
 	c.cancel()
 	if _, err := c.rest(); status.Code(err) != codes.Canceled {
 		t.Fatalf("err = %v, want CANCELED", err)
+	}
+	p.waitIdle(t)
+}
+
+// TestChoicesPromptLogprobsFirst: with prompt_logprobs and n = 2, the
+// prompt's log-probabilities come on the stream's first event with a token
+// or a finish, once — also when every choice ends before any token (the
+// end-of-generation token first, forced by logit_bias), so that a choice's
+// end comes first — colocated and PD.
+func TestChoicesPromptLogprobsFirst(t *testing.T) {
+	p := startPD(t, nil, nil, nil)
+	for _, tc := range []struct{ name, endpoint string }{{"colocated", localPrefill}, {"pd", p.prefill.Addr()}} {
+		for _, stop := range []bool{false, true} {
+			in := echoRequest(fmt.Sprintf("%s-%t", tc.name, stop), 12, 2, 1, tc.endpoint)
+			in.Request.Sampling.N = proto.Uint32(2)
+			if stop {
+				const eos = 2 // the test model's
+				in.Request.Sampling.LogitBias = map[uint32]float32{eos: 100}
+				in.Request.Sampling.IgnoreEos = false
+			}
+			c := p.start(t, in)
+			carriers, seen := 0, false
+			for {
+				resp, err := c.stream.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev := resp.GetEvent()
+				if len(ev.GetPromptLogprobs()) > 0 {
+					carriers++
+					if len(ev.GetPromptLogprobs()) != 11 || seen {
+						t.Errorf("%s stop %t: %d prompt logprobs after %v", tc.name, stop, len(ev.GetPromptLogprobs()), seen)
+					}
+				}
+				if !seen && (len(ev.GetTokenIds()) > 0 || ev.GetFinishReason() != 0) {
+					seen = true
+					if len(ev.GetPromptLogprobs()) == 0 {
+						t.Errorf("%s stop %t: the first event with a token or a finish has no prompt logprobs: %v", tc.name, stop, ev)
+					}
+				}
+			}
+			if carriers != 1 {
+				t.Errorf("%s stop %t: prompt logprobs on %d events", tc.name, stop, carriers)
+			}
+		}
 	}
 	p.waitIdle(t)
 }
