@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/engine/sample"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // post sends a JSON body and returns the response (the caller closes it).
@@ -334,5 +336,35 @@ func openAIChoices(t *testing.T, c *cluster, base string) {
 	}
 	scancel()
 	resp.Body.Close()
+	c.waitIdle(t, 2*time.Second)
+}
+
+// TestCompleteChoices: the native Complete with sampling.n = 2 returns both
+// choices by index, choice 0 also in the top-level fields, and the
+// request's usage (the prompt once).
+func TestCompleteChoices(t *testing.T) {
+	c := startCluster(t, workerFlags)
+	client := c.client(t, c.router)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := greedy("Once upon a time", 8)
+	req.Sampling.IgnoreEos, req.Sampling.N = true, proto.Uint32(2)
+	resp, err := client.Complete(ctx, &batonv1.CompleteRequest{Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chs := resp.GetChoices()
+	if len(chs) != 2 || chs[0].GetIndex() != 0 || chs[1].GetIndex() != 1 {
+		t.Fatalf("choices %v", chs)
+	}
+	for k, ch := range chs {
+		// Greedy: the choices are alike.
+		if len(ch.GetTokenIds()) != 8 || ch.GetText() != resp.GetText() || ch.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_LENGTH {
+			t.Errorf("choice %d: %v (top-level text %q)", k, ch, resp.GetText())
+		}
+	}
+	if u := resp.GetUsage(); u.GetPromptTokens() != uint32(len(resp.GetPromptTokenIds())) || u.GetCompletionTokens() != 16 {
+		t.Errorf("usage %v", u)
+	}
 	c.waitIdle(t, 2*time.Second)
 }
