@@ -169,6 +169,20 @@ func TestChoicesSameOutput(t *testing.T) {
 				if choices != len(reqs)*(n-1) {
 					t.Errorf("%d summaries of choices after the first, want %d", choices, len(reqs)*(n-1))
 				}
+				// The prompt is computed once: each choice after the
+				// first computes one position (a one-token prompt's own).
+				want, alone := 0, 0
+				for _, r := range reqs {
+					want += len(r.Prompt) + n - 1
+					alone += n * len(r.Prompt)
+				}
+				if tc.cache {
+					want = obs.prefill // the cache may save more: only bound it
+				}
+				if obs.prefill != want || obs.prefill > alone {
+					t.Errorf("%d prompt positions computed, want %d (%d for %d independent requests)", obs.prefill, want, alone, n*len(reqs))
+				}
+				t.Logf("%d prompt positions computed for %d requests of %d choices (%d as independent requests)", obs.prefill, len(reqs), n, alone)
 			}
 			s.FlushCache()
 			checkClean(t, s)
