@@ -250,8 +250,9 @@ func (s *Scheduler) newChoices(ctx context.Context, req Request) ([]*request, er
 		return nil, fmt.Errorf("sched: N = %d for a prefill-only request (decode forks the choices): %w", req.N, engine.ErrInvalidInput)
 	case n > 1 && req.Constraint != nil && len(req.Constraints) != n-1:
 		return nil, fmt.Errorf("sched: %d constraints for the %d choices after the first, want one each: %w", len(req.Constraints), n-1, engine.ErrInvalidInput)
-	case n > 1 && req.Constraint == nil && len(req.Constraints) != 0:
-		return nil, fmt.Errorf("sched: Constraints without a Constraint: %w", engine.ErrInvalidInput)
+	case len(req.Constraints) != 0 && (req.Constraint == nil || n == 1):
+		return nil, fmt.Errorf("sched: %d Constraints for N = %d, Constraint set: %t (they are for choices 1 … N-1 under a Constraint): %w",
+			len(req.Constraints), req.N, req.Constraint != nil, engine.ErrInvalidInput)
 	}
 	first, err := s.newRequest(ctx, req)
 	if err != nil || n == 1 {
