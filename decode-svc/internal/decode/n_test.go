@@ -159,3 +159,57 @@ func TestChoicesPromptLogprobsFirst(t *testing.T) {
 	}
 	p.waitIdle(t)
 }
+
+// TestChoicesJSONSchema: under a JSON Schema, each of n = 3 choices (each
+// with its own matcher, compiled by decode) validates, ends with STOP and
+// equals the request of its own with the choice's seed — colocated and PD.
+func TestChoicesJSONSchema(t *testing.T) {
+	p := startPD(t, nil, nil, nil)
+	const n = 3
+	sp := func(seed uint64) *batonv1.SamplingParams {
+		s := seeded(0.9, seed, 110)
+		s.JsonSchema, s.LogitBias = testSchema, noSpace()
+		return s
+	}
+	for _, ep := range []string{localPrefill, p.prefill.Addr()} {
+		s := sp(7)
+		s.N = proto.Uint32(n)
+		stream, err := p.client.Generate(t.Context(), &batonv1.DecodeServiceGenerateRequest{
+			Request:         &batonv1.GenerateRequest{RequestId: "schema-n", PromptTokenIds: prompt(12), Sampling: s},
+			PrefillEndpoint: ep,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts := make([]strings.Builder, n)
+		finishes := make([]batonv1.FinishReason, n)
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := resp.GetEvent()
+			texts[ev.GetIndex()].WriteString(ev.GetText())
+			if f := ev.GetFinishReason(); f != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+				finishes[ev.GetIndex()] = f
+			}
+		}
+		for k := range n {
+			alone, err := p.generate(t, fmt.Sprintf("schema-%d", k), ep, sp(sample.ChoiceSeed(7, k)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := texts[k].String()
+			if got != alone.text || finishes[k] != batonv1.FinishReason_FINISH_REASON_STOP {
+				t.Errorf("%s choice %d: %q (%v), alone %q", ep, k, got, finishes[k], alone.text)
+			}
+			if err := validTestSchema(got); err != nil {
+				t.Errorf("%s choice %d: %q does not validate: %v", ep, k, got, err)
+			}
+		}
+	}
+	p.waitIdle(t)
+}
