@@ -55,7 +55,7 @@ func TestChoicesMatchIndependent(t *testing.T) {
 	for _, tc := range []struct{ name, endpoint string }{{"colocated", localPrefill}, {"pd", p.prefill.Addr()}} {
 		var want [n][]uint32
 		for k := range n {
-			in := request(tc.name+"-alone", 21, 6, tc.endpoint)
+			in := request(fmt.Sprintf("%s-alone-%d", tc.name, k), 21, 6, tc.endpoint)
 			seed := sample.ChoiceSeed(in.Request.Sampling.GetSeed(), k)
 			in.Request.Sampling.Seed = &seed
 			out, err := p.start(t, in).rest()
