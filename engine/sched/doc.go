@@ -94,10 +94,12 @@
 // position; it then forks: a reference to each full page before that
 // position, its own copy of the partial page, and a one-token prefill step
 // for the last position, whose logits give its own first token. Its output
-// is therefore exactly that of a request of its own with its seed. When
-// choice 0 ends before the others forked, they compute the prompt
-// themselves (with the prefix cache's help where it is on); after a
-// preemption a choice recomputes as any request does.
+// is therefore exactly that of a request of its own with its seed. The
+// waiting choices fork as soon as choice 0 holds its whole prompt, before
+// its first token (which may end it) is taken; when choice 0 ends before
+// they could, they compute the prompt themselves (with the prefix cache's
+// help where it is on). After a preemption a choice recomputes as any
+// request does.
 //
 // # Observability
 //

@@ -217,12 +217,12 @@ func TestChoicesSharePages(t *testing.T) {
 			t.Fatalf("audit: %+v", rep)
 		}
 	}
-	step() // choice 0 computes the prompt; 1 and 2 wait for it
+	step() // choice 0 computes the prompt; 1 and 2 fork from it at once
 	snap := s.Snapshot()
-	if len(snap.Requests) != 3 || snap.Requests[1].State != StateWaiting || snap.Requests[1].Pages != 0 {
+	if len(snap.Requests) != 3 || snap.Requests[1].State != StatePrefilling || snap.Requests[1].Pages != 3 || snap.Requests[1].Computed != 5 {
 		t.Fatalf("after the first step: %+v", snap.Requests)
 	}
-	step() // 1 and 2 fork and compute position 5; 0 decodes
+	step() // 1 and 2 compute position 5; 0 decodes
 	s.mu.Lock()
 	g := st.r.grp
 	p0, p1, p2 := g.members[0].table.Clone(), g.members[1].table.Clone(), g.members[2].table.Clone()
@@ -250,6 +250,85 @@ func TestChoicesSharePages(t *testing.T) {
 		}
 	}
 	checkClean(t, s)
+}
+
+// TestChoicesFirstEnds: when the first choice ends at its first token
+// (MaxTokens 1), the others have already forked from its prompt: the
+// prompt is computed once even without the prefix cache, and each choice
+// still equals its request alone.
+func TestChoicesFirstEnds(t *testing.T) {
+	tm := loadSmall(t, 1)
+	const n = 3
+	for _, imported := range []bool{false, true} {
+		obs := &maxSeqs{}
+		s := newSched(t, Config{Model: tm.m, Pool: newPool(t, tm, 4, 64, quant.F32), Tokenizer: tm.tok, Observer: obs})
+		p := sample.Defaults()
+		p.Seed = 3
+		r := Request{Prompt: []int32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, MaxTokens: 1, Params: p, N: n}
+		want := runAll(t, newSched(t, Config{Model: tm.m, Pool: newPool(t, tm, 4, 64, quant.F32), Tokenizer: tm.tok}), independent(r, n))
+		if imported {
+			// The first choice imports the prompt (zero keys and values
+			// would do for the fork's bookkeeping, but the outputs are
+			// compared: compute them colocated first and copy).
+			r.Mode = ModeDecodeImported
+		}
+		st, err := s.Submit(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if imported {
+			ev := <-st.Events()
+			src := newPool(t, tm, 4, 64, quant.F32)
+			pre := newSched(t, Config{Model: tm.m, Pool: src, Tokenizer: tm.tok})
+			pr := r
+			pr.Mode, pr.N = ModePrefillOnly, 0
+			pst, err := pre.Submit(t.Context(), pr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var first sample.Token
+			for pev := range pst.Events() {
+				switch pev.Kind {
+				case EventPagesReady:
+					if pev.Ready == len(pev.Pages) {
+						for j := range pev.Pages {
+							for l := range tm.cfg().Layers {
+								k, v := src.PageBytes(pev.Pages[j], l)
+								if err := s.cfg.Pool.Import(ev.Pages[j], l, k, v); err != nil {
+									t.Fatal(err)
+								}
+							}
+						}
+					}
+				case EventToken:
+					first = pev.Token
+					if err := pst.Handover(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := st.Activate(first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := collectChoices(t, st, n, time.Minute)
+		for k := range n {
+			if !sameResult(got[k], want[k]) {
+				t.Errorf("imported %t choice %d: %v, alone %v", imported, k, got[k].ids, want[k].ids)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wantPrefill := len(r.Prompt) + n - 1
+		if imported {
+			wantPrefill = n - 1 // the prompt came by import
+		}
+		if obs.prefill != wantPrefill {
+			t.Errorf("imported %t: %d prompt positions computed, want %d", imported, obs.prefill, wantPrefill)
+		}
+		checkClean(t, s)
+	}
 }
 
 // TestChoicesCancel: cancelling the request's context, mid-decode, ends

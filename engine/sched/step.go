@@ -415,6 +415,7 @@ func (s *Scheduler) apply(p *plan, err error, now time.Time) {
 				s.setState(r, StateRunning)
 				continue
 			}
+			s.forkNow(r)
 			tok, ok := s.sample(r, ch.Logits)
 			if !ok {
 				continue
@@ -538,7 +539,40 @@ func (s *Scheduler) activate(r *request, first sample.Token, now time.Time) {
 		return
 	}
 	s.setState(r, StateRunning)
+	s.forkNow(r)
 	s.accept(nil, r, first, now)
+}
+
+// forkNow forks the waiting choices of r's group from r, its first choice,
+// as soon as r holds its whole prompt and before its first token is taken:
+// that token may end r (a stop, MaxTokens 1), and the others would then
+// compute the prompt themselves. Only as admission would: within
+// Config.MaxSeqs and when no older request waits (those go first); a choice
+// left waiting forks at admission or falls back.
+func (s *Scheduler) forkNow(r *request) {
+	if r.grp == nil || r.choice != 0 {
+		return
+	}
+	for _, w := range s.live {
+		if w.state == StateWaiting && w.seq < r.seq {
+			return
+		}
+	}
+	active := s.counts[StatePrefilling] + s.counts[StateRunning] + s.counts[StateTransferring]
+	for _, m := range r.grp.members[1:] {
+		if active >= s.cfg.MaxSeqs {
+			return
+		}
+		if m.state != StateWaiting || m.generated() > 0 || m.forkPoint() == 0 || r.computed < m.forkPoint() {
+			continue
+		}
+		if !s.fork(m, r) {
+			return
+		}
+		m.starved = false
+		active++
+		s.setState(m, StatePrefilling)
+	}
 }
 
 // emit sends a non-final event. The last slot of the channel is kept for
