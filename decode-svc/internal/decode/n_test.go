@@ -2,6 +2,7 @@ package decode
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/baton-serving/baton/engine/sample"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -212,4 +215,29 @@ func TestChoicesJSONSchema(t *testing.T) {
 		}
 	}
 	p.waitIdle(t)
+}
+
+// TestMaxNFlag: decode's --max-n defaults to 16, is shown with its
+// environment variable, and is refused outside 1-128 naming the flag.
+func TestMaxNFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{{nil, ""}, {[]string{"--max-n", "0"}, "--max-n: 0"}, {[]string{"--max-n", "129"}, "--max-n: 129"}} {
+		s := New()
+		fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+		s.AddFlags(fs)
+		if err := svckit.ParseFlags(fs, c.args, func(string) (string, bool) { return "", false }); err != nil {
+			t.Fatal(err)
+		}
+		if c.want == "" {
+			if s.maxN != apiconv.DefaultMaxN || !strings.Contains(fs.Lookup("max-n").Usage, "$BATON_MAX_N") {
+				t.Errorf("default --max-n %d, usage %q", s.maxN, fs.Lookup("max-n").Usage)
+			}
+			continue
+		}
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
 }
