@@ -19,6 +19,7 @@ import (
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // releaseBound is the promise: after any abort, every resource the request
@@ -38,6 +39,7 @@ func TestChaos(t *testing.T) {
 	}{
 		{"cancel storm", chaosCancelStorm},
 		{"eviction under pressure while transfers hold pages", chaosEvictUnderTransfers},
+		{"cancel storm, shared prefixes, n = 4", chaosCancelStormN},
 		{"kill -9 decode mid-transfer", chaosKillDecode},
 		{"kill -9 prefill mid-transfer", chaosKillPrefill},
 		{"kill -9 prefill, retried on another", chaosKillPrefillRetry},
@@ -145,9 +147,31 @@ func stream(ctx context.Context, client batonv1.RouterServiceClient, req *batonv
 // client at a random moment — before routing, in the prealloc and transfer
 // queues, in prefill, mid-decode — or left to finish.
 func chaosCancelStorm(t *testing.T, row *chaosRow) {
+	cancelStorm(t, row, 1, "")
+}
+
+// chaosCancelStormN is the cancel storm with n = 4 choices per request over
+// prompts sharing a prefix (the choices fork from one prompt's pages; the
+// prompts' pages are cached and matched): every choice is cancelled with
+// its request, and nothing is left held.
+func chaosCancelStormN(t *testing.T, row *chaosRow) {
+	const prefix = "Once upon a time, in a big forest, there lived a little bunny named Ben. Ben liked to hop and play."
+	cancelStorm(t, row, 4, prefix+" ")
+}
+
+// cancelStorm runs the storm with n choices per request, each prompt a
+// golden one after prefix.
+func cancelStorm(t *testing.T, row *chaosRow, n int, prefix string) {
 	f := startChaosFleet(t, chaosSpec{prefills: 1, decodes: 1})
 	client := f.client(t)
 	gens := f.golden.Generations
+	prompt := func(i int) string { return prefix + gens[i%len(gens)].Prompt }
+	withN := func(req *batonv1.GenerateRequest) *batonv1.GenerateRequest {
+		if n > 1 {
+			req.Sampling.N = proto.Uint32(uint32(n))
+		}
+		return req
+	}
 
 	// How long a request takes under this load, so that cancels fall over
 	// its whole life.
@@ -158,7 +182,7 @@ func chaosCancelStorm(t *testing.T, row *chaosRow) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := greedy(gens[i%len(gens)].Prompt, 64)
+			req := withN(greedy(prompt(i), 64))
 			req.Sampling.IgnoreEos = true
 			start := time.Now()
 			if err := stream(context.Background(), client, req, nil); err != nil {
@@ -189,7 +213,7 @@ func chaosCancelStorm(t *testing.T, row *chaosRow) {
 		if i%4 != 0 {
 			delay = time.Duration(rng.Int64N(int64(life * 2)))
 		}
-		gen := gens[i%len(gens)]
+		p := prompt(i)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -200,19 +224,27 @@ func chaosCancelStorm(t *testing.T, row *chaosRow) {
 			ctx, cancel := context.WithCancel(hard)
 			var cancelledAt atomic.Int64
 			timer := time.AfterFunc(delay, func() { cancelledAt.Store(time.Now().UnixNano()); cancel() })
-			req := greedy(gen.Prompt, 64)
+			req := withN(greedy(p, 64))
 			req.RequestId = fmt.Sprintf("storm-%d", i)
 			req.Sampling.IgnoreEos = true
 			err := stream(ctx, client, req, nil)
 			timer.Stop()
 			cancel()
 			out.add(err, hard.Err() != nil)
-			switch {
-			case err == nil:
-			case cancelledAt.Load() != 0 && status.Code(err) == codes.Canceled:
-				tr.aborted(req.RequestId, time.Unix(0, cancelledAt.Load()))
-			default:
-				tr.aborted(req.RequestId, time.Now())
+			// Each choice is a request of its own on the decode worker,
+			// "ID/k" after the first.
+			ids := []string{req.RequestId}
+			for k := 1; k < n; k++ {
+				ids = append(ids, fmt.Sprintf("%s/%d", req.RequestId, k))
+			}
+			for _, id := range ids {
+				switch {
+				case err == nil:
+				case cancelledAt.Load() != 0 && status.Code(err) == codes.Canceled:
+					tr.aborted(id, time.Unix(0, cancelledAt.Load()))
+				default:
+					tr.aborted(id, time.Now())
+				}
 			}
 		}()
 	}

@@ -12,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-serving/baton/engine/sample"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // post sends a JSON body and returns the response (the caller closes it).
@@ -180,7 +184,10 @@ func TestOpenAIErrors(t *testing.T) {
 		{"/v1/completions", `{"model":"stories260K","prompt":"x","top_p":0}`, 400, "invalid_request_error", "top_p"},
 		{"/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":0}`, 400, "invalid_request_error", "max_tokens"},
 		{"/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":100000}`, 400, "invalid_request_error", "max_tokens"},
-		{"/v1/completions", `{"model":"stories260K","prompt":"x","n":2}`, 400, "invalid_request_error", "n"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","n":17}`, 400, "invalid_request_error", "n"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","n":0}`, 400, "invalid_request_error", "n"},
+		{"/v1/chat/completions", `{"model":"stories260K","messages":[{"role":"user","content":"x"}],"n":-1}`, 400, "invalid_request_error", "n"},
+		{"/v1/completions", `{"model":"stories260K","prompt":"x","n":2,"best_of":1}`, 400, "invalid_request_error", "best_of"},
 	}
 	for _, cs := range cases {
 		resp := post(context.Background(), t, base+cs.path, cs.body)
@@ -230,4 +237,134 @@ func TestOpenAIDisconnect(t *testing.T) {
 	}
 	took := c.waitIdle(t, 2*time.Second)
 	t.Logf("idle %v after the last disconnect", took)
+}
+
+// TestOpenAIChoices: against the real binaries, colocated and PD, a seeded
+// completion with n = 3 gives each choice the text of a request of its own
+// with the choice's seed (sample.ChoiceSeed), whole and streamed (the
+// choices' chunks by index), with usage counting the prompt once; and
+// cancelling a streamed n = 4 request mid-way leaves nothing held.
+func TestOpenAIChoices(t *testing.T) {
+	c := startCluster(t, workerFlags)
+	for _, r := range []node{c.router, c.colocated} {
+		t.Run(r.name, func(t *testing.T) { openAIChoices(t, c, "http://"+r.http) })
+	}
+}
+
+func openAIChoices(t *testing.T, c *cluster, base string) {
+	type completion struct {
+		Choices []struct {
+			Text         string  `json:"text"`
+			Index        int     `json:"index"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+			TotalTokens      int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ask := func(body string) completion {
+		t.Helper()
+		resp := post(ctx, t, base+"/v1/completions", body)
+		defer resp.Body.Close()
+		var out completion
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%s: %s %s", body, resp.Status, b)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	const n, seed = 3, 7
+	body := func(seed int64, extra string) string {
+		return fmt.Sprintf(`{"model":"stories260K","prompt":"Once upon a time","max_tokens":16,"temperature":1,"seed":%d%s}`, seed, extra)
+	}
+	want := make([]string, n)
+	for k := range n {
+		want[k] = ask(body(int64(sample.ChoiceSeed(seed, k)), "")).Choices[0].Text
+	}
+	whole := ask(body(seed, fmt.Sprintf(`,"n":%d`, n)))
+	if len(whole.Choices) != n {
+		t.Fatalf("%d choices, want %d", len(whole.Choices), n)
+	}
+	for k, ch := range whole.Choices {
+		if ch.Index != k || ch.Text != want[k] {
+			t.Errorf("choice %d (index %d): %q, alone %q", k, ch.Index, ch.Text, want[k])
+		}
+	}
+	one := ask(body(seed, ""))
+	if u := whole.Usage; u == nil || u.PromptTokens != one.Usage.PromptTokens || u.CompletionTokens < n || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
+		t.Errorf("usage %+v (one choice: %+v)", u, one.Usage)
+	}
+
+	resp := post(ctx, t, base+"/v1/completions", body(seed, fmt.Sprintf(`,"n":%d,"stream":true`, n)))
+	texts := make([]string, n)
+	finishes := make([]int, n)
+	for _, d := range sseData(t, resp.Body) {
+		var chunk completion
+		if err := json.Unmarshal([]byte(d), &chunk); err != nil {
+			t.Fatalf("chunk %q: %v", d, err)
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index < 0 || ch.Index >= n {
+				t.Fatalf("chunk of choice %d", ch.Index)
+			}
+			texts[ch.Index] += ch.Text
+			if ch.FinishReason != nil {
+				finishes[ch.Index]++
+			}
+		}
+	}
+	resp.Body.Close()
+	for k := range n {
+		if texts[k] != want[k] || finishes[k] != 1 {
+			t.Errorf("streamed choice %d: %q (%d finishes), alone %q", k, texts[k], finishes[k], want[k])
+		}
+	}
+
+	// A cancelled n = 4 stream releases every choice.
+	sctx, scancel := context.WithCancel(ctx)
+	resp = post(sctx, t, base+"/v1/completions", `{"model":"stories260K","prompt":"Once upon a time","max_tokens":100,"n":4,"ignore_eos":true,"stream":true}`)
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	scancel()
+	resp.Body.Close()
+	c.waitIdle(t, 2*time.Second)
+}
+
+// TestCompleteChoices: the native Complete with sampling.n = 2 returns both
+// choices by index, choice 0 also in the top-level fields, and the
+// request's usage (the prompt once).
+func TestCompleteChoices(t *testing.T) {
+	c := startCluster(t, workerFlags)
+	client := c.client(t, c.router)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := greedy("Once upon a time", 8)
+	req.Sampling.IgnoreEos, req.Sampling.N = true, proto.Uint32(2)
+	resp, err := client.Complete(ctx, &batonv1.CompleteRequest{Request: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chs := resp.GetChoices()
+	if len(chs) != 2 || chs[0].GetIndex() != 0 || chs[1].GetIndex() != 1 {
+		t.Fatalf("choices %v", chs)
+	}
+	for k, ch := range chs {
+		// Greedy: the choices are alike.
+		if len(ch.GetTokenIds()) != 8 || ch.GetText() != resp.GetText() || ch.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_LENGTH {
+			t.Errorf("choice %d: %v (top-level text %q)", k, ch, resp.GetText())
+		}
+	}
+	if u := resp.GetUsage(); u.GetPromptTokens() != uint32(len(resp.GetPromptTokenIds())) || u.GetCompletionTokens() != 16 {
+		t.Errorf("usage %v", u)
+	}
+	c.waitIdle(t, 2*time.Second)
 }

@@ -358,3 +358,24 @@ func (p *Pool) On(b kernels.Backend) (kernels.KVCache, error) {
 	}
 	return kv, nil
 }
+
+// CopyPage copies every byte of page src into page dst: a sequence that
+// forks from another (sched's n > 1) gets its own copy of the partial last
+// page, which both will go on writing, while they share the full ones.
+// Both pages must be in use; the caller holds dst for writing and src is
+// not written while it copies.
+func (p *Pool) CopyPage(dst, src PageID) error {
+	p.mu.Lock()
+	for _, id := range []PageID{dst, src} {
+		if !p.valid(id) || p.refs[id] == 0 {
+			err := fmt.Errorf("kvcache: copy page %d to %d: page %d is %s: %w", src, dst, id, p.describe(id), engine.ErrInvalidInput)
+			p.mu.Unlock()
+			return err
+		}
+	}
+	p.mu.Unlock()
+	if dst != src {
+		copy(p.Page(dst), p.Page(src))
+	}
+	return nil
+}

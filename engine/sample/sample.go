@@ -636,3 +636,20 @@ func Logprobs(logits []float32, chosen int32, n int) (float32, []TokenLogprob) {
 func ValidLogitBias(v float32) bool {
 	return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) && v >= -MaxLogitBias && v <= MaxLogitBias
 }
+
+// ChoiceSeed is the seed of choice k of a request sampling several
+// continuations of one prompt (the OpenAI API's n) with seed seed. Choice
+// 0 keeps the request's seed, so that n = 1 draws exactly what it always
+// did; choice k > 0 takes SplitMix64's finalizer of seed + k·γ (γ =
+// 0x9e3779b97f4a7c15, the golden-ratio increment), which spreads
+// neighbouring seeds and neighbouring k over unrelated streams. A request
+// with Params.Seed = ChoiceSeed(seed, k) reproduces choice k on its own.
+func ChoiceSeed(seed uint64, k int) uint64 {
+	if k == 0 {
+		return seed
+	}
+	z := seed + uint64(k)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}

@@ -81,6 +81,26 @@
 // caller must stop writing them first (abort the transfer and await its
 // acknowledgement, as the TransferKV protocol does).
 //
+// # Several choices of one prompt
+//
+// A Request with N > 1 samples N continuations. Each choice is a request of
+// its own in every list above (its own id "ID/k", sampler, block table and
+// release), linked in a group that shares the Stream's event channel
+// (Event.Choice says whose an event is; each choice ends with its own
+// EventDone, and the channel closes after the last). Choice 0 runs as the
+// request would alone; choice k > 0 draws with sample.ChoiceSeed(Seed, k).
+// A choice k > 0 waits, holding nothing and blocking no later request,
+// until a choice of its group has computed all but the last prompt
+// position; it then forks: a reference to each full page before that
+// position, its own copy of the partial page, and a one-token prefill step
+// for the last position, whose logits give its own first token. Its output
+// is therefore exactly that of a request of its own with its seed. The
+// waiting choices fork as soon as choice 0 holds its whole prompt, before
+// its first token (which may end it) is taken; when choice 0 ends before
+// they could, they compute the prompt themselves (with the prefix cache's
+// help where it is on). After a preemption a choice recomputes as any
+// request does.
+//
 // # Observability
 //
 // Snapshot lists every live request with its state, age, time since last

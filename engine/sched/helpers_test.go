@@ -176,12 +176,15 @@ type maxSeqs struct {
 	max  int
 	pre  int
 	done []Summary
+	// prefill counts the prompt positions computed.
+	prefill int
 }
 
 func (o *maxSeqs) Step(st StepStats) {
 	o.mu.Lock()
 	o.max = max(o.max, st.Seqs)
 	o.pre += st.Preempted
+	o.prefill += st.PrefillTokens
 	o.mu.Unlock()
 }
 

@@ -92,6 +92,10 @@ type Summary struct {
 	// E2E from Submit to release.
 	TTFT, E2E time.Duration
 	Usage     Usage
+	// Choice is the request's choice (Request.N > 1; 0 otherwise): the
+	// choices after the first reuse the first's prompt, so a count of
+	// requests or of prompt tokens takes choice 0 only.
+	Choice int
 }
 
 type throughputSample struct {

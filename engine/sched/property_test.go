@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ type tracked struct {
 	cancel     context.CancelFunc
 	reads      bool // the consumer keeps up (otherwise it never reads until the end)
 	cancelled  bool
-	events     []Event
+	n          int       // Request.N, at least 1
+	events     [][]Event // by choice
 	closed     bool
 	reserved   []kvcache.PageID
 	first      *sample.Token
@@ -52,7 +54,9 @@ type harness struct {
 // requests, counters == states), that every request is in exactly one
 // place (live in the snapshot in the state it has, or finished with one
 // EventDone and a closed channel), and that events come in a legal order.
-// Half the runs turn the prefix cache on (with a random cap), and prompts
+// Requests ask for 1 to 4 choices (Request.N), so that choices fork from
+// the prompt's pages and share them while some finish, are cancelled or
+// are preempted. Half the runs turn the prefix cache on (with a random cap), and prompts
 // often share prefixes with earlier ones, so that pages are shared,
 // cached, and evicted under pressure. At the end, without further cancels,
 // every request must finish (no deadlock), leaving only cached pages used
@@ -183,8 +187,12 @@ func (h *harness) submit() {
 		p.Temperature, p.TopK = 0.9, 20
 		p.Seed = uint64(len(h.reqs))
 	}
+	n := 1
+	if mode != ModePrefillOnly {
+		n = rapid.IntRange(1, 4).Draw(t, "n")
+	}
 	req := Request{Mode: mode, Prompt: prompt, MaxTokens: rapid.IntRange(1, 12).Draw(t, "max_tokens"), Params: p,
-		IgnoreEOS: rapid.Bool().Draw(t, "ignore_eos")}
+		IgnoreEOS: rapid.Bool().Draw(t, "ignore_eos"), N: n}
 	positions := plen + req.MaxTokens - 1
 	if mode == ModePrefillOnly {
 		positions = plen
@@ -203,7 +211,8 @@ func (h *harness) submit() {
 		cancel()
 		t.Fatalf("submit: %v", err)
 	}
-	h.reqs = append(h.reqs, &tracked{st: st, req: req, cancel: cancel, reads: rapid.IntRange(0, 3).Draw(t, "reads") > 0})
+	h.reqs = append(h.reqs, &tracked{st: st, req: req, cancel: cancel, reads: rapid.IntRange(0, 3).Draw(t, "reads") > 0,
+		n: n, events: make([][]Event, n)})
 }
 
 // cancelOne cancels a live request's context and waits until the watch has
@@ -216,19 +225,25 @@ func (h *harness) cancelOne() {
 	h.s.inMu.Lock()
 	before := len(h.s.inbox)
 	h.s.inMu.Unlock()
+	// Every choice still live watches the context.
 	h.s.mu.Lock()
-	finished := tr.st.r.state == StateFinished
+	watching := 0
+	for _, r := range members(tr) {
+		if r.state != StateFinished {
+			watching++
+		}
+	}
 	h.s.mu.Unlock()
 	tr.cancel()
 	tr.cancelled = true
-	if finished {
-		return // its watch was stopped at release
+	if watching == 0 {
+		return // their watches were stopped at release
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		h.s.inMu.Lock()
 		n := len(h.s.inbox)
 		h.s.inMu.Unlock()
-		if n > before {
+		if n >= before+watching {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -236,6 +251,24 @@ func (h *harness) cancelOne() {
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
+}
+
+// members are the scheduler's requests of tr's choices.
+func members(tr *tracked) []*request {
+	if tr.st.r.grp != nil {
+		return tr.st.r.grp.members
+	}
+	return []*request{tr.st.r}
+}
+
+// ended reports whether every choice of tr has its EventDone.
+func (tr *tracked) ended() bool {
+	for _, evs := range tr.events {
+		if len(evs) == 0 || evs[len(evs)-1].Kind != EventDone {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *harness) step() {
@@ -258,8 +291,8 @@ func (h *harness) readAll(everyone bool) {
 		}
 		if closed {
 			tr.closed = true
-			if len(tr.events) == 0 || tr.events[len(tr.events)-1].Kind != EventDone {
-				h.t.Fatalf("%s: channel closed without EventDone: %+v", tr.st.ID(), tr.events)
+			if !tr.ended() {
+				h.t.Fatalf("%s: channel closed without every choice's EventDone: %+v", tr.st.ID(), tr.events)
 			}
 		}
 	}
@@ -268,20 +301,29 @@ func (h *harness) readAll(everyone bool) {
 // accept records an event, checking that it may come now.
 func (h *harness) accept(tr *tracked, ev Event) {
 	t := h.t
-	id := tr.st.ID()
-	if n := len(tr.events); n > 0 && tr.events[n-1].Kind == EventDone {
+	if ev.Choice < 0 || ev.Choice >= tr.n {
+		t.Fatalf("%s: event of choice %d of %d", tr.st.ID(), ev.Choice, tr.n)
+	}
+	id := fmt.Sprintf("%s choice %d", tr.st.ID(), ev.Choice)
+	events := tr.events[ev.Choice]
+	if n := len(events); n > 0 && events[n-1].Kind == EventDone {
 		t.Fatalf("%s: %s after EventDone", id, ev.Kind)
 	}
+	// Only the first choice imports or hands over; the others generate.
+	mode := tr.req.Mode
+	if ev.Choice > 0 {
+		mode = ModeGenerate
+	}
 	tokens := 0
-	for _, e := range tr.events {
+	for _, e := range events {
 		if e.Kind == EventToken {
 			tokens++
 		}
 	}
 	switch ev.Kind {
 	case EventReserved:
-		if tr.req.Mode != ModeDecodeImported || tr.reserved != nil || len(tr.events) != 0 {
-			t.Fatalf("%s (%s): unexpected EventReserved after %+v", id, tr.req.Mode, tr.events)
+		if mode != ModeDecodeImported || tr.reserved != nil || len(events) != 0 {
+			t.Fatalf("%s (%s): unexpected EventReserved after %+v", id, mode, events)
 		}
 		if len(ev.Pages) != h.pool.Layout().PagesFor(len(tr.req.Prompt)) {
 			t.Fatalf("%s: reserved %d pages for %d prompt tokens", id, len(ev.Pages), len(tr.req.Prompt))
@@ -289,17 +331,17 @@ func (h *harness) accept(tr *tracked, ev Event) {
 		tr.reserved = ev.Pages
 	case EventPagesReady:
 		prev := 0
-		for _, e := range tr.events {
+		for _, e := range events {
 			if e.Kind == EventPagesReady {
 				prev = e.Ready
 			}
 		}
-		if tr.req.Mode != ModePrefillOnly || ev.Ready <= prev || ev.Ready > len(ev.Pages) || tokens > 0 {
+		if mode != ModePrefillOnly || ev.Ready <= prev || ev.Ready > len(ev.Pages) || tokens > 0 {
 			t.Fatalf("%s (%s): EventPagesReady %d/%d after %d", id, tr.req.Mode, ev.Ready, len(ev.Pages), prev)
 		}
 	case EventToken:
 		limit := tr.req.MaxTokens
-		if tr.req.Mode == ModePrefillOnly {
+		if mode == ModePrefillOnly {
 			limit = 1
 			tok := ev.Token
 			tr.first = &tok
@@ -307,7 +349,7 @@ func (h *harness) accept(tr *tracked, ev Event) {
 		if tokens+1 > limit {
 			t.Fatalf("%s: token %d beyond the limit of %d", id, tokens+1, limit)
 		}
-		if tr.req.Mode == ModeDecodeImported && !tr.activated {
+		if mode == ModeDecodeImported && !tr.activated {
 			t.Fatalf("%s: token before Activate", id)
 		}
 	case EventDone:
@@ -330,7 +372,7 @@ func (h *harness) accept(tr *tracked, ev Event) {
 	default:
 		t.Fatalf("%s: event kind %d", id, ev.Kind)
 	}
-	tr.events = append(tr.events, ev)
+	tr.events[ev.Choice] = append(events, ev)
 }
 
 func (h *harness) handover() {
@@ -384,48 +426,68 @@ func (h *harness) check() {
 		listed[ri.ID] = ri
 		pages += ri.Pages
 	}
-	// Requests may share cached pages: the auditor checks the exact
-	// union, here only that nothing is used beyond what is held.
-	if !h.cache && pages != snap.Pages.Used || h.cache && pages+snap.Pages.Cached < snap.Pages.Used {
+	// Requests may share cached pages, and the choices of one request the
+	// prompt's: the auditor checks the exact union, here only that
+	// nothing is used beyond what is held.
+	forks := false
+	for _, tr := range h.reqs {
+		forks = forks || tr.n > 1
+	}
+	if !h.cache && !forks && pages != snap.Pages.Used || pages+snap.Pages.Cached < snap.Pages.Used {
 		t.Fatalf("snapshot: %d pages held, %d cached, pool says %d used", pages, snap.Pages.Cached, snap.Pages.Used)
 	}
 	h.s.mu.Lock()
-	states := make(map[*tracked]State)
+	states := make(map[*request]State)
 	for _, tr := range h.reqs {
-		states[tr] = tr.st.r.state
+		for _, r := range members(tr) {
+			states[r] = r.state
+		}
 	}
 	h.s.mu.Unlock()
 	for _, tr := range h.reqs {
-		st := states[tr]
-		ri, isListed := listed[tr.st.ID()]
-		switch {
-		case st == StateFinished:
-			if isListed && !tr.done() {
-				t.Fatalf("%s is finished but listed as %s", tr.st.ID(), ri.State)
+		if tr.done() {
+			for _, r := range members(tr) {
+				if ri, isListed := listed[r.id]; isListed {
+					t.Fatalf("%s has ended but is listed as %s", r.id, ri.State)
+				}
 			}
-			if tr.done() {
-				continue
+			continue
+		}
+		finished := 0
+		for _, r := range members(tr) {
+			st := states[r]
+			ri, isListed := listed[r.id]
+			switch {
+			case st == StateFinished:
+				finished++
+				if isListed {
+					t.Fatalf("%s is finished but listed as %s", r.id, ri.State)
+				}
+			case st == stateNew:
+				if isListed {
+					t.Fatalf("%s listed before the scheduler took it", r.id)
+				}
+			default:
+				if !isListed || ri.State != st {
+					t.Fatalf("%s is %s but listed: %v (%s)", r.id, st, isListed, ri.State)
+				}
 			}
-			// Finished: the channel holds the rest, ending with EventDone.
-			evs, closed := drain(tr.st)
-			if !closed {
-				t.Fatalf("%s is finished but its channel is open", tr.st.ID())
-			}
-			for _, ev := range evs {
-				h.accept(tr, ev)
-			}
-			tr.closed = true
-			if tr.events[len(tr.events)-1].Kind != EventDone {
-				t.Fatalf("%s: finished without EventDone", tr.st.ID())
-			}
-		case st == stateNew:
-			if isListed {
-				t.Fatalf("%s listed before the scheduler took it", tr.st.ID())
-			}
-		default:
-			if !isListed || ri.State != st {
-				t.Fatalf("%s is %s but listed: %v (%s)", tr.st.ID(), st, isListed, ri.State)
-			}
+		}
+		if finished < tr.n {
+			continue
+		}
+		// Every choice finished: the channel holds the rest, ending with
+		// each choice's EventDone.
+		evs, closed := drain(tr.st)
+		if !closed {
+			t.Fatalf("%s is finished but its channel is open", tr.st.ID())
+		}
+		for _, ev := range evs {
+			h.accept(tr, ev)
+		}
+		tr.closed = true
+		if !tr.ended() {
+			t.Fatalf("%s: finished without every choice's EventDone", tr.st.ID())
 		}
 	}
 }

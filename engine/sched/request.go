@@ -158,6 +158,20 @@ type Request struct {
 	// end-of-generation ids are the tokenizer's. It survives preemption,
 	// since it only depends on the accepted tokens.
 	Constraint sample.Constraint
+	// N is the number of continuations (choices) to sample from the
+	// prompt; 0 means 1. Choice 0 is the request as it would run alone;
+	// choice k > 0 draws with Params.Seed = sample.ChoiceSeed(Seed, k),
+	// shares the prompt's full pages with the choice it forks from, copies
+	// the partial last page and computes the last prompt position itself
+	// (see the package documentation). Every choice's events come on the
+	// one Stream, Event.Choice telling them apart. ModeDecodeImported
+	// imports the prompt for choice 0 only; the other choices fork from it
+	// once it is activated. ModePrefillOnly takes only 1.
+	N int
+	// Constraints are the fresh matchers of choices 1 … N-1 when
+	// Constraint is set (a matcher has state, so each choice needs its
+	// own); len(Constraints) must then be N-1.
+	Constraints []sample.Constraint
 }
 
 // EventKind tells the events of a Stream apart.
@@ -193,6 +207,10 @@ func (k EventKind) String() string {
 // Event is one message of a Stream.
 type Event struct {
 	Kind EventKind
+	// Choice is the choice (0 … Request.N-1) the event belongs to. Each
+	// choice ends with its own EventDone; the channel closes after the
+	// last choice's.
+	Choice int
 	// Token is the sampled token (EventToken).
 	Token sample.Token
 	// PromptLogprobs (Request.PromptLogprobs): entry i is prompt token
@@ -248,7 +266,8 @@ type Stream struct {
 // ID returns the request's id.
 func (st *Stream) ID() string { return st.r.id }
 
-// Events returns the request's events; it is closed after EventDone.
+// Events returns the request's events, every choice's; it is closed after
+// the last choice's EventDone.
 func (st *Stream) Events() <-chan Event { return st.r.events }
 
 // Handover tells a ModePrefillOnly request that its pages have been handed
@@ -311,6 +330,11 @@ type request struct {
 	// are taken). The progress watchdog does not count it as stuck.
 	starved bool
 
+	// grp links the choices of a Request with N > 1 (nil for N = 1);
+	// choice is this one's index in it.
+	grp    *group
+	choice int
+
 	logits []float32
 	plp    *promptLogprobs // Request.PromptLogprobs until they are sent; else nil
 
@@ -320,6 +344,28 @@ type request struct {
 
 	queued, firstToken, lastToken, lastProgress, finished time.Time
 }
+
+// group is the choices of one Request with N > 1. They share the events
+// channel, which the last one to be released closes, and the prompt's
+// pages.
+type group struct {
+	members []*request // by choice
+	live    int        // members not yet released
+}
+
+// reservedSlots is the number of event slots kept for EventDones: one per
+// choice still live, since each ends with its own.
+func (r *request) reservedSlots() int {
+	if r.grp == nil {
+		return 1
+	}
+	return r.grp.live
+}
+
+// forkPoint is the number of prompt positions a choice > 0 takes from the
+// choice it forks from: all but the last, whose logits give the choice its
+// own first token.
+func (r *request) forkPoint() int { return r.nPrompt - 1 }
 
 // generated is the number of tokens generated so far.
 func (r *request) generated() int { return len(r.tokens) - r.nPrompt }

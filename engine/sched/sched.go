@@ -194,38 +194,92 @@ func (s *Scheduler) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("sched: submit: %w", context.Cause(ctx))
 	}
-	r, err := s.newRequest(ctx, req)
+	rs, err := s.newChoices(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	r := rs[0]
 	s.inMu.Lock()
 	switch {
 	case s.closed:
 		s.inMu.Unlock()
 		return nil, ErrClosed
-	case len(s.ids) >= s.cfg.MaxRequests:
+	case len(s.ids)+len(rs) > s.cfg.MaxRequests:
 		s.inMu.Unlock()
 		return nil, fmt.Errorf("%w (%d)", ErrQueueFull, s.cfg.MaxRequests)
 	}
-	r.seq = s.nextSeq
 	if r.id == "" {
-		r.id = fmt.Sprintf("req-%d", r.seq)
+		r.id = fmt.Sprintf("req-%d", s.nextSeq)
 	}
-	if _, dup := s.ids[r.id]; dup {
-		s.inMu.Unlock()
-		return nil, fmt.Errorf("%w: %q", ErrDuplicateID, r.id)
+	// Choice k > 0 is "ID/k": a client's ids have no '/', so these never
+	// collide with another request's.
+	for _, c := range rs[1:] {
+		c.id = fmt.Sprintf("%s/%d", r.id, c.choice)
 	}
-	s.nextSeq++
-	s.ids[r.id] = r
-	// Watch the context before the scheduler can see the request, so that
-	// release always finds the watch to stop. The watch posts under inMu,
-	// so even a context that ends right now queues its cancel after the
-	// submit.
-	r.stop = context.AfterFunc(ctx, func() { s.post(command{kind: cmdCancel, r: r}) })
-	s.inbox = append(s.inbox, command{kind: cmdSubmit, r: r})
+	for _, c := range rs {
+		if _, dup := s.ids[c.id]; dup {
+			s.inMu.Unlock()
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateID, c.id)
+		}
+	}
+	for _, c := range rs {
+		c.seq = s.nextSeq
+		s.nextSeq++
+		s.ids[c.id] = c
+		// Watch the context before the scheduler can see the request, so
+		// that release always finds the watch to stop. The watch posts
+		// under inMu, so even a context that ends right now queues its
+		// cancel after the submit. Every choice watches the one context:
+		// cancelling it ends them all.
+		c.stop = context.AfterFunc(ctx, func() { s.post(command{kind: cmdCancel, r: c}) })
+		s.inbox = append(s.inbox, command{kind: cmdSubmit, r: c})
+	}
 	s.inMu.Unlock()
 	s.signal()
 	return &Stream{s: s, r: r}, nil
+}
+
+// newChoices validates req and makes its requests: one per choice, linked
+// in a group sharing one event channel when req.N > 1.
+func (s *Scheduler) newChoices(ctx context.Context, req Request) ([]*request, error) {
+	n := max(req.N, 1)
+	switch {
+	case req.N < 0:
+		return nil, fmt.Errorf("sched: N = %d, want ≥ 1: %w", req.N, engine.ErrInvalidInput)
+	case n > 1 && req.Mode == ModePrefillOnly:
+		return nil, fmt.Errorf("sched: N = %d for a prefill-only request (decode forks the choices): %w", req.N, engine.ErrInvalidInput)
+	case n > 1 && req.Constraint != nil && len(req.Constraints) != n-1:
+		return nil, fmt.Errorf("sched: %d constraints for the %d choices after the first, want one each: %w", len(req.Constraints), n-1, engine.ErrInvalidInput)
+	case len(req.Constraints) != 0 && (req.Constraint == nil || n == 1):
+		return nil, fmt.Errorf("sched: %d Constraints for N = %d, Constraint set: %t (they are for choices 1 … N-1 under a Constraint): %w",
+			len(req.Constraints), req.N, req.Constraint != nil, engine.ErrInvalidInput)
+	}
+	first, err := s.newRequest(ctx, req)
+	if err != nil || n == 1 {
+		return []*request{first}, err
+	}
+	g := &group{members: make([]*request, n), live: n}
+	// One channel for every choice, each with its own share of the buffer.
+	first.events = make(chan Event, s.cfg.EventBuffer*n)
+	first.grp, g.members[0] = g, first
+	for k := 1; k < n; k++ {
+		c := req
+		c.Params.Seed = sample.ChoiceSeed(req.Params.Seed, k)
+		// The other choices compute their last prompt position here, also
+		// on decode, where the first choice imported the prompt; only the
+		// first reports the prompt's log-probabilities.
+		c.Mode, c.PromptLogprobs = ModeGenerate, false
+		if req.Constraint != nil {
+			c.Constraint = req.Constraints[k-1]
+		}
+		r, err := s.newRequest(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("sched: choice %d: %w", k, err)
+		}
+		r.events, r.grp, r.choice = first.events, g, k
+		g.members[k] = r
+	}
+	return g.members, nil
 }
 
 func (s *Scheduler) newRequest(ctx context.Context, req Request) (*request, error) {

@@ -211,6 +211,12 @@ func (s *Scheduler) makePlan(p *plan) {
 		if r.state != StateWaiting {
 			continue
 		}
+		if s.awaitsFork(r) {
+			// Not admitted, but nothing it would hold is taken either:
+			// later requests may go first.
+			r.starved = true
+			continue
+		}
 		if full = full || active >= s.cfg.MaxSeqs || !s.reserve(r); full {
 			r.starved = true
 			continue
@@ -251,6 +257,9 @@ func (s *Scheduler) makePlan(p *plan) {
 // shared one).
 func (s *Scheduler) reserve(r *request) bool {
 	target := r.prefillTarget()
+	if src := s.forkSource(r); src != nil {
+		return s.fork(r, src)
+	}
 	if s.cache && r.plp == nil {
 		n, err := r.table.AttachPrefix(r.tokens[:target], (target-1)/s.layout.PageSize)
 		if err != nil {
@@ -268,6 +277,67 @@ func (s *Scheduler) reserve(r *request) bool {
 	if r.generated() == 0 {
 		r.cached = r.computed
 	}
+	return true
+}
+
+// forkSource returns the choice of r's group that r can fork from: one
+// whose pages hold at least r's fork point, or nil. Only a choice that has
+// generated nothing forks (after a preemption one recomputes as any
+// request does), an imported choice receives its pages from prefill, and
+// a one-token prompt has nothing to share.
+func (s *Scheduler) forkSource(r *request) *request {
+	if r.grp == nil || r.mode == ModeDecodeImported || r.generated() > 0 || r.forkPoint() == 0 {
+		return nil
+	}
+	for _, m := range r.grp.members {
+		if m != r && (m.state == StatePrefilling || m.state == StateRunning) && m.computed >= r.forkPoint() {
+			return m
+		}
+	}
+	return nil
+}
+
+// awaitsFork reports whether r should wait for a choice of its group to
+// reach the fork point rather than compute the prompt itself: while the
+// first choice, which computes (or imports) the prompt, is live. Once it
+// is gone — finished at its first token, say, or aborted — r computes its
+// prompt as a request of its own would (reusing the prefix cache's pages
+// where the cache is on): slower, never stuck.
+func (s *Scheduler) awaitsFork(r *request) bool {
+	if r.grp == nil || r.choice == 0 || r.generated() > 0 || r.forkPoint() == 0 || s.forkSource(r) != nil {
+		return false
+	}
+	return r.grp.members[0].state != StateFinished
+}
+
+// fork gives r, a choice that has generated nothing, src's pages up to
+// r's fork point: a reference to each full page, a copy of the partial one
+// (both go on writing it: src its later positions, r its last prompt
+// position), and a fresh page when the last position starts one. r then
+// computes only the last prompt position, whose logits give it its own
+// first token. It reports false, holding nothing, when the pages do not
+// fit.
+func (s *Scheduler) fork(r, src *request) bool {
+	at := r.forkPoint()
+	full := at / s.layout.PageSize
+	if err := r.table.Share(src.table.Pages()[:full]...); err != nil {
+		s.violations++
+		return false
+	}
+	if r.table.Grow(r.nPrompt) != nil {
+		if err := r.table.Release(); err != nil {
+			s.violations++
+		}
+		return false
+	}
+	if at%s.layout.PageSize != 0 {
+		if err := s.cfg.Pool.CopyPage(r.table.Pages()[full], src.table.Pages()[full]); err != nil {
+			s.violations++
+		}
+	}
+	r.computed = at
+	// The forked positions were reused, not computed.
+	r.cached = at
 	return true
 }
 
@@ -345,6 +415,7 @@ func (s *Scheduler) apply(p *plan, err error, now time.Time) {
 				s.setState(r, StateRunning)
 				continue
 			}
+			s.forkNow(r)
 			tok, ok := s.sample(r, ch.Logits)
 			if !ok {
 				continue
@@ -468,7 +539,40 @@ func (s *Scheduler) activate(r *request, first sample.Token, now time.Time) {
 		return
 	}
 	s.setState(r, StateRunning)
+	s.forkNow(r)
 	s.accept(nil, r, first, now)
+}
+
+// forkNow forks the waiting choices of r's group from r, its first choice,
+// as soon as r holds its whole prompt and before its first token is taken:
+// that token may end r (a stop, MaxTokens 1), and the others would then
+// compute the prompt themselves. Only as admission would: within
+// Config.MaxSeqs and when no older request waits (those go first); a choice
+// left waiting forks at admission or falls back.
+func (s *Scheduler) forkNow(r *request) {
+	if r.grp == nil || r.choice != 0 {
+		return
+	}
+	for _, w := range s.live {
+		if w.state == StateWaiting && w.seq < r.seq {
+			return
+		}
+	}
+	active := s.counts[StatePrefilling] + s.counts[StateRunning] + s.counts[StateTransferring]
+	for _, m := range r.grp.members[1:] {
+		if active >= s.cfg.MaxSeqs {
+			return
+		}
+		if m.state != StateWaiting || m.generated() > 0 || m.forkPoint() == 0 || r.computed < m.forkPoint() {
+			continue
+		}
+		if !s.fork(m, r) {
+			return
+		}
+		m.starved = false
+		active++
+		s.setState(m, StatePrefilling)
+	}
 }
 
 // emit sends a non-final event. The last slot of the channel is kept for
@@ -476,10 +580,11 @@ func (s *Scheduler) activate(r *request, first sample.Token, now time.Time) {
 // aborted, so that the scheduler never blocks. It reports whether the
 // request is still live.
 func (s *Scheduler) emit(r *request, ev Event) bool {
-	if len(r.events) >= cap(r.events)-1 {
+	if len(r.events) >= cap(r.events)-r.reservedSlots() {
 		s.release(r, FinishAborted, ErrSlowConsumer)
 		return false
 	}
+	ev.Choice = r.choice
 	r.events <- ev
 	return true
 }
@@ -511,18 +616,23 @@ func (s *Scheduler) releaseWith(r *request, reason FinishReason, err error, tail
 	}
 	s.setState(r, StateFinished)
 	r.finished = time.Now()
-	ev := Event{Kind: EventDone, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
+	ev := Event{Kind: EventDone, Choice: r.choice, Text: tail, Finish: reason, Err: err, Usage: r.usage()}
 	if err == nil {
 		ev.PromptLogprobs = r.takePromptLogprobs()
 	}
 	r.events <- ev
-	close(r.events)
+	// The channel is the group's: the last choice released closes it.
+	if r.grp == nil {
+		close(r.events)
+	} else if r.grp.live--; r.grp.live == 0 {
+		close(r.events)
+	}
 	s.inMu.Lock()
 	delete(s.ids, r.id)
 	s.inMu.Unlock()
 
 	sum := Summary{
-		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage,
+		ID: r.id, Mode: r.mode, Finish: reason, Err: err, Stage: stage, Choice: r.choice,
 		Queued: r.queued, E2E: r.finished.Sub(r.queued), Usage: r.usage(),
 	}
 	if !r.firstToken.IsZero() {

@@ -196,3 +196,31 @@ func ValidRequestID(id string) error {
 	}
 	return nil
 }
+
+// DefaultMaxN is the default of the services' --max-n: the most choices
+// (SamplingParams.n) a request may ask for.
+const DefaultMaxN = 16
+
+// maxMaxN bounds --max-n itself: every choice is a scheduler request, with
+// its own pages beyond the shared prompt.
+const maxMaxN = 128
+
+// CheckMaxN validates a --max-n flag.
+func CheckMaxN(n int) error {
+	if n < 1 || n > maxMaxN {
+		return fmt.Errorf("--max-n: %d, want 1-%d", n, maxMaxN)
+	}
+	return nil
+}
+
+// Choices returns the number of choices p asks for (sampling.n): 1 when
+// unset, an error naming the field when 0 or above maxN.
+func Choices(p *batonv1.SamplingParams, maxN int) (int, error) {
+	if p == nil || p.N == nil {
+		return 1, nil
+	}
+	if n := p.GetN(); n < 1 || int64(n) > int64(maxN) {
+		return 0, invalid("sampling.n", n, fmt.Sprintf("1-%d (--max-n)", maxN))
+	}
+	return int(p.GetN()), nil
+}

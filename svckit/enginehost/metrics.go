@@ -151,7 +151,10 @@ func (m *Metrics) RequestDone(s sched.Summary) {
 		return
 	}
 	m.finished.WithLabelValues(s.Finish.String()).Inc()
-	m.cacheHitRate.Set(m.hits.add(s.Usage.PromptTokens, s.Usage.CachedTokens))
+	if s.Choice == 0 {
+		// A request's prompt counts once: its other choices fork from it.
+		m.cacheHitRate.Set(m.hits.add(s.Usage.PromptTokens, s.Usage.CachedTokens))
+	}
 	if s.TTFT > 0 {
 		m.ttft.Observe(s.TTFT.Seconds())
 	}

@@ -86,6 +86,11 @@ func TestPrefixCacheHost(t *testing.T) {
 	if u := run(h); u.CachedTokens != 36 {
 		t.Fatalf("second request reused %d tokens, want 36 (9 full pages, the last one computed)", u.CachedTokens)
 	}
+	// The scheduler reports a request's end to the metrics just after its
+	// last event: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(h.Metrics.cacheHitRate) != 36.0/80 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if rate := testutil.ToFloat64(h.Metrics.cacheHitRate); rate != 36.0/80 {
 		t.Errorf("baton:cache_hit_rate %v, want %v", rate, 36.0/80)
 	}

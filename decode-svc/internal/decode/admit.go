@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/baton-serving/baton/engine"
+	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/svckit"
@@ -51,6 +52,22 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	if err != nil {
 		return sched.Request{}, bad(err)
 	}
+	n, err := apiconv.Choices(r.GetSampling(), s.maxN)
+	if err != nil {
+		return sched.Request{}, bad(err)
+	}
+	// A matcher has state: each choice after the first gets its own.
+	var more []sample.Constraint
+	for range n - 1 {
+		if constraint == nil {
+			break
+		}
+		c, err := s.grammars.Constraint(r.GetSampling())
+		if err != nil {
+			return sched.Request{}, bad(err)
+		}
+		more = append(more, c)
+	}
 	mode := sched.ModeDecodeImported
 	switch ep := in.GetPrefillEndpoint(); {
 	case ep == localPrefill:
@@ -64,6 +81,7 @@ func (s *Service) checkRequest(in *batonv1.DecodeServiceGenerateRequest) (sched.
 	}
 	return sched.Request{ID: r.GetRequestId(), Mode: mode, Prompt: prompt, MaxTokens: maxNew, Params: params,
 		Stop: r.GetSampling().GetStop(), StopIDs: stopIDs, IgnoreEOS: r.GetSampling().GetIgnoreEos(), Constraint: constraint,
+		N: n, Constraints: more,
 		// Colocated, the scheduler computes them; PD, prefill does (pull).
 		PromptLogprobs: r.GetSampling().GetPromptLogprobs()}, nil
 }

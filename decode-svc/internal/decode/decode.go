@@ -29,6 +29,7 @@ type Service struct {
 	requestTimeout    time.Duration
 	firstTokenTimeout time.Duration
 	creditWindow      int
+	maxN              int // --max-n
 
 	peerLimits peerLimits // --prefill-allow, --prefill-idle-timeout, --max-prefill-conns
 	peers      *peerPool
@@ -58,6 +59,7 @@ func (s *Service) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.requestTimeout, "request-timeout", 10*time.Minute, "longest a request may run when its caller set no deadline")
 	fs.DurationVar(&s.firstTokenTimeout, "first-token-timeout", 2*time.Minute, "abort a request that has no first token this long after it arrived (prealloc wait, transfer and prefill included)")
 	fs.IntVar(&s.creditWindow, "credit-window", 32, "KV chunks prefill may send ahead of decode's consumption")
+	fs.IntVar(&s.maxN, "max-n", apiconv.DefaultMaxN, "most continuations (SamplingParams.n) one request may ask for; they share the prompt's KV pages")
 	s.peerLimits.addFlags(fs)
 }
 
@@ -68,6 +70,9 @@ func (s *Service) Validate() error {
 	}
 	if s.creditWindow < 1 {
 		return errors.New("--credit-window: want ≥ 1")
+	}
+	if err := apiconv.CheckMaxN(s.maxN); err != nil {
+		return err
 	}
 	if err := s.peerLimits.validate(); err != nil {
 		return err

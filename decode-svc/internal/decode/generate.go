@@ -94,6 +94,11 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 	tokens := 0
 	first := true
 	decodeStart := time.Now()
+	// n > 1: the choices' events interleave on st, each ending with its
+	// own EventDone; the request ends with the last, which carries the
+	// whole request's usage (the prompt once, every choice's tokens).
+	choices := max(req.N, 1)
+	ended, completion, cached0 := 0, 0, 0
 	defer func() {
 		dspan.SetAttributes(tracing.AttrTokens.Int(tokens))
 		why := ctx // the first-token deadline no longer applies after the first token
@@ -146,7 +151,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 				stop()
 				stop = context.AfterFunc(ctx, func() { schedCancel(context.Cause(ctx)) })
 			}
-			out := &batonv1.GenerateEvent{RequestId: req.ID, TokenIds: []uint32{uint32(ev.Token.ID)}, Text: ev.Text}
+			out := &batonv1.GenerateEvent{RequestId: req.ID, Index: uint32(ev.Choice), TokenIds: []uint32{uint32(ev.Token.ID)}, Text: ev.Text}
 			if promptLogprobs == nil {
 				promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
 			}
@@ -168,12 +173,45 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 			}
 			fr, err := finish(ev)
 			if err != nil {
-				log.WarnContext(dctx, "request failed", "finish", ev.Finish.String(), "err", ev.Err)
+				log.WarnContext(dctx, "request failed", "finish", ev.Finish.String(), "err", ev.Err, "choice", ev.Choice)
+				if choices > 1 {
+					// One choice failing fails the request: the others are
+					// cancelled, and released before the RPC ends (a
+					// retry may reuse the ids at once).
+					schedCancel(err)
+					awaitRelease(st, releaseWait)
+				}
 				return err
+			}
+			if ev.Choice == 0 {
+				// The request's reuse is its first choice's (the others
+				// fork from its prompt).
+				cached0 = ev.Usage.CachedTokens
+			}
+			if ended++; ended < choices {
+				completion += ev.Usage.CompletionTokens
+				// The first choice may end before any token (a stop
+				// first): its end carries the prompt's log-probabilities,
+				// the first event with a finish or a token must.
+				if promptLogprobs == nil {
+					promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
+				}
+				out := &batonv1.GenerateEvent{RequestId: req.ID, Index: uint32(ev.Choice), Text: ev.Text, FinishReason: fr}
+				out.PromptLogprobs, promptLogprobs = promptLogprobs, nil
+				if err := stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: out}); err != nil {
+					schedCancel(err)
+					drain(st)
+					return err
+				}
+				continue
 			}
 			timing.DecodeSeconds = time.Since(decodeStart).Seconds()
 			dspan.SetAttributes(tracing.AttrFinish.String(fr.String()))
 			u := ev.Usage
+			u.CompletionTokens += completion
+			if choices > 1 {
+				u.CachedTokens = cached0
+			}
 			if pdCached >= 0 {
 				u.CachedTokens = pdCached
 			}
@@ -182,7 +220,7 @@ func (s *Service) Generate(in *batonv1.DecodeServiceGenerateRequest, stream bato
 				promptLogprobs = apiconv.WirePromptLogprobs(ev.PromptLogprobs)
 			}
 			return stream.Send(&batonv1.DecodeServiceGenerateResponse{Event: &batonv1.GenerateEvent{
-				RequestId: req.ID, Text: ev.Text, FinishReason: fr, Timing: timing,
+				RequestId: req.ID, Index: uint32(ev.Choice), Text: ev.Text, FinishReason: fr, Timing: timing,
 				Usage: &batonv1.Usage{PromptTokens: uint32(u.PromptTokens), CompletionTokens: uint32(u.CompletionTokens),
 					TotalTokens: uint32(u.PromptTokens + u.CompletionTokens), CachedTokens: uint32(u.CachedTokens)},
 				PromptLogprobs: promptLogprobs, // nil once the first token carried them

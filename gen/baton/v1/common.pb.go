@@ -267,8 +267,15 @@ type SamplingParams struct {
 	// OpenAI completions API's echo), with top_logprobs alternatives, in the
 	// first event's prompt_logprobs.
 	PromptLogprobs bool `protobuf:"varint,18,opt,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Number of continuations (choices) to sample from the prompt, as the
+	// OpenAI API's n: the prompt is computed once and its KV pages shared.
+	// Choice 0 draws with seed, choice k > 0 with a seed derived from seed and
+	// k (docs/prefix-cache.md, "n > 1"), so a seeded request is reproducible.
+	// Events carry their choice's index. Unset: 1. At most the router's
+	// --max-n.
+	N             *uint32 `protobuf:"varint,19,opt,name=n,proto3,oneof" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -425,6 +432,13 @@ func (x *SamplingParams) GetPromptLogprobs() bool {
 		return x.PromptLogprobs
 	}
 	return false
+}
+
+func (x *SamplingParams) GetN() uint32 {
+	if x != nil && x.N != nil {
+		return *x.N
+	}
+	return 0
 }
 
 // StreamOptions controls what a streamed generation reports.
@@ -945,8 +959,14 @@ type GenerateEvent struct {
 	// Log-probabilities of the prompt's tokens after the first, when
 	// SamplingParams.prompt_logprobs asked; in the first event only.
 	PromptLogprobs []*TokenLogprob `protobuf:"bytes,10,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The choice (0 to SamplingParams.n - 1) the event belongs to. The choices'
+	// events interleave; each choice's last event has its finish_reason and
+	// stop_reason, and the stream's last event (the last choice to end) carries
+	// the usage of the whole request: the prompt counted once, the completion
+	// tokens of every choice summed.
+	Index         uint32 `protobuf:"varint,11,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateEvent) Reset() {
@@ -1047,6 +1067,13 @@ func (x *GenerateEvent) GetPromptLogprobs() []*TokenLogprob {
 		return x.PromptLogprobs
 	}
 	return nil
+}
+
+func (x *GenerateEvent) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 // KVLayout describes how a worker stores the KV cache. Prefill and decode must
@@ -1376,7 +1403,7 @@ var File_baton_v1_common_proto protoreflect.FileDescriptor
 
 const file_baton_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x15baton/v1/common.proto\x12\bbaton.v1\"\x82\x06\n" +
+	"\x15baton/v1/common.proto\x12\bbaton.v1\"\x9b\x06\n" +
 	"\x0eSamplingParams\x12%\n" +
 	"\vtemperature\x18\x01 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\rR\x04topK\x12\x18\n" +
@@ -1399,14 +1426,16 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\agrammar\x18\x10 \x01(\tR\agrammar\x12\x1f\n" +
 	"\vjson_schema\x18\x11 \x01(\tR\n" +
 	"jsonSchema\x12'\n" +
-	"\x0fprompt_logprobs\x18\x12 \x01(\bR\x0epromptLogprobs\x1a<\n" +
+	"\x0fprompt_logprobs\x18\x12 \x01(\bR\x0epromptLogprobs\x12\x11\n" +
+	"\x01n\x18\x13 \x01(\rH\x04R\x01n\x88\x01\x01\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\x15\n" +
 	"\x13_repetition_penaltyB\a\n" +
-	"\x05_seed\"[\n" +
+	"\x05_seedB\x04\n" +
+	"\x02_n\"[\n" +
 	"\rStreamOptions\x12#\n" +
 	"\rinclude_usage\x18\x01 \x01(\bR\fincludeUsage\x12%\n" +
 	"\x0einclude_timing\x18\x02 \x01(\bR\rincludeTiming\"\xfe\x01\n" +
@@ -1444,7 +1473,7 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\x0edecode_seconds\x18\x06 \x01(\x01R\rdecodeSeconds\x12\x1f\n" +
 	"\ve2e_seconds\x18\a \x01(\x01R\n" +
 	"e2eSeconds\x12*\n" +
-	"\x11kv_transfer_bytes\x18\b \x01(\x04R\x0fkvTransferBytes\"\xad\x03\n" +
+	"\x11kv_transfer_bytes\x18\b \x01(\x04R\x0fkvTransferBytes\"\xc3\x03\n" +
 	"\rGenerateEvent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -1458,7 +1487,8 @@ const file_baton_v1_common_proto_rawDesc = "" +
 	"\x05usage\x18\b \x01(\v2\x0f.baton.v1.UsageR\x05usage\x12(\n" +
 	"\x06timing\x18\t \x01(\v2\x10.baton.v1.TimingR\x06timing\x12?\n" +
 	"\x0fprompt_logprobs\x18\n" +
-	" \x03(\v2\x16.baton.v1.TokenLogprobR\x0epromptLogprobs\"\xbc\x01\n" +
+	" \x03(\v2\x16.baton.v1.TokenLogprobR\x0epromptLogprobs\x12\x14\n" +
+	"\x05index\x18\v \x01(\rR\x05index\"\xbc\x01\n" +
 	"\bKVLayout\x12*\n" +
 	"\x05dtype\x18\x01 \x01(\x0e2\x14.baton.v1.KVDataTypeR\x05dtype\x12(\n" +
 	"\x10page_size_tokens\x18\x02 \x01(\rR\x0epageSizeTokens\x12\x1d\n" +

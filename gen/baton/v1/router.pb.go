@@ -133,7 +133,10 @@ type CompleteResponse struct {
 	// Token counts.
 	Usage *Usage `protobuf:"bytes,8,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Per-stage timing.
-	Timing        *Timing `protobuf:"bytes,9,opt,name=timing,proto3" json:"timing,omitempty"`
+	Timing *Timing `protobuf:"bytes,9,opt,name=timing,proto3" json:"timing,omitempty"`
+	// Every choice when SamplingParams.n > 1, by index (the fields above then
+	// describe choice 0; usage is the whole request's).
+	Choices       []*CompleteChoice `protobuf:"bytes,10,rep,name=choices,proto3" json:"choices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +234,104 @@ func (x *CompleteResponse) GetTiming() *Timing {
 	return nil
 }
 
+func (x *CompleteResponse) GetChoices() []*CompleteChoice {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+// CompleteChoice is one choice of a whole completion with n > 1.
+type CompleteChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The choice's index.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The generated token ids.
+	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// The generated text (stop strings removed).
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// Log-probabilities of token_ids, when requested.
+	Logprobs []*TokenLogprob `protobuf:"bytes,4,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// Why the choice ended.
+	FinishReason FinishReason `protobuf:"varint,5,opt,name=finish_reason,json=finishReason,proto3,enum=baton.v1.FinishReason" json:"finish_reason,omitempty"`
+	// The stop string or stop token that ended it, if any.
+	StopReason    string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteChoice) Reset() {
+	*x = CompleteChoice{}
+	mi := &file_baton_v1_router_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteChoice) ProtoMessage() {}
+
+func (x *CompleteChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_router_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteChoice.ProtoReflect.Descriptor instead.
+func (*CompleteChoice) Descriptor() ([]byte, []int) {
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CompleteChoice) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CompleteChoice) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *CompleteChoice) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *CompleteChoice) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *CompleteChoice) GetFinishReason() FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+func (x *CompleteChoice) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
 // ListModelsRequest has no fields.
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -240,7 +341,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_baton_v1_router_proto_msgTypes[3]
+	mi := &file_baton_v1_router_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -252,7 +353,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[3]
+	mi := &file_baton_v1_router_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -265,7 +366,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{3}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{4}
 }
 
 // ListModelsResponse lists the served models, with the field names of an
@@ -282,7 +383,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_baton_v1_router_proto_msgTypes[4]
+	mi := &file_baton_v1_router_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +395,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[4]
+	mi := &file_baton_v1_router_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +408,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{4}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListModelsResponse) GetObject() string {
@@ -333,7 +434,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_baton_v1_router_proto_msgTypes[5]
+	mi := &file_baton_v1_router_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +446,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[5]
+	mi := &file_baton_v1_router_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +459,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{5}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{6}
 }
 
 // ListRequestsResponse lists in-flight requests, oldest first.
@@ -372,7 +473,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_baton_v1_router_proto_msgTypes[6]
+	mi := &file_baton_v1_router_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +485,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[6]
+	mi := &file_baton_v1_router_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +498,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{6}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*RequestInfo {
@@ -420,7 +521,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_baton_v1_router_proto_msgTypes[7]
+	mi := &file_baton_v1_router_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +533,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[7]
+	mi := &file_baton_v1_router_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +546,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{7}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AbortRequest) GetRequestId() string {
@@ -473,7 +574,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_baton_v1_router_proto_msgTypes[8]
+	mi := &file_baton_v1_router_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +586,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_router_proto_msgTypes[8]
+	mi := &file_baton_v1_router_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +599,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_router_proto_rawDescGZIP(), []int{8}
+	return file_baton_v1_router_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AbortResponse) GetState() RequestState {
@@ -516,7 +617,7 @@ const file_baton_v1_router_proto_rawDesc = "" +
 	"\x10GenerateResponse\x12-\n" +
 	"\x05event\x18\x01 \x01(\v2\x17.baton.v1.GenerateEventR\x05event\"F\n" +
 	"\x0fCompleteRequest\x123\n" +
-	"\arequest\x18\x01 \x01(\v2\x19.baton.v1.GenerateRequestR\arequest\"\xef\x02\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.baton.v1.GenerateRequestR\arequest\"\xa3\x03\n" +
 	"\x10CompleteResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
@@ -528,7 +629,17 @@ const file_baton_v1_router_proto_rawDesc = "" +
 	"\vstop_reason\x18\a \x01(\tR\n" +
 	"stopReason\x12%\n" +
 	"\x05usage\x18\b \x01(\v2\x0f.baton.v1.UsageR\x05usage\x12(\n" +
-	"\x06timing\x18\t \x01(\v2\x10.baton.v1.TimingR\x06timing\"\x13\n" +
+	"\x06timing\x18\t \x01(\v2\x10.baton.v1.TimingR\x06timing\x122\n" +
+	"\achoices\x18\n" +
+	" \x03(\v2\x18.baton.v1.CompleteChoiceR\achoices\"\xe9\x01\n" +
+	"\x0eCompleteChoice\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x1b\n" +
+	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x122\n" +
+	"\blogprobs\x18\x04 \x03(\v2\x16.baton.v1.TokenLogprobR\blogprobs\x12;\n" +
+	"\rfinish_reason\x18\x05 \x01(\x0e2\x16.baton.v1.FinishReasonR\ffinishReason\x12\x1f\n" +
+	"\vstop_reason\x18\x06 \x01(\tR\n" +
+	"stopReason\"\x13\n" +
 	"\x11ListModelsRequest\"U\n" +
 	"\x12ListModelsResponse\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12'\n" +
@@ -562,52 +673,56 @@ func file_baton_v1_router_proto_rawDescGZIP() []byte {
 	return file_baton_v1_router_proto_rawDescData
 }
 
-var file_baton_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_baton_v1_router_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_baton_v1_router_proto_goTypes = []any{
 	(*GenerateResponse)(nil),     // 0: baton.v1.GenerateResponse
 	(*CompleteRequest)(nil),      // 1: baton.v1.CompleteRequest
 	(*CompleteResponse)(nil),     // 2: baton.v1.CompleteResponse
-	(*ListModelsRequest)(nil),    // 3: baton.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 4: baton.v1.ListModelsResponse
-	(*ListRequestsRequest)(nil),  // 5: baton.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil), // 6: baton.v1.ListRequestsResponse
-	(*AbortRequest)(nil),         // 7: baton.v1.AbortRequest
-	(*AbortResponse)(nil),        // 8: baton.v1.AbortResponse
-	(*GenerateEvent)(nil),        // 9: baton.v1.GenerateEvent
-	(*GenerateRequest)(nil),      // 10: baton.v1.GenerateRequest
-	(*TokenLogprob)(nil),         // 11: baton.v1.TokenLogprob
-	(FinishReason)(0),            // 12: baton.v1.FinishReason
-	(*Usage)(nil),                // 13: baton.v1.Usage
-	(*Timing)(nil),               // 14: baton.v1.Timing
-	(*ModelInfo)(nil),            // 15: baton.v1.ModelInfo
-	(*RequestInfo)(nil),          // 16: baton.v1.RequestInfo
-	(RequestState)(0),            // 17: baton.v1.RequestState
+	(*CompleteChoice)(nil),       // 3: baton.v1.CompleteChoice
+	(*ListModelsRequest)(nil),    // 4: baton.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),   // 5: baton.v1.ListModelsResponse
+	(*ListRequestsRequest)(nil),  // 6: baton.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil), // 7: baton.v1.ListRequestsResponse
+	(*AbortRequest)(nil),         // 8: baton.v1.AbortRequest
+	(*AbortResponse)(nil),        // 9: baton.v1.AbortResponse
+	(*GenerateEvent)(nil),        // 10: baton.v1.GenerateEvent
+	(*GenerateRequest)(nil),      // 11: baton.v1.GenerateRequest
+	(*TokenLogprob)(nil),         // 12: baton.v1.TokenLogprob
+	(FinishReason)(0),            // 13: baton.v1.FinishReason
+	(*Usage)(nil),                // 14: baton.v1.Usage
+	(*Timing)(nil),               // 15: baton.v1.Timing
+	(*ModelInfo)(nil),            // 16: baton.v1.ModelInfo
+	(*RequestInfo)(nil),          // 17: baton.v1.RequestInfo
+	(RequestState)(0),            // 18: baton.v1.RequestState
 }
 var file_baton_v1_router_proto_depIdxs = []int32{
-	9,  // 0: baton.v1.GenerateResponse.event:type_name -> baton.v1.GenerateEvent
-	10, // 1: baton.v1.CompleteRequest.request:type_name -> baton.v1.GenerateRequest
-	11, // 2: baton.v1.CompleteResponse.logprobs:type_name -> baton.v1.TokenLogprob
-	12, // 3: baton.v1.CompleteResponse.finish_reason:type_name -> baton.v1.FinishReason
-	13, // 4: baton.v1.CompleteResponse.usage:type_name -> baton.v1.Usage
-	14, // 5: baton.v1.CompleteResponse.timing:type_name -> baton.v1.Timing
-	15, // 6: baton.v1.ListModelsResponse.data:type_name -> baton.v1.ModelInfo
-	16, // 7: baton.v1.ListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
-	17, // 8: baton.v1.AbortResponse.state:type_name -> baton.v1.RequestState
-	10, // 9: baton.v1.RouterService.Generate:input_type -> baton.v1.GenerateRequest
-	1,  // 10: baton.v1.RouterService.Complete:input_type -> baton.v1.CompleteRequest
-	3,  // 11: baton.v1.RouterService.ListModels:input_type -> baton.v1.ListModelsRequest
-	5,  // 12: baton.v1.RouterService.ListRequests:input_type -> baton.v1.ListRequestsRequest
-	7,  // 13: baton.v1.RouterService.Abort:input_type -> baton.v1.AbortRequest
-	0,  // 14: baton.v1.RouterService.Generate:output_type -> baton.v1.GenerateResponse
-	2,  // 15: baton.v1.RouterService.Complete:output_type -> baton.v1.CompleteResponse
-	4,  // 16: baton.v1.RouterService.ListModels:output_type -> baton.v1.ListModelsResponse
-	6,  // 17: baton.v1.RouterService.ListRequests:output_type -> baton.v1.ListRequestsResponse
-	8,  // 18: baton.v1.RouterService.Abort:output_type -> baton.v1.AbortResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 0: baton.v1.GenerateResponse.event:type_name -> baton.v1.GenerateEvent
+	11, // 1: baton.v1.CompleteRequest.request:type_name -> baton.v1.GenerateRequest
+	12, // 2: baton.v1.CompleteResponse.logprobs:type_name -> baton.v1.TokenLogprob
+	13, // 3: baton.v1.CompleteResponse.finish_reason:type_name -> baton.v1.FinishReason
+	14, // 4: baton.v1.CompleteResponse.usage:type_name -> baton.v1.Usage
+	15, // 5: baton.v1.CompleteResponse.timing:type_name -> baton.v1.Timing
+	3,  // 6: baton.v1.CompleteResponse.choices:type_name -> baton.v1.CompleteChoice
+	12, // 7: baton.v1.CompleteChoice.logprobs:type_name -> baton.v1.TokenLogprob
+	13, // 8: baton.v1.CompleteChoice.finish_reason:type_name -> baton.v1.FinishReason
+	16, // 9: baton.v1.ListModelsResponse.data:type_name -> baton.v1.ModelInfo
+	17, // 10: baton.v1.ListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
+	18, // 11: baton.v1.AbortResponse.state:type_name -> baton.v1.RequestState
+	11, // 12: baton.v1.RouterService.Generate:input_type -> baton.v1.GenerateRequest
+	1,  // 13: baton.v1.RouterService.Complete:input_type -> baton.v1.CompleteRequest
+	4,  // 14: baton.v1.RouterService.ListModels:input_type -> baton.v1.ListModelsRequest
+	6,  // 15: baton.v1.RouterService.ListRequests:input_type -> baton.v1.ListRequestsRequest
+	8,  // 16: baton.v1.RouterService.Abort:input_type -> baton.v1.AbortRequest
+	0,  // 17: baton.v1.RouterService.Generate:output_type -> baton.v1.GenerateResponse
+	2,  // 18: baton.v1.RouterService.Complete:output_type -> baton.v1.CompleteResponse
+	5,  // 19: baton.v1.RouterService.ListModels:output_type -> baton.v1.ListModelsResponse
+	7,  // 20: baton.v1.RouterService.ListRequests:output_type -> baton.v1.ListRequestsResponse
+	9,  // 21: baton.v1.RouterService.Abort:output_type -> baton.v1.AbortResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_router_proto_init() }
@@ -622,7 +737,7 @@ func file_baton_v1_router_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_router_proto_rawDesc), len(file_baton_v1_router_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

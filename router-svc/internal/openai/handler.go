@@ -71,6 +71,9 @@ type Limits struct {
 	// so that a client that stops reading cannot hold the stream's
 	// goroutine and connection past it. 0: no bound.
 	RequestTimeout time.Duration
+	// MaxN bounds n, the choices of one request (the router's --max-n);
+	// 0 means apiconv.DefaultMaxN.
+	MaxN int
 }
 
 // Options configure a Handler.
@@ -132,8 +135,11 @@ func New(gen Generator, opts Options) (*Handler, error) {
 		return nil, errors.New("openai: the model has no tokenizer")
 	case m.ID == "" || m.ContextLength < 2:
 		return nil, fmt.Errorf("openai: model %q with context length %d", m.ID, m.ContextLength)
-	case opts.Limits.MaxBodyBytes <= 0 || opts.Limits.DefaultMaxTokens < 1 || opts.Limits.MaxPromptTokens < 0 || opts.Limits.MaxNewTokens < 0:
+	case opts.Limits.MaxBodyBytes <= 0 || opts.Limits.DefaultMaxTokens < 1 || opts.Limits.MaxPromptTokens < 0 || opts.Limits.MaxNewTokens < 0 || opts.Limits.MaxN < 0:
 		return nil, fmt.Errorf("openai: invalid limits %+v", opts.Limits)
+	}
+	if opts.Limits.MaxN == 0 {
+		opts.Limits.MaxN = apiconv.DefaultMaxN
 	}
 	h := &Handler{gen: gen, model: m, limits: opts.Limits, tmpl: opts.Template, keys: opts.Keys, log: opts.Logger,
 		refused: opts.Refused, lenient: opts.Lenient,
@@ -227,6 +233,7 @@ type job struct {
 	req          *batonv1.GenerateRequest
 	stream       bool
 	includeUsage bool
+	n            int        // choices (n), at least 1
 	promptParam  string     // "prompt" or "messages"
 	tools        *toolSetup // the chat request's tools; nil: none
 	// markers are the tool-call marker tokens put back into the text
@@ -257,7 +264,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, j, herr)
 		return
 	}
-	h.serve(w, r, j, &completionFormat{h: h, j: j, logprobs: in.Logprobs != nil})
+	h.serve(w, r, j, j.formats(func() format { return &completionFormat{h: h, j: j, logprobs: in.Logprobs != nil} }))
 }
 
 // chatCompletions serves POST /v1/chat/completions.
@@ -271,7 +278,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, j, herr)
 		return
 	}
-	h.serve(w, r, j, &chatFormat{h: h, j: j, logprobs: in.Logprobs != nil && *in.Logprobs})
+	h.serve(w, r, j, j.formats(func() format { return &chatFormat{h: h, j: j, logprobs: in.Logprobs != nil && *in.Logprobs} }))
 }
 
 // decode reads and decodes the body into v and starts the job.
@@ -338,8 +345,8 @@ var errNoFinish = status.Error(codes.Internal, "generation ended without a finis
 type format interface {
 	// whole is the non-streaming response.
 	whole(o *output) any
-	// opening is the first chunk of a stream, or nil.
-	opening() any
+	// opening are the first chunks of a stream, or nil.
+	opening() []any
 	// chunks are the stream chunks for one event (the last event's include
 	// its finish reason).
 	chunks(ev *batonv1.GenerateEvent) []any
@@ -382,7 +389,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 		}
 		return fromStatus(err, j.promptParam)
 	}
-	out := &output{}
+	out := newOutput(j.n)
 	if !j.stream {
 		err := h.gen.Generate(ctx, j.req, func(ev *batonv1.GenerateEvent) error {
 			if ev.GetFinishReason() == batonv1.FinishReason_FINISH_REASON_ABORT {
@@ -426,7 +433,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, j *job, f format
 			if err := s.start(); err != nil {
 				return err // the request has ended: answered with its status
 			}
-			if c := f.opening(); c != nil {
+			for _, c := range f.opening() {
 				if err := s.send(c); err != nil {
 					return err
 				}

@@ -19,9 +19,27 @@ type output struct {
 	promptLogprobs []*batonv1.TokenLogprob
 	finish         batonv1.FinishReason
 	evUsage        *batonv1.Usage
+	// choices are each choice's events when n > 1 (this output gathers
+	// them all); nil for n = 1.
+	choices []*output
+}
+
+// newOutput gathers the events of a request for n choices.
+func newOutput(n int) *output {
+	o := &output{}
+	if n > 1 {
+		o.choices = make([]*output, n)
+		for k := range o.choices {
+			o.choices[k] = &output{}
+		}
+	}
+	return o
 }
 
 func (o *output) add(ev *batonv1.GenerateEvent) {
+	if k := int(ev.GetIndex()); o.choices != nil && k < len(o.choices) {
+		o.choices[k].add(ev)
+	}
 	if len(ev.GetPromptTokenIds()) > 0 {
 		o.promptIDs = ev.GetPromptTokenIds()
 	}
@@ -31,7 +49,10 @@ func (o *output) add(ev *batonv1.GenerateEvent) {
 	o.promptLogprobs = append(o.promptLogprobs, ev.GetPromptLogprobs()...)
 	if f := ev.GetFinishReason(); f != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
 		o.finish = f
-		o.evUsage = ev.GetUsage()
+		// n > 1: the stream's last event carries the request's usage.
+		if u := ev.GetUsage(); u != nil || o.choices == nil {
+			o.evUsage = u
+		}
 	}
 }
 
@@ -271,7 +292,7 @@ func (f *completionFormat) whole(o *output) any {
 	return obj
 }
 
-func (f *completionFormat) opening() any { return nil }
+func (f *completionFormat) opening() []any { return nil }
 
 func (f *completionFormat) chunks(ev *batonv1.GenerateEvent) []any {
 	var out []any
@@ -439,9 +460,9 @@ func (f *chatFormat) chunk(c chatChoice) *chatObject {
 }
 
 // opening announces the assistant's turn, as OpenAI's first chunk does.
-func (f *chatFormat) opening() any {
+func (f *chatFormat) opening() []any {
 	empty := ""
-	return f.chunk(chatChoice{Delta: &chatDelta{Role: "assistant", Content: &empty}})
+	return []any{f.chunk(chatChoice{Delta: &chatDelta{Role: "assistant", Content: &empty}})}
 }
 
 func (f *chatFormat) chunks(ev *batonv1.GenerateEvent) []any {

@@ -30,8 +30,13 @@ func (h *Handler) prepareCommon(c *commonRequest, j *job) *httpError {
 	if c.Model != "" && c.Model != h.model.ID {
 		return h.unknownModel(c.Model)
 	}
-	if c.N != nil && *c.N != 1 {
-		return invalid("n", "n = %d: only n = 1 is supported; send separate requests for more choices", *c.N)
+	j.n = 1
+	if c.N != nil {
+		// OpenAI refuses n < 1 too ("0 is less than the minimum of 1").
+		if *c.N < 1 || *c.N > int64(h.limits.MaxN) {
+			return invalid("n", "n = %d: want 1-%d choices (--max-n)", *c.N, h.limits.MaxN)
+		}
+		j.n = int(*c.N)
 	}
 	if c.StreamOptions != nil && !c.Stream {
 		return invalid("stream_options", "stream_options is only allowed when stream is true")
@@ -43,6 +48,9 @@ func (h *Handler) prepareCommon(c *commonRequest, j *job) *httpError {
 
 	sp := &batonv1.SamplingParams{IgnoreEos: c.IgnoreEOS}
 	j.req.Sampling = sp
+	if j.n > 1 {
+		sp.N = proto.Uint32(uint32(j.n))
+	}
 	bias, herr := h.parseLogitBias(c.LogitBias)
 	if herr != nil {
 		return herr
@@ -139,7 +147,10 @@ func (h *Handler) prepareCompletion(in *completionRequest, j *job) *httpError {
 	}
 	switch {
 	case in.BestOf != nil && *in.BestOf != 1:
-		return invalid("best_of", "best_of = %d: only 1 is supported", *in.BestOf)
+		return invalid("best_of", "best_of = %d: only 1 is supported (use n for several choices)", *in.BestOf)
+	case in.BestOf != nil && j.n > 1:
+		// OpenAI: best_of must be at least n; Baton does not rank choices.
+		return invalid("best_of", "best_of = 1 with n = %d: best_of must be at least n, and only best_of = 1 is supported; omit best_of", j.n)
 	case in.Suffix != nil && *in.Suffix != "":
 		return invalid("suffix", "suffix is not supported (Baton does not insert text between a prompt and a suffix)")
 	}

@@ -13,12 +13,14 @@ import (
 
 	"github.com/baton-serving/baton/router-svc/internal/openai"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/apiconv"
 )
 
 // limitFlags are the router's request limits and API options.
 type limitFlags struct {
 	maxPromptTokens    int
 	maxNewTokens       int
+	maxN               int
 	maxConcurrent      int
 	maxPerClient       int
 	requestTimeout     time.Duration
@@ -44,6 +46,7 @@ const (
 func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.maxPromptTokens, "max-prompt-tokens", 0, "longest prompt accepted, in tokens (0: up to the context window less one)")
 	fs.IntVar(&l.maxNewTokens, "max-new-tokens-limit", 0, "most tokens one request may ask to generate (0: up to the context window)")
+	fs.IntVar(&l.maxN, "max-n", apiconv.DefaultMaxN, "most continuations one request may ask for (sampling.n, the OpenAI API's n); more are refused with INVALID_ARGUMENT / HTTP 400 naming n")
 	fs.IntVar(&l.maxConcurrent, "max-concurrent-requests", defaultMaxConcurrent, "requests run at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no limit)")
 	fs.IntVar(&l.maxPerClient, "max-inflight-per-client", defaultMaxPerClient, "requests one client address (host, any port; a REST client's own, not the gateway's) may have in flight at once over all APIs; more are refused with RESOURCE_EXHAUSTED / HTTP 429 and Retry-After (0: no cap; set 0 or raise it behind a proxy that hides client addresses)")
 	fs.DurationVar(&l.requestTimeout, "request-timeout", defaultRequestTimeout, "longest a request may run, arrival to last token; it travels to the workers as the gRPC deadline (0: no limit)")
@@ -56,6 +59,9 @@ func (l *limitFlags) addFlags(fs *flag.FlagSet) {
 }
 
 func (l *limitFlags) validate(maxNewDefault int) error {
+	if err := apiconv.CheckMaxN(l.maxN); err != nil {
+		return err
+	}
 	switch {
 	case l.maxPromptTokens < 0:
 		return fmt.Errorf("--max-prompt-tokens: %d, want ≥ 0", l.maxPromptTokens)

@@ -49,29 +49,57 @@ func (s *Service) Generate(in *batonv1.GenerateRequest, stream batonv1.RouterSer
 	return out.finish(ctx, err)
 }
 
-// Complete returns a whole completion.
+// Complete returns a whole completion: with sampling.n > 1, every choice in
+// choices (by index) and choice 0 in the top-level fields.
 func (s *Service) Complete(ctx context.Context, in *batonv1.CompleteRequest) (*batonv1.CompleteResponse, error) {
 	out := &batonv1.CompleteResponse{}
-	var text strings.Builder
+	n := max(int(in.GetRequest().GetSampling().GetN()), 1)
+	// prepare refuses an n beyond --max-n before the first event; until
+	// then no choice is made.
+	var choices []*batonv1.CompleteChoice
+	var text []strings.Builder
 	err := s.run(ctx, in.GetRequest(), func(ev *batonv1.GenerateEvent) error {
+		if choices == nil {
+			choices, text = make([]*batonv1.CompleteChoice, n), make([]strings.Builder, n)
+			for k := range choices {
+				choices[k] = &batonv1.CompleteChoice{Index: uint32(k)}
+			}
+		}
 		if out.RequestId == "" {
 			out.RequestId = ev.GetRequestId()
 		}
 		if len(ev.GetPromptTokenIds()) > 0 {
 			out.PromptTokenIds = ev.GetPromptTokenIds()
 		}
-		out.TokenIds = append(out.TokenIds, ev.GetTokenIds()...)
-		text.WriteString(ev.GetText())
-		out.Logprobs = append(out.Logprobs, ev.GetLogprobs()...)
+		k := int(ev.GetIndex())
+		if k >= n {
+			return &workerFault{status.Errorf(codes.Internal, "an event of choice %d of a request for %d", k, n)}
+		}
+		c := choices[k]
+		c.TokenIds = append(c.TokenIds, ev.GetTokenIds()...)
+		text[k].WriteString(ev.GetText())
+		c.Logprobs = append(c.Logprobs, ev.GetLogprobs()...)
 		if ev.GetFinishReason() != batonv1.FinishReason_FINISH_REASON_UNSPECIFIED {
-			out.FinishReason, out.StopReason, out.Usage, out.Timing = ev.GetFinishReason(), ev.GetStopReason(), ev.GetUsage(), ev.GetTiming()
+			c.FinishReason, c.StopReason = ev.GetFinishReason(), ev.GetStopReason()
+		}
+		if ev.GetUsage() != nil {
+			out.Usage, out.Timing = ev.GetUsage(), ev.GetTiming()
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	out.Text = text.String()
+	for k, c := range choices {
+		c.Text = text[k].String()
+	}
+	if len(choices) > 0 {
+		c := choices[0]
+		out.TokenIds, out.Text, out.Logprobs, out.FinishReason, out.StopReason = c.TokenIds, c.Text, c.Logprobs, c.FinishReason, c.StopReason
+	}
+	if n > 1 {
+		out.Choices = choices
+	}
 	return out, nil
 }
 

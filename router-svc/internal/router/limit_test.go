@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -49,6 +50,9 @@ func TestLimitFlags(t *testing.T) {
 		{[]string{"--max-inflight-per-client", "0"}, ""},
 		{[]string{"--request-timeout", "-1s"}, "--request-timeout"},
 		{[]string{"--max-body-bytes", "10"}, "--max-body-bytes"},
+		{[]string{"--max-n", "0"}, "--max-n: 0"},
+		{[]string{"--max-n", "129"}, "--max-n: 129"},
+		{[]string{"--max-n", "1"}, ""},
 	}
 	for _, c := range cases {
 		s := New()
@@ -67,7 +71,7 @@ func TestLimitFlags(t *testing.T) {
 	s.AddFlags(fs)
 	_ = fs.Parse(nil)
 	if s.limits.maxConcurrent != defaultMaxConcurrent || s.limits.requestTimeout != defaultRequestTimeout || s.limits.maxBodyBytes != defaultMaxBodyBytes ||
-		s.limits.maxPerClient != defaultMaxPerClient {
+		s.limits.maxPerClient != defaultMaxPerClient || s.limits.maxN != apiconv.DefaultMaxN {
 		t.Errorf("defaults = %+v", s.limits)
 	}
 }

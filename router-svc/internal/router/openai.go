@@ -66,7 +66,7 @@ func (s *Service) registerOpenAI(srv *svckit.Server) error {
 			Fingerprint: s.fingerprint, ContextLength: s.cfg.ContextLength, Tokenizer: s.tok},
 		Limits: openai.Limits{MaxBodyBytes: s.limits.maxBodyBytes, MaxPromptTokens: s.limits.maxPromptTokens,
 			DefaultMaxTokens: s.maxNewTokens, MaxNewTokens: s.limits.maxNewTokens,
-			WriteTimeout: s.limits.clientWriteTimeout, RequestTimeout: s.limits.requestTimeout},
+			WriteTimeout: s.limits.clientWriteTimeout, RequestTimeout: s.limits.requestTimeout, MaxN: s.limits.maxN},
 		Template: s.chatTemplate,
 		Keys:     s.keys,
 		Logger:   s.logger,

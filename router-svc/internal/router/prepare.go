@@ -93,6 +93,9 @@ func (s *Service) prepare(in *batonv1.GenerateRequest) (*batonv1.GenerateRequest
 	if _, err := apiconv.StopTokenIDs(sp, vocab); err != nil {
 		return nil, bad("%v", err)
 	}
+	if _, err := apiconv.Choices(sp, s.limits.maxN); err != nil {
+		return nil, bad("%v", err)
+	}
 	// A grammar or schema the constrained decoder cannot follow is refused
 	// here, naming the field (and the schema keyword), not by the workers.
 	// A schema travels compiled, as the grammar the workers would make of

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"github.com/baton-serving/baton/router-svc/internal/openai"
+	"github.com/baton-serving/baton/svckit/apiconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,7 @@ func testRouter(t *testing.T) *Service {
 		t.Fatal(err)
 	}
 	s.modelID, s.maxNewTokens = "stories260K", 256
+	s.limits.maxN = apiconv.DefaultMaxN
 	s.maxTokenBytes = openai.MaxTokenBytes(s.tok)
 	return s
 }
@@ -61,6 +63,11 @@ func TestPrepare(t *testing.T) {
 	req, err = s.prepare(&batonv1.GenerateRequest{})
 	if err != nil || len(req.GetPromptTokenIds()) != 1 {
 		t.Errorf("empty prompt: %v, %v", req.GetPromptTokenIds(), err)
+	}
+	// n up to --max-n passes, unchanged.
+	req, err = s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{N: proto.Uint32(16)}})
+	if err != nil || req.GetSampling().GetN() != 16 {
+		t.Errorf("n = 16: %v, %v", req.GetSampling(), err)
 	}
 	// The client's seed is kept.
 	req, _ = s.prepare(&batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{Seed: proto.Uint64(9)}})
@@ -91,6 +98,8 @@ func TestPrepareRejects(t *testing.T) {
 		{"logit_bias id beyond vocabulary", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: 1, 512: 1}}}, codes.InvalidArgument, "sampling.logit_bias[512]"},
 		{"logit_bias above 100", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: 100.5}}}, codes.InvalidArgument, "sampling.logit_bias[3]"},
 		{"logit_bias NaN", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: map[uint32]float32{3: float32(math.NaN())}}}, codes.InvalidArgument, "sampling.logit_bias[3]"},
+		{"n 0", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{N: proto.Uint32(0)}}, codes.InvalidArgument, "sampling.n = 0"},
+		{"n above --max-n", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{N: proto.Uint32(17)}}, codes.InvalidArgument, "sampling.n = 17"},
 		{"logit_bias too many", &batonv1.GenerateRequest{Prompt: "x", Sampling: &batonv1.SamplingParams{LogitBias: manyBiases(1025)}}, codes.InvalidArgument, "sampling.logit_bias = 1025 entries"},
 	}
 	for _, c := range cases {
