@@ -86,6 +86,9 @@ type RequestRep struct {
 	// KVTransferBytes crossed from prefill to decode for the prompt
 	// (gRPC only; 0 colocated).
 	KVTransferBytes *uint64 `json:"kv_transfer_bytes,omitempty"`
+	// ServerStagesMS is where the server says the request's time went
+	// (gRPC only).
+	ServerStagesMS *StagesMS `json:"server_stages_ms,omitempty"`
 	// Conversation and Turn place a multi-turn request.
 	Conversation *int   `json:"conversation,omitempty"`
 	Turn         *int   `json:"turn,omitempty"`
@@ -113,6 +116,17 @@ func newReport(o options, m backend.Model) *Report {
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// StagesMS are a request's per-stage server times in milliseconds
+// (Timing's fields: decode's page reservation, prefill's queue and compute,
+// the KV transfer and decoding).
+type StagesMS struct {
+	PreallocWait float64 `json:"prealloc_wait"`
+	PrefillQueue float64 `json:"prefill_queue"`
+	Prefill      float64 `json:"prefill"`
+	KVTransfer   float64 `json:"kv_transfer"`
+	Decode       float64 `json:"decode"`
+}
 
 // newRun makes a run's report of its samples; ps and results are indexed
 // by Sample.Index.
@@ -147,6 +161,10 @@ func newRun(rate float64, conc int, samples []measure.Sample, start, end time.Ti
 			if res.HasKVTransferBytes {
 				b := res.KVTransferBytes
 				r.KVTransferBytes = &b
+			}
+			if st := res.Stages; st != nil {
+				r.ServerStagesMS = &StagesMS{PreallocWait: 1000 * st.PreallocWait, PrefillQueue: 1000 * st.PrefillQueue,
+					Prefill: 1000 * st.Prefill, KVTransfer: 1000 * st.KVTransfer, Decode: 1000 * st.Decode}
 			}
 		}
 		if k := s.Index; multiTurn && k < len(ps) {

@@ -42,6 +42,14 @@ type Result struct {
 	// decode for the prompt (gRPC timing); valid when HasKVTransferBytes.
 	KVTransferBytes    uint64
 	HasKVTransferBytes bool
+	// Stages is where the server says the request's time went (gRPC
+	// timing), nil when it does not say.
+	Stages *Stages
+}
+
+// Stages are the server's per-stage times of one request, in seconds.
+type Stages struct {
+	PreallocWait, PrefillQueue, Prefill, KVTransfer, Decode float64
 }
 
 // OnChunk is called, on the goroutine that called Generate, as each chunk of

@@ -221,7 +221,7 @@ func TestGRPCGenerate(t *testing.T) {
 		{TokenIds: []uint32{8, 9}, Text: ""},
 		{TokenIds: []uint32{4}, FinishReason: batonv1.FinishReason_FINISH_REASON_LENGTH,
 			Usage:  &batonv1.Usage{PromptTokens: 3, CompletionTokens: 4, CachedTokens: 2},
-			Timing: &batonv1.Timing{TimeToFirstTokenSeconds: 0.125, KvTransferBytes: 4096}},
+			Timing: &batonv1.Timing{TimeToFirstTokenSeconds: 0.125, KvTransferBytes: 4096, PrefillSeconds: 0.25, KvTransferSeconds: 0.0625}},
 	}}
 	b, err := New(Options{Kind: "grpc", Addr: startRouter(t, s), APIKey: "k"})
 	if err != nil {
@@ -238,7 +238,8 @@ func TestGRPCGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := (Result{InputTokens: 3, OutputTokens: 4, ServerTTFT: 0.125, FinishReason: "length",
-		CachedTokens: 2, KVTransferBytes: 4096, HasKVTransferBytes: true}); res != want {
+		CachedTokens: 2, KVTransferBytes: 4096, HasKVTransferBytes: true, Stages: res.Stages}); res != want || res.Stages == nil ||
+		*res.Stages != (Stages{Prefill: 0.25, KVTransfer: 0.0625}) {
 		t.Errorf("Result = %+v, want %+v", res, want)
 	}
 	if !reflect.DeepEqual(got, []int{1, 2, 1}) {

@@ -104,6 +104,8 @@ func (g *GRPC) Generate(ctx context.Context, req Request, onChunk OnChunk) (Resu
 		res.ServerTTFT = ev.GetTiming().GetTimeToFirstTokenSeconds()
 		if tm := ev.GetTiming(); tm != nil {
 			res.KVTransferBytes, res.HasKVTransferBytes = tm.GetKvTransferBytes(), true
+			res.Stages = &Stages{PreallocWait: tm.GetPreallocWaitSeconds(), PrefillQueue: tm.GetPrefillQueueSeconds(),
+				Prefill: tm.GetPrefillSeconds(), KVTransfer: tm.GetKvTransferSeconds(), Decode: tm.GetDecodeSeconds()}
 		}
 		if u := ev.GetUsage(); u != nil {
 			res.InputTokens, res.OutputTokens = int(u.GetPromptTokens()), int(u.GetCompletionTokens())
