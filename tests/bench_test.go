@@ -37,6 +37,9 @@ type benchResult struct {
 		E2E               benchDist `json:"e2e"`
 		Good              int       `json:"good_requests"`
 		Goodput           float64   `json:"goodput"`
+		CachedTokens      int       `json:"cached_tokens"`
+		CacheHitRate      float64   `json:"cache_hit_rate"`
+		KVBytesPerRequest *float64  `json:"kv_transfer_bytes_per_request"`
 		Requests          []struct {
 			InputTokens  int       `json:"input_tokens"`
 			OutputTokens int       `json:"output_tokens"`
@@ -45,6 +48,10 @@ type benchResult struct {
 			E2EMS        float64   `json:"e2e_ms"`
 			ITLMS        []float64 `json:"itl_ms"`
 			ServerTTFTMS *float64  `json:"server_ttft_ms"`
+			CachedTokens int       `json:"cached_tokens"`
+			KVBytes      *uint64   `json:"kv_transfer_bytes"`
+			Conversation *int      `json:"conversation"`
+			Turn         *int      `json:"turn"`
 			Error        string    `json:"error"`
 		} `json:"requests"`
 	} `json:"runs"`
@@ -289,4 +296,51 @@ func TestBenchOpenAI(t *testing.T) {
 	}
 	run.TTFT.check(t, "ttft", 8)
 	run.E2E.check(t, "e2e", 8)
+}
+
+// TestBenchMultiTurn replays conversations through PD: every later turn
+// reuses the earlier turns' prompt at prefill (cached_tokens) and moves
+// fewer KV bytes than its whole prompt, since decode holds the pages its
+// previous turn left.
+func TestBenchMultiTurn(t *testing.T) {
+	model := refdata.Model(t)
+	c := startCluster(t, nil)
+	// 3 conversations of 3 turns: 16-token system prompts, 8-token
+	// messages and answers (prompts of 24, 40 and 56 tokens).
+	res := runBench(t, "--router", c.router.grpc, "--model", model, "--dataset", "multi-turn", "--num-conversations", "3",
+		"--num-turns", "3", "--prefix-len", "16", "--random-input-len", "8", "--random-output-len", "8",
+		"--think-time", "20ms", "--ignore-eos", "--warmup", "0", "--seed", "5")
+	run := res.Runs[0]
+	if run.Completed != 9 || run.Failed != 0 || len(run.Requests) != 9 {
+		t.Fatalf("%d completed, %d failed (%v)", run.Completed, run.Failed, run.Errors)
+	}
+	perToken := 0.0
+	for _, r := range run.Requests {
+		if r.Turn != nil && *r.Turn == 0 && r.KVBytes != nil {
+			perToken = float64(*r.KVBytes) / float64(r.InputTokens)
+		}
+	}
+	if perToken == 0 {
+		t.Fatal("no first turn reported its KV bytes")
+	}
+	for i, r := range run.Requests {
+		if r.Conversation == nil || r.Turn == nil || r.KVBytes == nil {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if want := 24 + 16**r.Turn; r.InputTokens != want {
+			t.Errorf("request %d (turn %d): %d prompt tokens, want %d", i, *r.Turn, r.InputTokens, want)
+		}
+		if *r.Turn == 0 {
+			continue
+		}
+		if r.CachedTokens == 0 {
+			t.Errorf("request %d (turn %d): prefill reused nothing of the earlier turns", i, *r.Turn)
+		}
+		if whole := perToken * float64(r.InputTokens); float64(*r.KVBytes) >= whole {
+			t.Errorf("request %d (turn %d): %d KV bytes moved, its whole prompt is %v", i, *r.Turn, *r.KVBytes, whole)
+		}
+	}
+	if run.CacheHitRate <= 0 || run.KVBytesPerRequest == nil {
+		t.Errorf("cache hit rate %v, KV bytes per request %v", run.CacheHitRate, run.KVBytesPerRequest)
+	}
 }
