@@ -81,19 +81,30 @@ func computing(before, after Progress) bool {
 	return after.StepRunning > 0 && after.StepExpected > 0 && after.StepRunning <= busyFactor*after.StepExpected
 }
 
-// stuck reports whether a worker's step in progress is far past its
-// expected time and has run for at least the probe's whole deadline: its
-// forward loop is frozen, so it admits, activates and computes nothing,
-// whatever its peer does. The expected time comes from a per-token speed
-// that the worker's recent steps set, which a decode step of one sequence
-// after steps of many outlasts several times over (a step costs about the
-// same whatever its batch); such a step, shorter than the deadline, cannot
-// be what made the probe late, so alone it is not a stall: without the
-// floor the only pair of a fleet serving conversations, whose batches
-// shrink and grow with think times, was quarantined (20 of 48 multi-turn
-// requests refused UNAVAILABLE in scripts/bench-prefix.sh's PD run).
-func stuck(p Progress, deadline time.Duration) bool {
-	return p.StepRunning > 0 && p.StepExpected > 0 && p.StepRunning > busyFactor*p.StepExpected && p.StepRunning >= deadline
+// stuck reports whether a worker's forward loop is frozen, so that it
+// admits, activates and computes nothing, whatever its peer does: its step
+// in progress is far past its expected time, and either no step completed
+// over the whole probe (before to after; okBefore false when the first
+// reading is unknown) or the step has run for at least the probe's
+// deadline.
+//
+// Far past its expected time is not enough alone. The expected time comes
+// from a per-token speed that the worker's recent steps set, which a
+// decode step of one sequence after steps of many outlasts several times
+// over (a step costs about the same whatever its batch); a worker that
+// completed other steps while the probe waited was not frozen for it:
+// without this the only pair of a fleet serving conversations, whose
+// batches shrink and grow with think times, was quarantined (20 of 48
+// multi-turn requests refused UNAVAILABLE in scripts/bench-prefix.sh's PD
+// run). Nor may the step's age alone decide it: an idle worker frozen in
+// the step that the probe's own request began, after the probe started,
+// is younger than the deadline at the deadline, and its peer's progress on
+// the same probe must not hide it (the chaos suite's stalled scheduler).
+func stuck(before, after Progress, okBefore bool, deadline time.Duration) bool {
+	if after.StepRunning <= 0 || after.StepExpected <= 0 || after.StepRunning <= busyFactor*after.StepExpected {
+		return false
+	}
+	return after.StepRunning >= deadline || (okBefore && after.Steps == before.Steps)
 }
 
 // Options configure a Tracker.
@@ -383,7 +394,7 @@ func (t *Tracker) busy(p Pair, stage Stage, before, after map[string]Progress) s
 		b, okB := before[addr]
 		a, okA := after[addr]
 		switch {
-		case okA && stuck(a, t.o.Timeout):
+		case okA && stuck(b, a, okB, t.o.Timeout):
 			return ""
 		case who == "" && okB && okA && computing(b, a):
 			role := "decode"

@@ -507,6 +507,14 @@ func TestTrackerBusyRule(t *testing.T) {
 			stepping, func(n int, _ time.Time) Progress {
 				return Progress{Steps: uint64(9 + n), StepRunning: 30 * time.Millisecond, StepExpected: 5 * time.Millisecond}
 			}, false, ResultBusy},
+		// An idle decode frozen in the step the probe's own request
+		// began: the step is younger than the deadline, but no step
+		// completed while the probe waited, and prefill's progress on the
+		// same probe does not hide it.
+		{"first token awaited, prefill busy, idle decode frozen in the probe's own step", StageFirstToken,
+			stepping, func(int, time.Time) Progress {
+				return Progress{Steps: 1, StepRunning: 40 * time.Millisecond, StepExpected: 5 * time.Millisecond}
+			}, false, ResultTimeout},
 		{"admission awaited, only prefill computes", StageAdmission,
 			stepping, idle, false, ResultTimeout},
 		// Decode frozen in another request's step cannot reserve or
