@@ -77,8 +77,15 @@ const (
 	// AttrKVPagesHeld: leading prompt pages decode's prefix cache already
 	// held, so that prefill did not send them.
 	AttrKVPagesHeld = attribute.Key("baton.kv.pages_held")
-	AttrBatchSeqs   = attribute.Key("baton.batch.seqs")   // sequences in a forward step
-	AttrBatchTokens = attribute.Key("baton.batch.tokens") // tokens in a forward step, all sequences
+	// AttrRoutePrefixPages: the prompt's full leading pages a worker's
+	// prefix cache could supply; AttrRouteDecodeHeld and
+	// AttrRoutePrefillHeld: those the chosen decode and prefill workers
+	// held by the router's index of their caches.
+	AttrRoutePrefixPages = attribute.Key("baton.route.prefix_pages")
+	AttrRouteDecodeHeld  = attribute.Key("baton.route.decode_pages_held")
+	AttrRoutePrefillHeld = attribute.Key("baton.route.prefill_pages_held")
+	AttrBatchSeqs        = attribute.Key("baton.batch.seqs")   // sequences in a forward step
+	AttrBatchTokens      = attribute.Key("baton.batch.tokens") // tokens in a forward step, all sequences
 	// AttrStage and AttrReason describe an EventAbort: the span name of
 	// the stage the request was in, and why it ended.
 	AttrStage  = attribute.Key("stage")

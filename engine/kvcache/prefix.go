@@ -46,6 +46,7 @@ type prefixCache struct {
 	entries   map[PageID]*cacheEntry
 	lru       list.List // of PageID, least recently used first
 	evictions uint64
+	log       eventLog // keys stored and evicted, for routers' indexes
 }
 
 // PrefixSeed returns the parent key of a sequence's first page for a model
@@ -194,6 +195,7 @@ func (p *Pool) evictOne() bool {
 	delete(c.entries, id)
 	delete(c.byHash, e.hash)
 	c.evictions++
+	c.log.add(e.hash, false)
 	// The cache's reference was the last one.
 	p.refs[id] = 0
 	p.free = append(p.free, id)
@@ -306,6 +308,7 @@ func (p *Pool) Insert(tokens []int32, pages []PageID) int {
 		}
 		c.byHash[h] = id
 		c.entries[id] = &cacheEntry{hash: h, parent: parent, tokens: slices.Clone(page)}
+		c.log.add(h, true)
 		if p.refs[id] == 1 {
 			p.shared++
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/workerapi"
 	"github.com/baton-serving/baton/tracing"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -222,6 +223,10 @@ func (h *Host) Load(ctx context.Context) *batonv1.LoadReport {
 	}
 	return lr
 }
+
+// CacheLog is the pool's prefix cache, which the router's WatchLoad may
+// follow (WorkerService).
+func (h *Host) CacheLog() workerapi.CacheLog { return h.Pool }
 
 // Requests lists the scheduler's requests, oldest first (WorkerService).
 func (h *Host) Requests() []*batonv1.RequestInfo {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,6 +21,21 @@ type Source interface {
 	Load(ctx context.Context) *batonv1.LoadReport
 	// Requests lists in-flight requests, oldest first.
 	Requests() []*batonv1.RequestInfo
+}
+
+// CacheLog is a worker's prefix cache as WatchLoad follows it
+// (*kvcache.Pool).
+type CacheLog interface {
+	CacheInfo() kvcache.CacheInfo
+	CacheSnapshot() (hashes []kvcache.Hash, next uint64)
+	CacheEventsSince(seq uint64, max int) (events []kvcache.CacheEvent, next uint64, ok bool)
+}
+
+// CacheSource is a Source with a prefix cache that the router may follow
+// (WatchLoadRequest.cache_events). A Source without one reports its cache
+// as off.
+type CacheSource interface {
+	CacheLog() CacheLog
 }
 
 // Service is the WorkerService over a Source.
@@ -68,7 +84,8 @@ func (s *Service) GetLoad(ctx context.Context, _ *batonv1.GetLoadRequest) (*bato
 const MinWatchInterval = 50 * time.Millisecond
 
 // WatchLoad sends a report at once and then every interval until the caller
-// goes away.
+// goes away; with cache_events, each report carries the prefix cache's
+// changes since the one before (the first, a snapshot).
 func (s *Service) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.WorkerService_WatchLoadServer) error {
 	every := time.Duration(req.GetIntervalMs()) * time.Millisecond
 	if every == 0 {
@@ -77,11 +94,22 @@ func (s *Service) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.Worker
 	if every < MinWatchInterval {
 		return status.Errorf(codes.InvalidArgument, "interval_ms: must be at least %d, got %d", MinWatchInterval.Milliseconds(), req.GetIntervalMs())
 	}
+	var cw *cacheWatch
+	if req.GetCacheEvents() {
+		cw = &cacheWatch{}
+		if cs, ok := s.src.(CacheSource); ok {
+			cw.log = cs.CacheLog()
+		}
+	}
 	ctx := stream.Context()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := stream.Send(&batonv1.WatchLoadResponse{Load: s.src.Load(ctx)}); err != nil {
+		msg := &batonv1.WatchLoadResponse{Load: s.src.Load(ctx)}
+		if cw != nil {
+			msg.Cache = cw.next()
+		}
+		if err := stream.Send(msg); err != nil {
 			return err
 		}
 		select {
@@ -90,6 +118,58 @@ func (s *Service) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.Worker
 		case <-t.C:
 		}
 	}
+}
+
+// cacheWatch is one WatchLoad stream's place in the cache's event log.
+type cacheWatch struct {
+	log    CacheLog // nil: the worker has no prefix cache
+	synced bool     // a snapshot was sent; seq is where the log continues
+	seq    uint64
+}
+
+// next returns the changes since the last report: a snapshot first, and
+// again whenever the log no longer reaches back to seq; otherwise each
+// key's last change, so that stored and removed are disjoint and may be
+// applied in any order.
+func (c *cacheWatch) next() *batonv1.CacheEvents {
+	if c.log == nil {
+		return &batonv1.CacheEvents{Snapshot: true}
+	}
+	info := c.log.CacheInfo()
+	if !info.Enabled {
+		c.synced = false
+		return &batonv1.CacheEvents{Snapshot: true}
+	}
+	out := &batonv1.CacheEvents{Enabled: true, Seed: uint64(info.Seed), PageSize: uint32(info.PageSize)}
+	if c.synced {
+		evs, next, ok := c.log.CacheEventsSince(c.seq, 0)
+		if ok {
+			c.seq = next
+			last := make(map[kvcache.Hash]bool, len(evs))
+			order := make([]kvcache.Hash, 0, len(evs))
+			for _, e := range evs {
+				if _, seen := last[e.Hash]; !seen {
+					order = append(order, e.Hash)
+				}
+				last[e.Hash] = e.Stored
+			}
+			for _, h := range order {
+				if last[h] {
+					out.Stored = append(out.Stored, uint64(h))
+				} else {
+					out.Removed = append(out.Removed, uint64(h))
+				}
+			}
+			return out
+		}
+	}
+	hashes, next := c.log.CacheSnapshot()
+	c.seq, c.synced, out.Snapshot = next, true, true
+	out.Stored = make([]uint64, len(hashes))
+	for i, h := range hashes {
+		out.Stored[i] = uint64(h)
+	}
+	return out
 }
 
 // ListRequests lists in-flight requests.

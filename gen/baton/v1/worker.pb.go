@@ -537,7 +537,11 @@ func (x *GetLoadResponse) GetLoad() *LoadReport {
 type WatchLoadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Milliseconds between reports; 0 means 1000. At least 50.
-	IntervalMs    uint32 `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	IntervalMs uint32 `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// Whether each report also carries the changes to the worker's prefix
+	// cache (WatchLoadResponse.cache): the first a snapshot of every page it
+	// holds, then what it stored and evicted since the last report.
+	CacheEvents   bool `protobuf:"varint,2,opt,name=cache_events,json=cacheEvents,proto3" json:"cache_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -579,11 +583,21 @@ func (x *WatchLoadRequest) GetIntervalMs() uint32 {
 	return 0
 }
 
+func (x *WatchLoadRequest) GetCacheEvents() bool {
+	if x != nil {
+		return x.CacheEvents
+	}
+	return false
+}
+
 // WatchLoadResponse is one load report.
 type WatchLoadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The load.
-	Load          *LoadReport `protobuf:"bytes,1,opt,name=load,proto3" json:"load,omitempty"`
+	Load *LoadReport `protobuf:"bytes,1,opt,name=load,proto3" json:"load,omitempty"`
+	// The prefix cache's changes since the last report, when cache_events
+	// was asked for; unset otherwise.
+	Cache         *CacheEvents `protobuf:"bytes,2,opt,name=cache,proto3" json:"cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +639,112 @@ func (x *WatchLoadResponse) GetLoad() *LoadReport {
 	return nil
 }
 
+func (x *WatchLoadResponse) GetCache() *CacheEvents {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
+}
+
+// CacheEvents is what changed in a worker's prefix cache, named by page
+// keys: the chain hash of a page's tokens and of every token before it,
+// seeded by the model and the KV layout, so that the router can compute
+// the keys of a prompt's pages and ask which a worker holds.
+type CacheEvents struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the worker's prefix cache is on. When it is off the rest is
+	// empty and the worker holds nothing a prompt could reuse.
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Whether stored is the whole cache, replacing what the receiver knew
+	// (the first report of a stream, and whenever the worker's bounded log
+	// of changes no longer reaches back to the previous report).
+	Snapshot bool `protobuf:"varint,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// The seed of the chain: the parent key of a sequence's first page.
+	Seed uint64 `protobuf:"fixed64,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Tokens per page.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Keys the cache holds now and did not at the last report (all it holds,
+	// in a snapshot).
+	Stored []uint64 `protobuf:"fixed64,5,rep,packed,name=stored,proto3" json:"stored,omitempty"`
+	// Keys the cache held at the last report and has evicted since. Never in
+	// a snapshot; disjoint from stored.
+	Removed       []uint64 `protobuf:"fixed64,6,rep,packed,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheEvents) Reset() {
+	*x = CacheEvents{}
+	mi := &file_baton_v1_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheEvents) ProtoMessage() {}
+
+func (x *CacheEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_baton_v1_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheEvents.ProtoReflect.Descriptor instead.
+func (*CacheEvents) Descriptor() ([]byte, []int) {
+	return file_baton_v1_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CacheEvents) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *CacheEvents) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+func (x *CacheEvents) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *CacheEvents) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *CacheEvents) GetStored() []uint64 {
+	if x != nil {
+		return x.Stored
+	}
+	return nil
+}
+
+func (x *CacheEvents) GetRemoved() []uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 // WorkerServiceListRequestsRequest has no fields.
 type WorkerServiceListRequestsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -634,7 +754,7 @@ type WorkerServiceListRequestsRequest struct {
 
 func (x *WorkerServiceListRequestsRequest) Reset() {
 	*x = WorkerServiceListRequestsRequest{}
-	mi := &file_baton_v1_worker_proto_msgTypes[8]
+	mi := &file_baton_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +766,7 @@ func (x *WorkerServiceListRequestsRequest) String() string {
 func (*WorkerServiceListRequestsRequest) ProtoMessage() {}
 
 func (x *WorkerServiceListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_worker_proto_msgTypes[8]
+	mi := &file_baton_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +779,7 @@ func (x *WorkerServiceListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerServiceListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*WorkerServiceListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_baton_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_baton_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 // WorkerServiceListRequestsResponse lists in-flight requests, oldest first.
@@ -673,7 +793,7 @@ type WorkerServiceListRequestsResponse struct {
 
 func (x *WorkerServiceListRequestsResponse) Reset() {
 	*x = WorkerServiceListRequestsResponse{}
-	mi := &file_baton_v1_worker_proto_msgTypes[9]
+	mi := &file_baton_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +805,7 @@ func (x *WorkerServiceListRequestsResponse) String() string {
 func (*WorkerServiceListRequestsResponse) ProtoMessage() {}
 
 func (x *WorkerServiceListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_baton_v1_worker_proto_msgTypes[9]
+	mi := &file_baton_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +818,7 @@ func (x *WorkerServiceListRequestsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use WorkerServiceListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*WorkerServiceListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_baton_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_baton_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkerServiceListRequestsResponse) GetRequests() []*RequestInfo {
@@ -750,12 +870,21 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"\x15step_expected_seconds\x18\r \x01(\x01R\x13stepExpectedSeconds\"\x10\n" +
 	"\x0eGetLoadRequest\";\n" +
 	"\x0fGetLoadResponse\x12(\n" +
-	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\"3\n" +
+	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\"V\n" +
 	"\x10WatchLoadRequest\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\rR\n" +
-	"intervalMs\"=\n" +
+	"intervalMs\x12!\n" +
+	"\fcache_events\x18\x02 \x01(\bR\vcacheEvents\"j\n" +
 	"\x11WatchLoadResponse\x12(\n" +
-	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\"\"\n" +
+	"\x04load\x18\x01 \x01(\v2\x14.baton.v1.LoadReportR\x04load\x12+\n" +
+	"\x05cache\x18\x02 \x01(\v2\x15.baton.v1.CacheEventsR\x05cache\"\xa6\x01\n" +
+	"\vCacheEvents\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\bsnapshot\x18\x02 \x01(\bR\bsnapshot\x12\x12\n" +
+	"\x04seed\x18\x03 \x01(\x06R\x04seed\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x16\n" +
+	"\x06stored\x18\x05 \x03(\x06R\x06stored\x12\x18\n" +
+	"\aremoved\x18\x06 \x03(\x06R\aremoved\"\"\n" +
 	" WorkerServiceListRequestsRequest\"V\n" +
 	"!WorkerServiceListRequestsResponse\x121\n" +
 	"\brequests\x18\x01 \x03(\v2\x15.baton.v1.RequestInfoR\brequests*Z\n" +
@@ -783,7 +912,7 @@ func file_baton_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_baton_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_baton_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_baton_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_baton_v1_worker_proto_goTypes = []any{
 	(WorkerRole)(0),                           // 0: baton.v1.WorkerRole
 	(*InfoRequest)(nil),                       // 1: baton.v1.InfoRequest
@@ -794,35 +923,37 @@ var file_baton_v1_worker_proto_goTypes = []any{
 	(*GetLoadResponse)(nil),                   // 6: baton.v1.GetLoadResponse
 	(*WatchLoadRequest)(nil),                  // 7: baton.v1.WatchLoadRequest
 	(*WatchLoadResponse)(nil),                 // 8: baton.v1.WatchLoadResponse
-	(*WorkerServiceListRequestsRequest)(nil),  // 9: baton.v1.WorkerServiceListRequestsRequest
-	(*WorkerServiceListRequestsResponse)(nil), // 10: baton.v1.WorkerServiceListRequestsResponse
-	(*ModelInfo)(nil),                         // 11: baton.v1.ModelInfo
-	(*KVLayout)(nil),                          // 12: baton.v1.KVLayout
-	(*timestamppb.Timestamp)(nil),             // 13: google.protobuf.Timestamp
-	(*RequestInfo)(nil),                       // 14: baton.v1.RequestInfo
+	(*CacheEvents)(nil),                       // 9: baton.v1.CacheEvents
+	(*WorkerServiceListRequestsRequest)(nil),  // 10: baton.v1.WorkerServiceListRequestsRequest
+	(*WorkerServiceListRequestsResponse)(nil), // 11: baton.v1.WorkerServiceListRequestsResponse
+	(*ModelInfo)(nil),                         // 12: baton.v1.ModelInfo
+	(*KVLayout)(nil),                          // 13: baton.v1.KVLayout
+	(*timestamppb.Timestamp)(nil),             // 14: google.protobuf.Timestamp
+	(*RequestInfo)(nil),                       // 15: baton.v1.RequestInfo
 }
 var file_baton_v1_worker_proto_depIdxs = []int32{
 	0,  // 0: baton.v1.InfoResponse.role:type_name -> baton.v1.WorkerRole
-	11, // 1: baton.v1.InfoResponse.model:type_name -> baton.v1.ModelInfo
-	12, // 2: baton.v1.InfoResponse.kv_layout:type_name -> baton.v1.KVLayout
+	12, // 1: baton.v1.InfoResponse.model:type_name -> baton.v1.ModelInfo
+	13, // 2: baton.v1.InfoResponse.kv_layout:type_name -> baton.v1.KVLayout
 	2,  // 3: baton.v1.InfoResponse.capacity:type_name -> baton.v1.Capacity
-	13, // 4: baton.v1.LoadReport.step_running_since:type_name -> google.protobuf.Timestamp
+	14, // 4: baton.v1.LoadReport.step_running_since:type_name -> google.protobuf.Timestamp
 	4,  // 5: baton.v1.GetLoadResponse.load:type_name -> baton.v1.LoadReport
 	4,  // 6: baton.v1.WatchLoadResponse.load:type_name -> baton.v1.LoadReport
-	14, // 7: baton.v1.WorkerServiceListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
-	1,  // 8: baton.v1.WorkerService.Info:input_type -> baton.v1.InfoRequest
-	5,  // 9: baton.v1.WorkerService.GetLoad:input_type -> baton.v1.GetLoadRequest
-	7,  // 10: baton.v1.WorkerService.WatchLoad:input_type -> baton.v1.WatchLoadRequest
-	9,  // 11: baton.v1.WorkerService.ListRequests:input_type -> baton.v1.WorkerServiceListRequestsRequest
-	3,  // 12: baton.v1.WorkerService.Info:output_type -> baton.v1.InfoResponse
-	6,  // 13: baton.v1.WorkerService.GetLoad:output_type -> baton.v1.GetLoadResponse
-	8,  // 14: baton.v1.WorkerService.WatchLoad:output_type -> baton.v1.WatchLoadResponse
-	10, // 15: baton.v1.WorkerService.ListRequests:output_type -> baton.v1.WorkerServiceListRequestsResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	9,  // 7: baton.v1.WatchLoadResponse.cache:type_name -> baton.v1.CacheEvents
+	15, // 8: baton.v1.WorkerServiceListRequestsResponse.requests:type_name -> baton.v1.RequestInfo
+	1,  // 9: baton.v1.WorkerService.Info:input_type -> baton.v1.InfoRequest
+	5,  // 10: baton.v1.WorkerService.GetLoad:input_type -> baton.v1.GetLoadRequest
+	7,  // 11: baton.v1.WorkerService.WatchLoad:input_type -> baton.v1.WatchLoadRequest
+	10, // 12: baton.v1.WorkerService.ListRequests:input_type -> baton.v1.WorkerServiceListRequestsRequest
+	3,  // 13: baton.v1.WorkerService.Info:output_type -> baton.v1.InfoResponse
+	6,  // 14: baton.v1.WorkerService.GetLoad:output_type -> baton.v1.GetLoadResponse
+	8,  // 15: baton.v1.WorkerService.WatchLoad:output_type -> baton.v1.WatchLoadResponse
+	11, // 16: baton.v1.WorkerService.ListRequests:output_type -> baton.v1.WorkerServiceListRequestsResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_worker_proto_init() }
@@ -837,7 +968,7 @@ func file_baton_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_baton_v1_worker_proto_rawDesc), len(file_baton_v1_worker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

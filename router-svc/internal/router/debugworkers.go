@@ -52,17 +52,20 @@ type debugWorker struct {
 	Quarantined      bool   `json:"quarantined"`
 	QuarantineReason string `json:"quarantine_reason,omitempty"`
 	// Excluded is why its Info was refused (role, model or KV layout).
-	Excluded       string              `json:"excluded,omitempty"`
-	Draining       bool                `json:"draining,omitempty"` // left the set; requests on it finishing
-	Load           *debugLoad          `json:"load,omitempty"`
-	LoadAgeSeconds float64             `json:"load_age_seconds"`
-	Inflight       int64               `json:"inflight"`
-	RoutedTotal    uint64              `json:"routed_total"`
-	LastError      string              `json:"last_error,omitempty"`
-	Fingerprint    string              `json:"model_fingerprint,omitempty"`
-	KVLayout       string              `json:"kv_layout,omitempty"`
-	Version        string              `json:"version,omitempty"`
-	Canary         []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
+	Excluded       string     `json:"excluded,omitempty"`
+	Draining       bool       `json:"draining,omitempty"` // left the set; requests on it finishing
+	Load           *debugLoad `json:"load,omitempty"`
+	LoadAgeSeconds float64    `json:"load_age_seconds"`
+	Inflight       int64      `json:"inflight"`
+	RoutedTotal    uint64     `json:"routed_total"`
+	// CachePages is the size of the router's index of the worker's prefix
+	// cache (0 while its load stream is down).
+	CachePages  int                 `json:"cache_pages"`
+	LastError   string              `json:"last_error,omitempty"`
+	Fingerprint string              `json:"model_fingerprint,omitempty"`
+	KVLayout    string              `json:"kv_layout,omitempty"`
+	Version     string              `json:"version,omitempty"`
+	Canary      []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
 
 	// HTTPAddr and AdminAddr are the worker's HTTP listener (/metrics) and
 	// admin listener (/debug/requests), as its Info reports them, so that
@@ -133,7 +136,7 @@ func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time
 	add := func(w *workers.Worker, draining bool) {
 		dw := debugWorker{Address: w.Addr, Role: workers.RoleName(w.Role), Ready: set.Routable(w), Draining: draining,
 			Excluded: w.Excluded(), LoadAgeSeconds: w.LoadAge(now).Seconds(), Inflight: w.Inflight(),
-			RoutedTotal: w.Routed(), LastError: w.LastError()}
+			RoutedTotal: w.Routed(), CachePages: w.CachePages(), LastError: w.LastError()}
 		if l := w.Load(); l != nil {
 			dw.Load = &debugLoad{Ready: l.GetReady(), QueuedRequests: l.GetQueuedRequests(), RunningRequests: l.GetRunningRequests(),
 				TransferringRequests: l.GetTransferringRequests(), PagesUsed: l.GetPagesUsed(), PagesTotal: l.GetPagesTotal(),

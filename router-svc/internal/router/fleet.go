@@ -44,12 +44,13 @@ func (s *Service) startFleet(srv *svckit.Server) error {
 		// router's retry or error path runs) instead of hanging them.
 		dial := []grpc.DialOption{creds, srv.Tracing.DialOption(), srv.Config.KeepaliveDialOption()}
 		return workers.NewSet(workers.Config{Role: role, Source: src, Expect: expect, LoadInterval: s.loadInterval,
-			ResolveInterval: s.fleet.resolveInterval, Logger: s.logger, DialOptions: dial})
+			CacheEvents: true, ResolveInterval: s.fleet.resolveInterval, Logger: s.logger, DialOptions: dial})
 	}
 	if s.prefillSrc != nil {
 		s.prefills = newSet(batonv1.WorkerRole_WORKER_ROLE_PREFILL, s.prefillSrc)
 	}
 	s.decodes = newSet(batonv1.WorkerRole_WORKER_ROLE_DECODE, s.decodeSrc)
+	srv.Registry.MustRegister(newCacheIndexCollector(func() []*workers.Set { return []*workers.Set{s.prefills, s.decodes} }))
 	s.pairer = &workers.Pairer{Prefill: s.prefills, Decode: s.decodes,
 		PrefillPolicy: s.prefillPolicy, DecodePolicy: s.decodePolicy, MaxInflight: s.fleet.maxInflight}
 

@@ -174,11 +174,12 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 
 	var tried []string
 	var failed error // the first attempt's error, when retrying
+	query := &workers.Query{Tokens: promptIDs(req.GetPromptTokenIds())}
 	for attempt := 0; ; attempt++ {
 		actx, route := tracing.Start(ctx, tracing.SpanRoute, trace.WithAttributes(
 			tracing.AttrAttempt.Int(attempt), tracing.AttrRetry.Bool(attempt > 0),
 			tracing.AttrPolicy.String(s.prefillPolicyName+"/"+s.decPolicy)))
-		pair, err := s.pairer.Pick(tried)
+		pair, err := s.pairer.Pick(query, tried)
 		if err != nil {
 			err = pickStatus(err)
 			if failed != nil {
@@ -191,6 +192,7 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 		}
 		pf, dc := pair.PrefillAddr(), pair.Decode.Addr
 		route.SetAttributes(tracing.AttrPrefill.String(pf), tracing.AttrDecode.String(dc))
+		s.countPrefix(route, query, pair)
 		r.setRoute(pf, dc, attempt)
 		log.InfoContext(actx, "routed", "prefill", pf, "decode", dc, "attempt", attempt)
 		started, err := s.relay(actx, r, req, pair, start, send)
@@ -231,6 +233,29 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 			return err
 		}
 		tried, failed = append(tried, dc, pf), err
+	}
+}
+
+// promptIDs converts the prompt's wire ids (checked by prepare) for the
+// page keys of the cache index.
+func promptIDs(ids []uint32) []int32 {
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out
+}
+
+// countPrefix records how much of the prompt the pair's workers held by the
+// router's cache index: metrics by role, and span attributes.
+func (s *Service) countPrefix(span trace.Span, q *workers.Query, pair *workers.Pair) {
+	held, total := pair.Decode.CachedPrefix(q)
+	s.metrics.routed("decode", held, total)
+	span.SetAttributes(tracing.AttrRoutePrefixPages.Int(total), tracing.AttrRouteDecodeHeld.Int(held))
+	if pair.Prefill != nil {
+		held, total := pair.Prefill.CachedPrefix(q)
+		s.metrics.routed("prefill", held, total)
+		span.SetAttributes(tracing.AttrRoutePrefillHeld.Int(held))
 	}
 }
 

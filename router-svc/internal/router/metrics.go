@@ -3,6 +3,7 @@ package router
 import (
 	"time"
 
+	"github.com/baton-serving/baton/router-svc/internal/workers"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,6 +16,11 @@ type metrics struct {
 	ttft     prometheus.Histogram
 	e2e      prometheus.Histogram
 	requests *prometheus.CounterVec
+	// prefixPages and prefixHeld count, by role, the reusable leading
+	// pages of the prompts routed and those the chosen worker held by the
+	// router's index of its prefix cache: their ratio is the hit rate the
+	// routing earned, whatever the policy.
+	prefixPages, prefixHeld *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, inf *inflight) *metrics {
@@ -27,11 +33,54 @@ func newMetrics(reg *prometheus.Registry, inf *inflight) *metrics {
 			Buckets: latencyBuckets}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_router_requests_total", Help: "Requests the router finished, by gRPC status code; HTTP requests refused before they ran (401, 404, 405, 413, ...) under the code of their status."}, []string{"code"}),
+		prefixPages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_router_prefix_pages_total", Help: "Full leading pages of the prompts routed that a worker's prefix cache could supply (all but the page of the last prompt token), by the role of the worker chosen."}, []string{"role"}),
+		prefixHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_router_prefix_pages_held_total", Help: "Of baton_router_prefix_pages_total, the pages the chosen worker held by the router's index of its prefix cache, by role."}, []string{"role"}),
 	}
-	reg.MustRegister(m.ttft, m.e2e, m.requests, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(m.ttft, m.e2e, m.requests, m.prefixPages, m.prefixHeld, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_router_inflight_requests", Help: "Requests in flight at the router."},
 		func() float64 { return float64(inf.len()) }))
 	return m
+}
+
+// routed counts the prompt pages a pick could have reused and those its
+// worker of role held.
+func (m *metrics) routed(role string, held, total int) {
+	if m == nil || total == 0 {
+		return
+	}
+	m.prefixPages.WithLabelValues(role).Add(float64(total))
+	m.prefixHeld.WithLabelValues(role).Add(float64(held))
+}
+
+// cacheIndexCollector reports the router's index of each worker's prefix
+// cache (baton_router_cache_index_pages{role, worker}).
+type cacheIndexCollector struct {
+	desc *prometheus.Desc
+	sets func() []*workers.Set
+}
+
+func newCacheIndexCollector(sets func() []*workers.Set) *cacheIndexCollector {
+	return &cacheIndexCollector{sets: sets, desc: prometheus.NewDesc("baton_router_cache_index_pages",
+		"Pages of each worker's prefix cache in the router's index, from the cache events it streams with its load reports (0 while its stream is down: a worker whose stream broke is taken to hold nothing until its next snapshot).",
+		[]string{"role", "worker"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *cacheIndexCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *cacheIndexCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.sets() {
+		if s == nil {
+			continue
+		}
+		role := workers.RoleName(s.Role())
+		for _, w := range s.Workers() {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(w.CachePages()), role, w.Addr)
+		}
+	}
 }
 
 // refused counts a request the HTTP layers refused before it reached run

@@ -121,15 +121,18 @@ func (e *PickError) Error() string {
 // retry with one decode worker goes back to it, but still with another
 // prefill worker if there is one (the failed one may be dead without the
 // router knowing yet). The error is a *PickError.
-func (pp *Pairer) Pick(avoid []string) (*Pair, error) {
+//
+// q is the request (nil: unknown), for the policies that score by what it
+// asks, as cache-aware does by its prompt.
+func (pp *Pairer) Pick(q *Query, avoid []string) (*Pair, error) {
 	if len(avoid) > 0 {
 		for _, a := range [...]struct{ d, p []string }{{avoid, avoid}, {nil, avoid}, {avoid, nil}} {
-			if p, err := pp.pick(a.d, a.p); err == nil {
+			if p, err := pp.pick(q, a.d, a.p); err == nil {
 				return p, nil
 			}
 		}
 	}
-	return pp.pick(nil, nil)
+	return pp.pick(q, nil, nil)
 }
 
 // pickState is one pick's filters, allocated together.
@@ -147,7 +150,7 @@ type pickState struct {
 
 // pick chooses a pair with decode workers outside avoidD and prefill
 // workers outside avoidP.
-func (pp *Pairer) pick(avoidD, avoidP []string) (*Pair, error) {
+func (pp *Pairer) pick(q *Query, avoidD, avoidP []string) (*Pair, error) {
 	now := time.Now().UnixNano()
 	limit := int64(pp.MaxInflight)
 	st := &pickState{capacity: capacityFilter{limit}, untriedD: untriedFilter{avoidD}, untriedP: untriedFilter{avoidP}}
@@ -183,7 +186,7 @@ func (pp *Pairer) pick(avoidD, avoidP []string) (*Pair, error) {
 		prefills = pp.Prefill.Workers()
 	}
 	for races := 0; races < 3; {
-		d, rej := pp.DecodePolicy.Pick(decodes, st.dFilters)
+		d, rej := pp.DecodePolicy.Pick(q, decodes, st.dFilters)
 		if d == nil {
 			if lastPrefill != nil && rej.Only(FilterPartner) {
 				return nil, lastPrefill
@@ -199,7 +202,7 @@ func (pp *Pairer) pick(avoidD, avoidP []string) (*Pair, error) {
 			st.dc, st.denieds = d, st.denieds[:0]
 			for {
 				var prej Rejections
-				if pf, prej = pp.PrefillPolicy.Pick(prefills, st.pFilters); pf == nil {
+				if pf, prej = pp.PrefillPolicy.Pick(q, prefills, st.pFilters); pf == nil {
 					lastPrefill = pp.pickError(pp.Prefill, prej, d.Addr, nil)
 					break
 				}

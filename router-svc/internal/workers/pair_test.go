@@ -59,7 +59,7 @@ func TestPairerSpreadsAndCounts(t *testing.T) {
 	var held []*Pair
 	seen := map[string]int{}
 	for range 4 {
-		p, err := pp.Pick(nil)
+		p, err := pp.Pick(nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestPairerFilters(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pp := pairer(t, tc.prefills, tc.decodes, newGate(tc.denied...), 0)
-			p, err := pp.Pick(tc.avoid)
+			p, err := pp.Pick(nil, tc.avoid)
 			if msg, isErr := strings.CutPrefix(tc.want, "!"); isErr {
 				var pe *PickError
 				if !errors.As(err, &pe) || pe.Error() != msg || pe.Full {
@@ -197,13 +197,13 @@ func TestPairerInflightLimit(t *testing.T) {
 			}
 			var held []*Pair
 			for range capacity {
-				p, err := pp.Pick(nil)
+				p, err := pp.Pick(nil, nil)
 				if err != nil {
 					t.Fatalf("pick %d of %d: %v", len(held)+1, capacity, err)
 				}
 				held = append(held, p)
 			}
-			_, err := pp.Pick(nil)
+			_, err := pp.Pick(nil, nil)
 			var pe *PickError
 			if !errors.As(err, &pe) || !pe.Full || RoleName(pe.Role) != tc.role ||
 				!strings.Contains(err.Error(), fmt.Sprintf("every %s worker that could take the request is at its in-flight limit of %d", tc.role, tc.lim)) {
@@ -215,7 +215,7 @@ func TestPairerInflightLimit(t *testing.T) {
 				}
 			}
 			held[0].Release()
-			p, err := pp.Pick(nil)
+			p, err := pp.Pick(nil, nil)
 			if err != nil {
 				t.Fatalf("after a release: %v", err)
 			}
@@ -240,7 +240,7 @@ func TestPairerConcurrentLimit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 500 {
-				p, err := pp.Pick(nil)
+				p, err := pp.Pick(nil, nil)
 				if err != nil {
 					continue
 				}
@@ -309,7 +309,7 @@ func BenchmarkPick(b *testing.B) {
 				pp.DecodePolicy, pp.PrefillPolicy = mustPolicy(b, pol), mustPolicy(b, pol)
 				b.ReportAllocs()
 				for b.Loop() {
-					p, err := pp.Pick(nil)
+					p, err := pp.Pick(nil, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -43,8 +43,10 @@ func (f filterFunc) Filter(ws []*Worker) []*Worker {
 // desirable) to 1 (most desirable). Scores outside [0, 1] are clamped.
 type Scorer interface {
 	Name() string
-	// Score sets scores[i] to the score of ws[i]; len(scores) == len(ws).
-	Score(ws []*Worker, scores []float64)
+	// Score sets scores[i] to the score of ws[i] for the request q
+	// (nil when the pick has no request, as in tests of load alone);
+	// len(scores) == len(ws).
+	Score(q *Query, ws []*Worker, scores []float64)
 }
 
 // WeightedScorer is a Scorer and its weight (> 0) in a policy.
@@ -76,7 +78,7 @@ type Policy struct {
 }
 
 // PolicyNames lists the built-in policies, for flags' help.
-var PolicyNames = []string{"round-robin", "least-load", "power-of-two"}
+var PolicyNames = []string{"round-robin", "least-load", "power-of-two", "cache-aware"}
 
 // NewPolicy returns a built-in policy:
 //
@@ -85,7 +87,15 @@ var PolicyNames = []string{"round-robin", "least-load", "power-of-two"}
 //     in turn so that an idle fleet is used evenly;
 //   - power-of-two: the less loaded of two candidates drawn at random, which
 //     spreads load nearly as well as least-load without every router
-//     replica sending its next request to the same worker.
+//     replica sending its next request to the same worker;
+//   - cache-aware: the candidate with the best blend of prefix overlap and
+//     load, (CacheAwareWeight·overlap + load)/(CacheAwareWeight+1), where
+//     overlap is CacheScorer's share of the prompt's reusable pages the
+//     worker holds and load LoadScorer's 1/(1+work) — llm-d's
+//     precise-prefix-cache scorer beside its load scorer. Among workers
+//     holding as much of the prompt, the less loaded wins; a worker
+//     holding the prompt is left for an idle one only once it is loaded
+//     enough to cost more than recomputing (see docs/prefix-cache.md).
 func NewPolicy(name string) (*Policy, error) {
 	load := []WeightedScorer{{LoadScorer{}, 1}}
 	switch name {
@@ -95,9 +105,19 @@ func NewPolicy(name string) (*Policy, error) {
 		return &Policy{Name: name, Scorers: load, Picker: &MaxScore{}}, nil
 	case "power-of-two":
 		return &Policy{Name: name, Scorers: load, Picker: PowerOfTwo{}}, nil
+	case "cache-aware":
+		return &Policy{Name: name, Scorers: []WeightedScorer{{CacheScorer{}, CacheAwareWeight}, {LoadScorer{}, 1}}, Picker: &MaxScore{}}, nil
 	}
 	return nil, fmt.Errorf("policy %q: want one of %s", name, strings.Join(PolicyNames, ", "))
 }
+
+// CacheAwareWeight is the prefix overlap's weight against load's (1) in
+// the cache-aware policy. With 2, holding the whole prompt outweighs any
+// difference in load between workers that hold none of it only while the
+// holder has fewer than a handful of requests more than the idle one: a
+// worker with the whole prompt and 3 requests scores (2+1/4)/3 = 0.75
+// against an idle stranger's 1/3.
+const CacheAwareWeight = 2
 
 // scratch is a pick's working memory, pooled: a pick allocates nothing for
 // its lists in the steady state.
@@ -110,10 +130,10 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// Pick returns the chosen worker among ws, or nil and why each worker was
-// ruled out. filters run in order; a worker's reason is the first filter
-// that dropped it.
-func (p *Policy) Pick(ws []*Worker, filters []Filter) (*Worker, Rejections) {
+// Pick returns the chosen worker among ws for the request q (nil: none
+// known), or nil and why each worker was ruled out. filters run in order;
+// a worker's reason is the first filter that dropped it.
+func (p *Policy) Pick(q *Query, ws []*Worker, filters []Filter) (*Worker, Rejections) {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
 		clear(sc.ws[:cap(sc.ws)]) // drop the pointers before pooling
@@ -142,7 +162,7 @@ func (p *Policy) Pick(ws []*Worker, filters []Filter) (*Worker, Rejections) {
 	case total <= 0:
 	case len(p.Scorers) == 1:
 		// A weighted mean of one score is the score.
-		p.Scorers[0].Score(c, scores)
+		p.Scorers[0].Score(q, c, scores)
 		for i, x := range scores {
 			scores[i] = clamp01(x)
 		}
@@ -150,7 +170,7 @@ func (p *Policy) Pick(ws []*Worker, filters []Filter) (*Worker, Rejections) {
 		tmp := resize(&sc.tmp, n)
 		for _, s := range p.Scorers {
 			clear(tmp)
-			s.Score(c, tmp)
+			s.Score(q, c, tmp)
 			w := s.Weight / total
 			for i, x := range tmp {
 				scores[i] += w * clamp01(x)
@@ -259,7 +279,7 @@ type LoadScorer struct{}
 func (LoadScorer) Name() string { return "load" }
 
 // Score implements Scorer.
-func (LoadScorer) Score(ws []*Worker, scores []float64) {
+func (LoadScorer) Score(_ *Query, ws []*Worker, scores []float64) {
 	for i, w := range ws {
 		scores[i] = 1 / (1 + Load(w))
 	}

@@ -72,7 +72,7 @@ func TestLoad(t *testing.T) {
 				t.Errorf("Load = %v, want %v", got, tc.want)
 			}
 			scores := []float64{-1}
-			LoadScorer{}.Score([]*Worker{w}, scores)
+			LoadScorer{}.Score(nil, []*Worker{w}, scores)
 			if s := scores[0]; s <= 0 || s > 1 || math.Abs(s-1/(1+tc.want)) > 1e-9 {
 				t.Errorf("Score = %v, want 1/(1+%v) in (0, 1]", s, tc.want)
 			}
@@ -84,7 +84,7 @@ func TestLeastLoad(t *testing.T) {
 	a, b, c := decodeW("a", 2, 1, 0, 10), decodeW("b", 0, 1, 5, 10), decodeW("c", 0, 1, 1, 10)
 	ll := mustPolicy(t, "least-load")
 	ws := []*Worker{a, b, c}
-	if got, _ := ll.Pick(ws, nil); got != c {
+	if got, _ := ll.Pick(nil, ws, nil); got != c {
 		t.Errorf("picked %s, want c (least work, then least KV use)", got.Addr)
 	}
 	// The router's own in-flight count wins over a lagging report.
@@ -93,7 +93,7 @@ func TestLeastLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := ll.Pick(ws, nil); got != b {
+	if got, _ := ll.Pick(nil, ws, nil); got != b {
 		t.Errorf("with c busy picked %s, want b", got.Addr)
 	}
 	c.release()
@@ -104,7 +104,7 @@ func TestLeastLoad(t *testing.T) {
 	idle := []*Worker{decodeW("x", 0, 0, 0, 10), decodeW("y", 0, 0, 0, 10), decodeW("z", 0, 0, 0, 10)}
 	seen := map[string]int{}
 	for range 30 {
-		w, _ := ll.Pick(idle, nil)
+		w, _ := ll.Pick(nil, idle, nil)
 		seen[w.Addr]++
 	}
 	if seen["x"] != 10 || seen["y"] != 10 || seen["z"] != 10 {
@@ -117,7 +117,7 @@ func TestRoundRobin(t *testing.T) {
 	rr := mustPolicy(t, "round-robin")
 	seen := map[string]int{}
 	for range 6 {
-		w, _ := rr.Pick(ws, nil)
+		w, _ := rr.Pick(nil, ws, nil)
 		seen[w.Addr]++
 	}
 	if seen["a"] != 2 || seen["b"] != 2 || seen["c"] != 2 {
@@ -130,7 +130,7 @@ func TestPowerOfTwo(t *testing.T) {
 	// With two candidates both are drawn: the less loaded always wins.
 	two := []*Worker{decodeW("busy", 5, 5, 0, 10), decodeW("idle", 0, 0, 0, 10)}
 	for range 50 {
-		if w, _ := p2.Pick(two, nil); w.Addr != "idle" {
+		if w, _ := p2.Pick(nil, two, nil); w.Addr != "idle" {
 			t.Fatalf("picked %s of two, want idle", w.Addr)
 		}
 	}
@@ -141,7 +141,7 @@ func TestPowerOfTwo(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for range 2000 {
-		w, _ := p2.Pick(ws, nil)
+		w, _ := p2.Pick(nil, ws, nil)
 		seen[w.Addr]++
 	}
 	if seen["w7"] != 0 {
@@ -151,7 +151,7 @@ func TestPowerOfTwo(t *testing.T) {
 	if seen["w0"] < 350 || seen["w0"] <= seen["w6"] {
 		t.Errorf("picks %v: the least loaded should be chosen most", seen)
 	}
-	if w, _ := p2.Pick(ws[:1], nil); w != ws[0] {
+	if w, _ := p2.Pick(nil, ws[:1], nil); w != ws[0] {
 		t.Error("one candidate not picked")
 	}
 }
@@ -161,7 +161,7 @@ type constScorer float64
 
 func (constScorer) Name() string { return "const" }
 
-func (c constScorer) Score(_ []*Worker, scores []float64) {
+func (c constScorer) Score(_ *Query, _ []*Worker, scores []float64) {
 	for i := range scores {
 		scores[i] = float64(c)
 	}
@@ -187,7 +187,7 @@ func TestScoresAreWeightedMeansInRange(t *testing.T) {
 		{[]WeightedScorer{{constScorer(1), 3}, {constScorer(0), 1}}, 0.75},
 	} {
 		p := &Policy{Name: "t", Scorers: tc.scorers, Picker: recordPicker{&got}}
-		p.Pick([]*Worker{decodeW("a", 0, 0, 0, 1)}, nil)
+		p.Pick(nil, []*Worker{decodeW("a", 0, 0, 0, 1)}, nil)
 		if len(got) != 1 || math.Abs(got[0].Score-tc.want) > 1e-9 {
 			t.Errorf("scorers %v: candidates %v, want score %v", tc.scorers, got, tc.want)
 		}
@@ -201,10 +201,10 @@ func TestFiltersAndRejections(t *testing.T) {
 	ready := NewFilter(FilterReady, func(w *Worker) bool { return w.Load() != nil })
 	notB := NewFilter("not b", func(w *Worker) bool { return w != b })
 	ll := mustPolicy(t, "least-load")
-	if w, _ := ll.Pick([]*Worker{a, b, c}, []Filter{notA, ready}); w != b {
+	if w, _ := ll.Pick(nil, []*Worker{a, b, c}, []Filter{notA, ready}); w != b {
 		t.Errorf("picked %v, want b", w)
 	}
-	w, rej := ll.Pick([]*Worker{a, b, c}, []Filter{notA, ready, notB})
+	w, rej := ll.Pick(nil, []*Worker{a, b, c}, []Filter{notA, ready, notB})
 	if w != nil {
 		t.Fatalf("picked %s, want none", w.Addr)
 	}
@@ -215,7 +215,7 @@ func TestFiltersAndRejections(t *testing.T) {
 	if !rej.Any(FilterReady) || rej.Only(FilterReady) || !(Rejections{{a, "x"}}).Only("x") || (Rejections{}).Only("x") {
 		t.Error("Any/Only")
 	}
-	if w, rej := ll.Pick(nil, nil); w != nil || len(rej) != 0 {
+	if w, rej := ll.Pick(nil, nil, nil); w != nil || len(rej) != 0 {
 		t.Error("pick from no workers")
 	}
 	for _, name := range PolicyNames {

@@ -72,6 +72,9 @@ type Config struct {
 	Expect Identity
 	// LoadInterval is how often workers report their load.
 	LoadInterval time.Duration
+	// CacheEvents asks each worker for its prefix cache's changes with
+	// its load reports, for the cache-aware policy.
+	CacheEvents bool
 	// ResolveInterval is how often Source is asked again (5 s if 0).
 	ResolveInterval time.Duration
 	// LostAfter is how long a reached worker's load reports may stop, its
@@ -380,7 +383,8 @@ func (s *Set) follow(ctx context.Context, w *Worker) (reached bool, err error) {
 
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	stream, err := client.WatchLoad(sctx, &batonv1.WatchLoadRequest{IntervalMs: uint32(s.cfg.LoadInterval.Milliseconds())})
+	stream, err := client.WatchLoad(sctx, &batonv1.WatchLoadRequest{
+		IntervalMs: uint32(s.cfg.LoadInterval.Milliseconds()), CacheEvents: s.cfg.CacheEvents})
 	if err != nil {
 		return false, fmt.Errorf("watch load: %w", err)
 	}
@@ -398,6 +402,7 @@ func (s *Set) follow(ctx context.Context, w *Worker) (reached bool, err error) {
 			return reached, fmt.Errorf("watch load: %w", err)
 		}
 		timer.Reset(s.lostAfter)
+		w.cache.apply(resp.GetCache())
 		w.observe(resp.GetLoad(), time.Now())
 		reached = true
 	}

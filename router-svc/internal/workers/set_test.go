@@ -361,7 +361,7 @@ func TestDNSDiscovery(t *testing.T) {
 	pp := &Pairer{Decode: s, DecodePolicy: mustPolicy(t, "round-robin")}
 	var held []*Pair
 	for range 3 {
-		p, err := pp.Pick(nil)
+		p, err := pp.Pick(nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

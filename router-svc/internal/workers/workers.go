@@ -58,6 +58,9 @@ type Worker struct {
 	// notServing is cancelled while the worker reports NOT_SERVING.
 	notServing atomic.Pointer[lostSignal]
 
+	// cache is the router's index of the worker's prefix cache (cache.go).
+	cache cacheIndex
+
 	closeOnce sync.Once
 	onClose   func() // the set's bookkeeping, run once when the connection closes
 }
@@ -192,6 +195,7 @@ func (w *Worker) setErr(err error) {
 	w.load.Store(nil)
 	w.work.Store(0)
 	w.kvUse.Store(0)
+	w.cache.reset()
 }
 
 // errLimit is tryAcquire's answer for a worker at its in-flight limit.

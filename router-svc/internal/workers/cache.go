@@ -1,0 +1,154 @@
+package workers
+
+import (
+	"sync"
+
+	"github.com/baton-serving/baton/engine/kvcache"
+	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+)
+
+// The router's picture of each worker's prefix cache. Workers send the
+// keys of the pages they store and evict beside their load reports
+// (WatchLoadRequest.cache_events); a worker's index starts from the
+// snapshot its stream opens with and follows the changes after it. When
+// the stream breaks, the index is forgotten at once — the worker is scored
+// as holding nothing — until a new stream's snapshot arrives: a worker
+// that died or restarted holds none of what it used to.
+
+// cacheIndex is one worker's cached page keys.
+type cacheIndex struct {
+	mu       sync.RWMutex
+	enabled  bool
+	seed     uint64
+	pageSize int
+	keys     map[uint64]struct{}
+}
+
+// apply folds one report's changes in.
+func (c *cacheIndex) apply(ev *batonv1.CacheEvents) {
+	if ev == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ev.GetEnabled() {
+		c.enabled, c.keys = false, nil
+		return
+	}
+	if ev.GetSnapshot() || c.keys == nil || c.seed != ev.GetSeed() || c.pageSize != int(ev.GetPageSize()) {
+		// A change never arrives before its stream's snapshot, but a
+		// worker that changed its keys' seed is taken as new too.
+		c.keys = make(map[uint64]struct{}, len(ev.GetStored()))
+	}
+	c.enabled, c.seed, c.pageSize = true, ev.GetSeed(), int(ev.GetPageSize())
+	for _, h := range ev.GetStored() {
+		c.keys[h] = struct{}{}
+	}
+	for _, h := range ev.GetRemoved() {
+		delete(c.keys, h)
+	}
+}
+
+// reset forgets everything: the worker is taken to hold nothing.
+func (c *cacheIndex) reset() {
+	c.mu.Lock()
+	c.enabled, c.keys = false, nil
+	c.mu.Unlock()
+}
+
+// CachePages is how many page keys the router's index holds for the worker
+// (0 while its stream is down or its cache is off).
+func (w *Worker) CachePages() int {
+	w.cache.mu.RLock()
+	defer w.cache.mu.RUnlock()
+	return len(w.cache.keys)
+}
+
+// CachedPrefix returns how many of q's reusable leading pages the worker's
+// prefix cache holds, by the router's index, and how many there are.
+func (w *Worker) CachedPrefix(q *Query) (held, total int) {
+	if q == nil {
+		return 0, 0
+	}
+	c := &w.cache
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.enabled || c.pageSize <= 0 {
+		ps := int(w.Info().GetKvLayout().GetPageSizeTokens())
+		if ps <= 0 {
+			ps = kvcache.DefaultPageSize
+		}
+		return 0, q.reusable(ps)
+	}
+	keys := q.pageKeys(c.seed, c.pageSize)
+	for _, k := range keys {
+		if _, ok := c.keys[k]; !ok {
+			break
+		}
+		held++
+	}
+	return held, len(keys)
+}
+
+// Query is what a pick knows of the request it routes: its prompt, whose
+// page keys the cache-aware scorer computes once for each (seed, page
+// size) among the workers. A Query is used by one pick at a time.
+type Query struct {
+	// Tokens is the prompt.
+	Tokens []int32
+
+	mu   sync.Mutex
+	keys map[queryKey][]uint64
+}
+
+type queryKey struct {
+	seed     uint64
+	pageSize int
+}
+
+// reusable is how many of the prompt's pages a worker could attach from
+// its cache: full pages only, and never the one holding the last prompt
+// token, which a request always computes (its logits start the output).
+func (q *Query) reusable(pageSize int) int {
+	if pageSize <= 0 || len(q.Tokens) == 0 {
+		return 0
+	}
+	return (len(q.Tokens) - 1) / pageSize
+}
+
+func (q *Query) pageKeys(seed uint64, pageSize int) []uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := queryKey{seed, pageSize}
+	if ks, ok := q.keys[k]; ok {
+		return ks
+	}
+	hs := kvcache.PageHashes(kvcache.Hash(seed), q.Tokens, pageSize, q.reusable(pageSize))
+	ks := make([]uint64, len(hs))
+	for i, h := range hs {
+		ks[i] = uint64(h)
+	}
+	if q.keys == nil {
+		q.keys = map[queryKey][]uint64{}
+	}
+	q.keys[k] = ks
+	return ks
+}
+
+// CacheScorer prefers the worker whose prefix cache holds the most of the
+// prompt: the share of the prompt's reusable leading pages that the
+// router's index of the worker holds, in [0, 1] (0 for every worker when
+// the prompt has no full page to reuse, or the pick has no Query).
+type CacheScorer struct{}
+
+// Name implements Scorer.
+func (CacheScorer) Name() string { return "prefix-cache" }
+
+// Score implements Scorer.
+func (CacheScorer) Score(q *Query, ws []*Worker, scores []float64) {
+	for i, w := range ws {
+		if held, total := w.CachedPrefix(q); total > 0 {
+			scores[i] = float64(held) / float64(total)
+		}
+	}
+}
