@@ -115,6 +115,7 @@ type fleetWorker struct {
 	Draining    bool   `json:"draining"`
 	Inflight    int64  `json:"inflight"`
 	RoutedTotal uint64 `json:"routed_total"`
+	CachePages  int    `json:"cache_pages"`
 	LastError   string `json:"last_error"`
 	Canary      []struct {
 		Pair struct {

@@ -247,13 +247,16 @@ func promptIDs(ids []uint32) []int32 {
 }
 
 // countPrefix records how much of the prompt the pair's workers held by the
-// router's cache index: metrics by role, and span attributes.
+// router's cache index (metrics by role, and span attributes), and notes
+// the prompt in their indexes until their reports confirm it.
 func (s *Service) countPrefix(span trace.Span, q *workers.Query, pair *workers.Pair) {
 	held, total := pair.Decode.CachedPrefix(q)
+	pair.Decode.NoteRouted(q)
 	s.metrics.routed("decode", held, total)
 	span.SetAttributes(tracing.AttrRoutePrefixPages.Int(total), tracing.AttrRouteDecodeHeld.Int(held))
 	if pair.Prefill != nil {
 		held, total := pair.Prefill.CachedPrefix(q)
+		pair.Prefill.NoteRouted(q)
 		s.metrics.routed("prefill", held, total)
 		span.SetAttributes(tracing.AttrRoutePrefillHeld.Int(held))
 	}

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"sync"
+	"time"
 
 	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
@@ -16,13 +17,26 @@ import (
 // that died or restarted holds none of what it used to.
 
 // cacheIndex is one worker's cached page keys.
+//
+// Beside the keys the worker reported, it keeps those of the prompts the
+// router has just sent it (routed), for routedTTL: a conversation's next
+// turn often arrives before the report that carries its previous turn's
+// pages (think times shorter than --load-interval), and without them it
+// would be scored as a stranger. A routed key is dropped when the worker
+// reports it stored or evicted, when it expires, and with everything else
+// when the stream breaks.
 type cacheIndex struct {
 	mu       sync.RWMutex
 	enabled  bool
 	seed     uint64
 	pageSize int
 	keys     map[uint64]struct{}
+	routed   map[uint64]time.Time // keys of prompts routed here, not yet reported
 }
+
+// routedTTL is how long the keys of a prompt the router sent a worker
+// count as held before the worker's own report says so.
+const routedTTL = 10 * time.Second
 
 // apply folds one report's changes in.
 func (c *cacheIndex) apply(ev *batonv1.CacheEvents) {
@@ -32,7 +46,7 @@ func (c *cacheIndex) apply(ev *batonv1.CacheEvents) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !ev.GetEnabled() {
-		c.enabled, c.keys = false, nil
+		c.enabled, c.keys, c.routed = false, nil, nil
 		return
 	}
 	if ev.GetSnapshot() || c.keys == nil || c.seed != ev.GetSeed() || c.pageSize != int(ev.GetPageSize()) {
@@ -43,17 +57,59 @@ func (c *cacheIndex) apply(ev *batonv1.CacheEvents) {
 	c.enabled, c.seed, c.pageSize = true, ev.GetSeed(), int(ev.GetPageSize())
 	for _, h := range ev.GetStored() {
 		c.keys[h] = struct{}{}
+		delete(c.routed, h)
 	}
 	for _, h := range ev.GetRemoved() {
 		delete(c.keys, h)
+		delete(c.routed, h)
 	}
+	now := time.Now()
+	for h, at := range c.routed {
+		if now.Sub(at) > routedTTL {
+			delete(c.routed, h)
+		}
+	}
+}
+
+// holds reports whether key k is held: reported, or routed recently. c.mu
+// is held.
+func (c *cacheIndex) holds(k uint64, now time.Time) bool {
+	if _, ok := c.keys[k]; ok {
+		return true
+	}
+	at, ok := c.routed[k]
+	return ok && now.Sub(at) <= routedTTL
 }
 
 // reset forgets everything: the worker is taken to hold nothing.
 func (c *cacheIndex) reset() {
 	c.mu.Lock()
-	c.enabled, c.keys = false, nil
+	c.enabled, c.keys, c.routed = false, nil, nil
 	c.mu.Unlock()
+}
+
+// NoteRouted notes that q's prompt was sent to the worker: its reusable pages
+// count as held until the worker's reports take over (see cacheIndex).
+func (w *Worker) NoteRouted(q *Query) {
+	if q == nil {
+		return
+	}
+	c := &w.cache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.enabled || c.pageSize <= 0 {
+		return
+	}
+	now := time.Now()
+	for _, k := range q.pageKeys(c.seed, c.pageSize) {
+		if _, ok := c.keys[k]; ok {
+			continue
+		}
+		if c.routed == nil {
+			c.routed = map[uint64]time.Time{}
+		}
+		c.routed[k] = now
+	}
 }
 
 // CachePages is how many page keys the router's index holds for the worker
@@ -81,8 +137,9 @@ func (w *Worker) CachedPrefix(q *Query) (held, total int) {
 		return 0, q.reusable(ps)
 	}
 	keys := q.pageKeys(c.seed, c.pageSize)
+	now := time.Now()
 	for _, k := range keys {
-		if _, ok := c.keys[k]; !ok {
+		if !c.holds(k, now) {
 			break
 		}
 		held++

@@ -219,3 +219,39 @@ func TestCacheIndexFollowsTheStream(t *testing.T) {
 	serveCache(t, srv.addr, pool)
 	waitFor(t, "the resync", func() bool { return w.CachePages() == 11 })
 }
+
+// TestRoutedPromptCountsUntilReported: a prompt just routed to a worker
+// counts as held there before its report arrives, for routedTTL at most;
+// the report's eviction of a page drops it.
+func TestRoutedPromptCountsUntilReported(t *testing.T) {
+	w := decodeW("a", 0, 0, 0, 100)
+	conv := prompt(0, 41)
+	q := &Query{Tokens: conv}
+	w.NoteRouted(q) // no snapshot yet: the cache may be off, nothing noted
+	if held, _ := w.CachedPrefix(q); held != 0 {
+		t.Fatalf("noted before the worker said its cache is on: %d", held)
+	}
+	holding(w, conv, 2)
+	w.NoteRouted(q)
+	if held, total := w.CachedPrefix(&Query{Tokens: append(conv, prompt(900, 8)...)}); held != 10 || total != 12 {
+		t.Fatalf("the next turn: held %d of %d, want 10 of 12", held, total)
+	}
+	hs := kvcache.PageHashes(testSeed, conv, 4, 10)
+	w.cache.apply(&batonv1.CacheEvents{Enabled: true, Seed: testSeed, PageSize: 4, Removed: []uint64{uint64(hs[5])}})
+	if held, _ := w.CachedPrefix(q); held != 5 {
+		t.Fatalf("after page 5's eviction: held %d, want 5", held)
+	}
+	w.cache.mu.Lock()
+	for k := range w.cache.routed {
+		w.cache.routed[k] = time.Now().Add(-routedTTL - time.Second)
+	}
+	w.cache.mu.Unlock()
+	if held, _ := w.CachedPrefix(q); held != 2 {
+		t.Fatalf("after the TTL: held %d, want the 2 reported pages", held)
+	}
+	w.NoteRouted(q)
+	w.setErr(errBroken)
+	if held, _ := w.CachedPrefix(q); held != 0 {
+		t.Fatalf("after the stream broke: held %d", held)
+	}
+}
