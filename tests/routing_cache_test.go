@@ -121,4 +121,3 @@ func metricsByWorker(t testing.TB, httpAddr, name string) map[string]float64 {
 	}
 	return out
 }
-
