@@ -107,3 +107,37 @@ func TestCacheWatch(t *testing.T) {
 		t.Fatalf("no cache: %v", ev)
 	}
 }
+
+// TestSplitCacheEvents: a snapshot too large for one message goes out as
+// several, the first a snapshot and the rest changes, which rebuild it
+// exactly; small reports stay whole.
+func TestSplitCacheEvents(t *testing.T) {
+	ev := &batonv1.CacheEvents{Enabled: true, Snapshot: true, Seed: 9, PageSize: 16}
+	for i := range 10 {
+		ev.Stored = append(ev.Stored, uint64(i))
+	}
+	parts := splitCacheEvents(ev, 4)
+	if len(parts) != 3 || !parts[0].GetSnapshot() || parts[1].GetSnapshot() || parts[2].GetSnapshot() {
+		t.Fatalf("10 keys by 4: %v", parts)
+	}
+	index := map[uint64]bool{99: true}
+	for _, p := range parts {
+		if len(p.GetStored())+len(p.GetRemoved()) > 4 || p.GetSeed() != 9 || p.GetPageSize() != 16 || !p.GetEnabled() {
+			t.Fatalf("part %v", p)
+		}
+		apply(index, p)
+	}
+	if len(index) != 10 || index[99] {
+		t.Fatalf("rebuilt %v", index)
+	}
+	delta := &batonv1.CacheEvents{Enabled: true, Stored: []uint64{1, 2, 3}, Removed: []uint64{4, 5, 6}}
+	if parts := splitCacheEvents(delta, 4); len(parts) != 2 || len(parts[0].GetStored()) != 3 || len(parts[0].GetRemoved()) != 1 || len(parts[1].GetRemoved()) != 2 {
+		t.Fatalf("a delta of 6 by 4: %v", parts)
+	}
+	if parts := splitCacheEvents(delta, 6); len(parts) != 1 || parts[0] != delta {
+		t.Fatalf("a delta that fits: %v", parts)
+	}
+	if parts := splitCacheEvents(&batonv1.CacheEvents{Snapshot: true}, 4); len(parts) != 1 {
+		t.Fatalf("a cache that is off: %v", parts)
+	}
+}

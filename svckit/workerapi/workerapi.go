@@ -105,12 +105,19 @@ func (s *Service) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.Worker
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		msg := &batonv1.WatchLoadResponse{Load: s.src.Load(ctx)}
+		load := s.src.Load(ctx)
+		var parts []*batonv1.CacheEvents
 		if cw != nil {
-			msg.Cache = cw.next()
+			parts = splitCacheEvents(cw.next(), maxKeysPerMessage)
 		}
-		if err := stream.Send(msg); err != nil {
-			return err
+		for i := 0; i == 0 || i < len(parts); i++ {
+			msg := &batonv1.WatchLoadResponse{Load: load}
+			if i < len(parts) {
+				msg.Cache = parts[i]
+			}
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -118,6 +125,31 @@ func (s *Service) WatchLoad(req *batonv1.WatchLoadRequest, stream batonv1.Worker
 		case <-t.C:
 		}
 	}
+}
+
+// maxKeysPerMessage bounds the keys of one WatchLoadResponse (8 bytes
+// each and a tag: about 600 KB), well inside gRPC's default 4 MiB receive
+// limit whatever the size of the cache.
+const maxKeysPerMessage = 1 << 16
+
+// splitCacheEvents cuts ev into messages of at most max keys each: the
+// first keeps snapshot, the rest continue it as plain changes (stored
+// first, then removed — disjoint, so their order does not matter).
+func splitCacheEvents(ev *batonv1.CacheEvents, max int) []*batonv1.CacheEvents {
+	if len(ev.GetStored())+len(ev.GetRemoved()) <= max {
+		return []*batonv1.CacheEvents{ev}
+	}
+	var out []*batonv1.CacheEvents
+	stored, removed := ev.GetStored(), ev.GetRemoved()
+	for first := true; first || len(stored) > 0 || len(removed) > 0; first = false {
+		part := &batonv1.CacheEvents{Enabled: ev.GetEnabled(), Snapshot: first && ev.GetSnapshot(), Seed: ev.GetSeed(), PageSize: ev.GetPageSize()}
+		n := min(len(stored), max)
+		part.Stored, stored = stored[:n], stored[n:]
+		m := min(len(removed), max-n)
+		part.Removed, removed = removed[:m], removed[m:]
+		out = append(out, part)
+	}
+	return out
 }
 
 // cacheWatch is one WatchLoad stream's place in the cache's event log.

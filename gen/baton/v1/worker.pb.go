@@ -663,11 +663,15 @@ type CacheEvents struct {
 	Seed uint64 `protobuf:"fixed64,3,opt,name=seed,proto3" json:"seed,omitempty"`
 	// Tokens per page.
 	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Keys the cache holds now and did not at the last report (all it holds,
-	// in a snapshot).
+	// Keys whose last change since the previous report was a store: the
+	// cache holds them now (in a snapshot: every key it holds). A snapshot
+	// too large for one message continues in the reports that follow it,
+	// sent at once, as stored keys without snapshot set.
 	Stored []uint64 `protobuf:"fixed64,5,rep,packed,name=stored,proto3" json:"stored,omitempty"`
-	// Keys the cache held at the last report and has evicted since. Never in
-	// a snapshot; disjoint from stored.
+	// Keys whose last change since the previous report was an eviction: the
+	// cache does not hold them now (it may never have held them at a
+	// report). Never in a snapshot; disjoint from stored, so the two may be
+	// applied in any order.
 	Removed       []uint64 `protobuf:"fixed64,6,rep,packed,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -174,7 +174,9 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 
 	var tried []string
 	var failed error // the first attempt's error, when retrying
-	query := &workers.Query{Tokens: promptIDs(req.GetPromptTokenIds())}
+	// Prompt logprobs need every prompt position computed: such a request
+	// reuses nothing, wherever it goes.
+	query := &workers.Query{Tokens: promptIDs(req.GetPromptTokenIds()), NoReuse: req.GetSampling().GetPromptLogprobs()}
 	for attempt := 0; ; attempt++ {
 		actx, route := tracing.Start(ctx, tracing.SpanRoute, trace.WithAttributes(
 			tracing.AttrAttempt.Int(attempt), tracing.AttrRetry.Bool(attempt > 0),
@@ -210,6 +212,15 @@ func (s *Service) run(ctx context.Context, in *batonv1.GenerateRequest, send fun
 				continue
 			}
 			break
+		}
+		if err == nil {
+			// The workers offer the prompt's pages to their caches as the
+			// request ends: the keys count from now until their reports
+			// carry them (a generation may outlast the first note).
+			pair.Decode.NoteRouted(query)
+			if pair.Prefill != nil {
+				pair.Prefill.NoteRouted(query)
+			}
 		}
 		pair.Release()
 		retry := retryable(started, attempt, err) && !tooLateToRetry(ctx, start, err)
@@ -250,15 +261,15 @@ func promptIDs(ids []uint32) []int32 {
 // router's cache index (metrics by role, and span attributes), and notes
 // the prompt in their indexes until their reports confirm it.
 func (s *Service) countPrefix(span trace.Span, q *workers.Query, pair *workers.Pair) {
-	held, total := pair.Decode.CachedPrefix(q)
+	p := pair.Decode.CachedPrefix(q)
 	pair.Decode.NoteRouted(q)
-	s.metrics.routed("decode", held, total)
-	span.SetAttributes(tracing.AttrRoutePrefixPages.Int(total), tracing.AttrRouteDecodeHeld.Int(held))
+	s.metrics.routed("decode", p)
+	span.SetAttributes(tracing.AttrRoutePrefixPages.Int(p.Total), tracing.AttrRouteDecodeHeld.Int(p.Held))
 	if pair.Prefill != nil {
-		held, total := pair.Prefill.CachedPrefix(q)
+		p := pair.Prefill.CachedPrefix(q)
 		pair.Prefill.NoteRouted(q)
-		s.metrics.routed("prefill", held, total)
-		span.SetAttributes(tracing.AttrRoutePrefillHeld.Int(held))
+		s.metrics.routed("prefill", p)
+		span.SetAttributes(tracing.AttrRoutePrefillHeld.Int(p.Held))
 	}
 }
 

@@ -20,7 +20,7 @@ type metrics struct {
 	// pages of the prompts routed and those the chosen worker held by the
 	// router's index of its prefix cache: their ratio is the hit rate the
 	// routing earned, whatever the policy.
-	prefixPages, prefixHeld *prometheus.CounterVec
+	prefixPages, prefixHeld, prefixReported *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, inf *inflight) *metrics {
@@ -36,9 +36,11 @@ func newMetrics(reg *prometheus.Registry, inf *inflight) *metrics {
 		prefixPages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_router_prefix_pages_total", Help: "Full leading pages of the prompts routed that a worker's prefix cache could supply (all but the page of the last prompt token), by the role of the worker chosen."}, []string{"role"}),
 		prefixHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_router_prefix_pages_held_total", Help: "Of baton_router_prefix_pages_total, the pages the chosen worker held by the router's index of its prefix cache, by role."}, []string{"role"}),
+			Name: "baton_router_prefix_pages_held_total", Help: "Of baton_router_prefix_pages_total, the pages the chosen worker held by the router's index of its prefix cache — the router's estimate, counting the prompts it routed there in the last seconds before the worker's reports confirm them — by role."}, []string{"role"}),
+		prefixReported: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_router_prefix_pages_reported_total", Help: "Of baton_router_prefix_pages_held_total, the pages the chosen worker's own cache reports held, by role."}, []string{"role"}),
 	}
-	reg.MustRegister(m.ttft, m.e2e, m.requests, m.prefixPages, m.prefixHeld, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg.MustRegister(m.ttft, m.e2e, m.requests, m.prefixPages, m.prefixHeld, m.prefixReported, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_router_inflight_requests", Help: "Requests in flight at the router."},
 		func() float64 { return float64(inf.len()) }))
 	return m
@@ -46,12 +48,13 @@ func newMetrics(reg *prometheus.Registry, inf *inflight) *metrics {
 
 // routed counts the prompt pages a pick could have reused and those its
 // worker of role held.
-func (m *metrics) routed(role string, held, total int) {
-	if m == nil || total == 0 {
+func (m *metrics) routed(role string, p workers.Prefix) {
+	if m == nil || p.Total == 0 {
 		return
 	}
-	m.prefixPages.WithLabelValues(role).Add(float64(total))
-	m.prefixHeld.WithLabelValues(role).Add(float64(held))
+	m.prefixPages.WithLabelValues(role).Add(float64(p.Total))
+	m.prefixHeld.WithLabelValues(role).Add(float64(p.Held))
+	m.prefixReported.WithLabelValues(role).Add(float64(p.Reported))
 }
 
 // cacheIndexCollector reports the router's index of each worker's prefix

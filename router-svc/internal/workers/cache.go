@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ type cacheIndex struct {
 	pageSize int
 	keys     map[uint64]struct{}
 	routed   map[uint64]time.Time // keys of prompts routed here, not yet reported
+	pruned   time.Time            // when routed was last swept for expired keys
 }
 
 // routedTTL is how long the keys of a prompt the router sent a worker
@@ -63,22 +65,25 @@ func (c *cacheIndex) apply(ev *batonv1.CacheEvents) {
 		delete(c.keys, h)
 		delete(c.routed, h)
 	}
-	now := time.Now()
-	for h, at := range c.routed {
-		if now.Sub(at) > routedTTL {
-			delete(c.routed, h)
+	// Expired routed keys are swept at most every half TTL, so that a
+	// report does not walk a large map each time (holds ignores them
+	// meanwhile).
+	if now := time.Now(); len(c.routed) > 0 && now.Sub(c.pruned) > routedTTL/2 {
+		c.pruned = now
+		for h, at := range c.routed {
+			if now.Sub(at) > routedTTL {
+				delete(c.routed, h)
+			}
 		}
 	}
 }
 
-// holds reports whether key k is held: reported, or routed recently. c.mu
-// is held.
-func (c *cacheIndex) holds(k uint64, now time.Time) bool {
-	if _, ok := c.keys[k]; ok {
-		return true
-	}
-	at, ok := c.routed[k]
-	return ok && now.Sub(at) <= routedTTL
+// layout returns the seed and page size of the worker's keys, ok false
+// while its cache is off or unknown.
+func (c *cacheIndex) layout() (seed uint64, pageSize int, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.seed, c.pageSize, c.enabled && c.pageSize > 0
 }
 
 // reset forgets everything: the worker is taken to hold nothing.
@@ -89,19 +94,23 @@ func (c *cacheIndex) reset() {
 }
 
 // NoteRouted notes that q's prompt was sent to the worker: its reusable pages
-// count as held until the worker's reports take over (see cacheIndex).
+// count as held until the worker's reports take over (see cacheIndex). The
+// router calls it when it routes the prompt and again when the request
+// ends, which is when the worker offers the pages to its cache.
 func (w *Worker) NoteRouted(q *Query) {
-	if q == nil {
+	c := &w.cache
+	seed, ps, ok := c.layout()
+	if q == nil || !ok {
 		return
 	}
-	c := &w.cache
+	keys := q.pageKeys(seed, ps) // hashed outside the lock
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.enabled || c.pageSize <= 0 {
-		return
+	if !c.enabled || c.seed != seed || c.pageSize != ps {
+		return // reset or resynchronised meanwhile
 	}
-	now := time.Now()
-	for _, k := range q.pageKeys(c.seed, c.pageSize) {
+	for _, k := range keys {
 		if _, ok := c.keys[k]; ok {
 			continue
 		}
@@ -113,38 +122,63 @@ func (w *Worker) NoteRouted(q *Query) {
 }
 
 // CachePages is how many page keys the router's index holds for the worker
-// (0 while its stream is down or its cache is off).
+// by its reports (0 while its stream is down or its cache is off).
 func (w *Worker) CachePages() int {
 	w.cache.mu.RLock()
 	defer w.cache.mu.RUnlock()
 	return len(w.cache.keys)
 }
 
-// CachedPrefix returns how many of q's reusable leading pages the worker's
-// prefix cache holds, by the router's index, and how many there are.
-func (w *Worker) CachedPrefix(q *Query) (held, total int) {
-	if q == nil {
-		return 0, 0
+// Prefix is how much of a prompt a worker holds by the router's index.
+type Prefix struct {
+	// Total is the prompt's reusable leading pages (full pages before the
+	// one of its last token; 0 when the request reuses nothing, as with
+	// prompt logprobs).
+	Total int
+	// Held is the leading run of them the index holds: reported by the
+	// worker, or routed to it just now (the router's estimate, which
+	// routing uses).
+	Held int
+	// Reported is the leading run the worker's own reports hold.
+	Reported int
+}
+
+// CachedPrefix returns how much of q's prompt the worker's prefix cache
+// holds, by the router's index.
+func (w *Worker) CachedPrefix(q *Query) Prefix {
+	if q == nil || q.NoReuse {
+		return Prefix{}
 	}
 	c := &w.cache
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if !c.enabled || c.pageSize <= 0 {
-		ps := int(w.Info().GetKvLayout().GetPageSizeTokens())
+	seed, ps, ok := c.layout()
+	if !ok {
+		ps = int(w.Info().GetKvLayout().GetPageSizeTokens())
 		if ps <= 0 {
 			ps = kvcache.DefaultPageSize
 		}
-		return 0, q.reusable(ps)
+		return Prefix{Total: q.reusable(ps)}
 	}
-	keys := q.pageKeys(c.seed, c.pageSize)
+	keys := q.pageKeys(seed, ps) // hashed outside the lock
 	now := time.Now()
-	for _, k := range keys {
-		if !c.holds(k, now) {
-			break
-		}
-		held++
+	out := Prefix{Total: len(keys)}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.seed != seed || c.pageSize != ps {
+		return out
 	}
-	return held, len(keys)
+	reported := true
+	for _, k := range keys {
+		if _, ok := c.keys[k]; ok && reported {
+			out.Reported++
+		} else {
+			reported = false
+			if at, ok := c.routed[k]; !ok || now.Sub(at) > routedTTL {
+				break
+			}
+		}
+		out.Held++
+	}
+	return out
 }
 
 // Query is what a pick knows of the request it routes: its prompt, whose
@@ -153,6 +187,9 @@ func (w *Worker) CachedPrefix(q *Query) (held, total int) {
 type Query struct {
 	// Tokens is the prompt.
 	Tokens []int32
+	// NoReuse: the request computes its whole prompt whatever the workers
+	// hold (it asks for prompt logprobs).
+	NoReuse bool
 
 	mu   sync.Mutex
 	keys map[queryKey][]uint64
@@ -195,7 +232,9 @@ func (q *Query) pageKeys(seed uint64, pageSize int) []uint64 {
 // CacheScorer prefers the worker whose prefix cache holds the most of the
 // prompt: the share of the prompt's reusable leading pages that the
 // router's index of the worker holds, in [0, 1] (0 for every worker when
-// the prompt has no full page to reuse, or the pick has no Query).
+// the prompt has no full page to reuse, or the pick has no Query), and 0
+// for a worker more than CacheAwareMaxImbalance busier than the least
+// loaded candidate.
 type CacheScorer struct{}
 
 // Name implements Scorer.
@@ -203,9 +242,29 @@ func (CacheScorer) Name() string { return "prefix-cache" }
 
 // Score implements Scorer.
 func (CacheScorer) Score(q *Query, ws []*Worker, scores []float64) {
+	if q == nil || q.NoReuse || len(ws) == 0 {
+		return
+	}
+	minLoad := math.Inf(1)
+	for _, w := range ws {
+		minLoad = min(minLoad, Load(w))
+	}
 	for i, w := range ws {
-		if held, total := w.CachedPrefix(q); total > 0 {
-			scores[i] = float64(held) / float64(total)
+		if Load(w)-minLoad > CacheAwareMaxImbalance {
+			continue // too far behind the least loaded: load decides
+		}
+		if p := w.CachedPrefix(q); p.Total > 0 {
+			scores[i] = float64(p.Held) / float64(p.Total)
 		}
 	}
 }
+
+// CacheAwareMaxImbalance is how much more work (Load) than the least
+// loaded candidate a worker may have and still be scored by what it holds.
+// Past it the worker scores as holding nothing, so that load decides: a
+// prefix every request shares (a system prompt, tool definitions) would
+// otherwise pin all traffic to the first worker that computed it, since a
+// worker holding the whole prompt outscores any idle stranger by the
+// weights alone (2/3 against at most 1/3). SGLang's router guards its
+// cache-aware policy with a balance threshold the same way.
+const CacheAwareMaxImbalance = 4

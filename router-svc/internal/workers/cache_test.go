@@ -42,31 +42,34 @@ func TestCacheIndex(t *testing.T) {
 	conv := prompt(0, 41) // 10 reusable pages of 4 (the 11th holds the last token)
 	q := &Query{Tokens: conv}
 	// No index yet, and no layout from Info: pages of the default size.
-	if held, total := w.CachedPrefix(q); held != 0 || total != 40/kvcache.DefaultPageSize {
-		t.Fatalf("no index yet: held %d of %d, want 0 of %d", held, total, 40/kvcache.DefaultPageSize)
+	if p := w.CachedPrefix(q); p.Held != 0 || p.Total != 40/kvcache.DefaultPageSize {
+		t.Fatalf("no index yet: %+v, want 0 of %d", p, 40/kvcache.DefaultPageSize)
 	}
 	holding(w, conv, 6)
-	if held, total := w.CachedPrefix(q); held != 6 || total != 10 || w.CachePages() != 6 {
-		t.Fatalf("after a snapshot of 6 pages: held %d of %d (%d in the index)", held, total, w.CachePages())
+	if p := w.CachedPrefix(q); p.Held != 6 || p.Reported != 6 || p.Total != 10 || w.CachePages() != 6 {
+		t.Fatalf("after a snapshot of 6 pages: %+v (%d in the index)", p, w.CachePages())
+	}
+	if p := w.CachedPrefix(&Query{Tokens: conv, NoReuse: true}); p != (Prefix{}) {
+		t.Fatalf("a request that reuses nothing: %+v", p)
 	}
 	// Changes: pages 6 and 7 stored, page 2 evicted — the match stops at
 	// the first page missing, as the worker's own match does.
 	hs := kvcache.PageHashes(testSeed, conv, 4, 8)
 	w.cache.apply(&batonv1.CacheEvents{Enabled: true, Seed: testSeed, PageSize: 4,
 		Stored: []uint64{uint64(hs[6]), uint64(hs[7])}, Removed: []uint64{uint64(hs[2])}})
-	if held, _ := w.CachedPrefix(q); held != 2 || w.CachePages() != 7 {
-		t.Fatalf("after page 2's eviction: held %d (%d in the index), want 2 (7)", held, w.CachePages())
+	if p := w.CachedPrefix(q); p.Held != 2 || w.CachePages() != 7 {
+		t.Fatalf("after page 2's eviction: %+v (%d in the index), want 2 (7)", p, w.CachePages())
 	}
 	// Another model's seed matches nothing.
 	w.cache.apply(&batonv1.CacheEvents{Enabled: true, Snapshot: true, Seed: testSeed + 1, PageSize: 4, Stored: []uint64{uint64(hs[0])}})
-	if held, _ := w.CachedPrefix(q); held != 0 {
-		t.Fatalf("keys of another seed matched %d pages", held)
+	if p := w.CachedPrefix(q); p.Held != 0 {
+		t.Fatalf("keys of another seed matched %+v", p)
 	}
 	// A broken stream forgets everything; so does a cache turned off.
 	holding(w, conv, 10)
 	w.setErr(errBroken)
-	if held, _ := w.CachedPrefix(q); held != 0 || w.CachePages() != 0 {
-		t.Fatalf("after the stream broke: held %d, %d in the index", held, w.CachePages())
+	if p := w.CachedPrefix(q); p.Held != 0 || w.CachePages() != 0 {
+		t.Fatalf("after the stream broke: %+v, %d in the index", p, w.CachePages())
 	}
 	holding(w, conv, 10)
 	w.cache.apply(&batonv1.CacheEvents{Enabled: false, Snapshot: true})
@@ -75,8 +78,8 @@ func TestCacheIndex(t *testing.T) {
 	}
 	// A prompt of less than one full page plus a token has nothing to
 	// reuse.
-	if held, total := w.CachedPrefix(&Query{Tokens: prompt(0, 4)}); held != 0 || total != 0 {
-		t.Fatalf("a one-page prompt: %d of %d", held, total)
+	if p := w.CachedPrefix(&Query{Tokens: prompt(0, 4)}); p.Held != 0 || p.Total != 0 {
+		t.Fatalf("a one-page prompt: %+v", p)
 	}
 }
 
@@ -112,14 +115,30 @@ func TestCacheAwarePolicy(t *testing.T) {
 	if w, _ := p.Pick(nil, []*Worker{a, b}, nil); w != b {
 		t.Fatalf("no query: went to the busier %s", w.Addr)
 	}
-	// a holds it all but has 8 requests: (2 + 1/9)/3 = 0.70 against
-	// b's (2·0.5 + 1)/3 = 0.67 — still a; with 40 requests and b holding
-	// 3/4, b.
-	busy := decodeW("a", 30, 10, 0, 100)
+	// A holder far busier than the least loaded candidate is scored by
+	// load alone: with 8 requests more than an idle worker holding none of
+	// the prompt, it loses the prompt to it.
+	busy := decodeW("busy", 0, 1+CacheAwareMaxImbalance+3, 0, 100)
+	idle := decodeW("idle", 0, 0, 0, 100)
 	holding(busy, conv, 16)
-	holding(b, conv, 12)
-	if w, _ := p.Pick(&Query{Tokens: conv}, []*Worker{busy, b}, nil); w != b {
-		t.Fatalf("went to %s with 40 requests over an idle worker holding 3/4", w.Addr)
+	if w, _ := p.Pick(&Query{Tokens: conv}, []*Worker{busy, idle}, nil); w != idle {
+		t.Fatalf("went to %s with %v requests over an idle worker", w.Addr, Load(busy))
+	}
+	// A prefix every request shares does not pin the traffic to the
+	// worker that computed it first: picks that each add a request spread
+	// over both workers.
+	x, y := decodeW("x", 0, 0, 0, 100), decodeW("y", 0, 0, 0, 100)
+	holding(x, conv, 16)
+	got := map[string]int{}
+	for range 20 {
+		w, _ := p.Pick(&Query{Tokens: conv}, []*Worker{x, y}, nil)
+		got[w.Addr]++
+		if err := w.tryAcquire(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got["y"] == 0 || got["x"] <= got["y"] {
+		t.Fatalf("a shared prefix held by x: picks %v; want most on x, the rest on y", got)
 	}
 	// The other policies ignore the cache.
 	rr := mustPolicy(t, "least-load")
@@ -200,8 +219,8 @@ func TestCacheIndexFollowsTheStream(t *testing.T) {
 	waitFor(t, "the snapshot", func() bool { w := worker(s, srv.addr); return w != nil && w.CachePages() == 10 })
 	w := worker(s, srv.addr)
 	conv := append(prompt(0, 160), prompt(5000, 30)...)
-	if held, total := w.CachedPrefix(&Query{Tokens: conv}); held != 10 || total != 11 {
-		t.Fatalf("held %d of %d pages of a prompt extending the cached one, want 10 of 11", held, total)
+	if p := w.CachedPrefix(&Query{Tokens: conv}); p.Held != 10 || p.Total != 11 {
+		t.Fatalf("%+v of a prompt extending the cached one, want 10 of 11", p)
 	}
 	compute(t, pool, conv)
 	waitFor(t, "the next turn's page", func() bool { return w.CachePages() == 11 })
@@ -212,8 +231,8 @@ func TestCacheIndexFollowsTheStream(t *testing.T) {
 
 	srv.srv.Stop() // killed: the stream breaks
 	waitFor(t, "the index forgotten", func() bool { return w.CachePages() == 0 })
-	if held, _ := w.CachedPrefix(&Query{Tokens: conv}); held != 0 {
-		t.Fatalf("a dead worker is scored as holding %d pages", held)
+	if p := w.CachedPrefix(&Query{Tokens: conv}); p.Held != 0 {
+		t.Fatalf("a dead worker is scored as holding %+v", p)
 	}
 	// Back on the same address with the same cache: a new snapshot.
 	serveCache(t, srv.addr, pool)
@@ -228,30 +247,30 @@ func TestRoutedPromptCountsUntilReported(t *testing.T) {
 	conv := prompt(0, 41)
 	q := &Query{Tokens: conv}
 	w.NoteRouted(q) // no snapshot yet: the cache may be off, nothing noted
-	if held, _ := w.CachedPrefix(q); held != 0 {
-		t.Fatalf("noted before the worker said its cache is on: %d", held)
+	if p := w.CachedPrefix(q); p.Held != 0 {
+		t.Fatalf("noted before the worker said its cache is on: %+v", p)
 	}
 	holding(w, conv, 2)
 	w.NoteRouted(q)
-	if held, total := w.CachedPrefix(&Query{Tokens: append(conv, prompt(900, 8)...)}); held != 10 || total != 12 {
-		t.Fatalf("the next turn: held %d of %d, want 10 of 12", held, total)
+	if p := w.CachedPrefix(&Query{Tokens: append(conv, prompt(900, 8)...)}); p.Held != 10 || p.Reported != 2 || p.Total != 12 {
+		t.Fatalf("the next turn: %+v, want 10 held (2 reported) of 12", p)
 	}
 	hs := kvcache.PageHashes(testSeed, conv, 4, 10)
 	w.cache.apply(&batonv1.CacheEvents{Enabled: true, Seed: testSeed, PageSize: 4, Removed: []uint64{uint64(hs[5])}})
-	if held, _ := w.CachedPrefix(q); held != 5 {
-		t.Fatalf("after page 5's eviction: held %d, want 5", held)
+	if p := w.CachedPrefix(q); p.Held != 5 {
+		t.Fatalf("after page 5's eviction: %+v, want 5 held", p)
 	}
 	w.cache.mu.Lock()
 	for k := range w.cache.routed {
 		w.cache.routed[k] = time.Now().Add(-routedTTL - time.Second)
 	}
 	w.cache.mu.Unlock()
-	if held, _ := w.CachedPrefix(q); held != 2 {
-		t.Fatalf("after the TTL: held %d, want the 2 reported pages", held)
+	if p := w.CachedPrefix(q); p.Held != 2 {
+		t.Fatalf("after the TTL: %+v, want the 2 reported pages", p)
 	}
 	w.NoteRouted(q)
 	w.setErr(errBroken)
-	if held, _ := w.CachedPrefix(q); held != 0 {
-		t.Fatalf("after the stream broke: held %d", held)
+	if p := w.CachedPrefix(q); p.Held != 0 {
+		t.Fatalf("after the stream broke: %+v", p)
 	}
 }

@@ -93,9 +93,9 @@ var PolicyNames = []string{"round-robin", "least-load", "power-of-two", "cache-a
 //     overlap is CacheScorer's share of the prompt's reusable pages the
 //     worker holds and load LoadScorer's 1/(1+work) — llm-d's
 //     precise-prefix-cache scorer beside its load scorer. Among workers
-//     holding as much of the prompt, the less loaded wins; a worker
-//     holding the prompt is left for an idle one only once it is loaded
-//     enough to cost more than recomputing (see docs/prefix-cache.md).
+//     holding as much of the prompt, the less loaded wins; a worker more
+//     than CacheAwareMaxImbalance busier than the least loaded one is
+//     scored by load alone (see docs/prefix-cache.md).
 func NewPolicy(name string) (*Policy, error) {
 	load := []WeightedScorer{{LoadScorer{}, 1}}
 	switch name {
@@ -112,11 +112,10 @@ func NewPolicy(name string) (*Policy, error) {
 }
 
 // CacheAwareWeight is the prefix overlap's weight against load's (1) in
-// the cache-aware policy. With 2, holding the whole prompt outweighs any
-// difference in load between workers that hold none of it only while the
-// holder has fewer than a handful of requests more than the idle one: a
-// worker with the whole prompt and 3 requests scores (2+1/4)/3 = 0.75
-// against an idle stranger's 1/3.
+// the cache-aware policy. Within CacheAwareMaxImbalance of the least
+// loaded candidate, holding the prompt counts for more than load: a worker
+// with the whole prompt and 3 requests scores (2+1/4)/3 = 0.75 against an
+// idle stranger's 1/3.
 const CacheAwareWeight = 2
 
 // scratch is a pick's working memory, pooled: a pick allocates nothing for
