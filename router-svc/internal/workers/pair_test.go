@@ -3,11 +3,13 @@ package workers
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-serving/baton/engine/kvcache"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
 )
 
@@ -305,11 +307,32 @@ func BenchmarkPick(b *testing.B) {
 				if mode == "colocated" {
 					ps = nil
 				}
+				// Every worker's index holds 64 pages of other prompts and
+				// a tenth of them the first 8 of this 1,024-token prompt;
+				// each pick has its own Query, as each request does.
+				tokens := make([]int32, 1024)
+				for i := range tokens {
+					tokens[i] = int32(i)
+				}
+				const seed = 7
+				mine := kvcache.PageHashes(seed, tokens, 16, 8)
+				for i, w := range slices.Concat(ps, ds) {
+					ev := &batonv1.CacheEvents{Enabled: true, Snapshot: true, Seed: seed, PageSize: 16}
+					for j := range 64 {
+						ev.Stored = append(ev.Stored, uint64(1000*i+j))
+					}
+					if i%10 == 0 {
+						for _, h := range mine {
+							ev.Stored = append(ev.Stored, uint64(h))
+						}
+					}
+					w.cache.apply(ev)
+				}
 				pp := pairer(b, ps, ds, newGate("10.0.0.1:8082>10.0.1.1:8084", ">10.0.1.2:8084"), 64)
 				pp.DecodePolicy, pp.PrefillPolicy = mustPolicy(b, pol), mustPolicy(b, pol)
 				b.ReportAllocs()
 				for b.Loop() {
-					p, err := pp.Pick(nil, nil)
+					p, err := pp.Pick(&Query{Tokens: tokens}, nil)
 					if err != nil {
 						b.Fatal(err)
 					}
