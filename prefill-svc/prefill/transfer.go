@@ -121,21 +121,27 @@ func (s *Service) TransferKV(stream batonv1.PrefillService_TransferKVServer) err
 	// How the send ended, before release and cancel(nil) add their own
 	// ends: ctx ended by then whatever ended the send.
 	ended, failed := ctx.Err(), pt.failure()
-	release(st, promptDone, schedCancel)
+	release(st, promptDone, runErr == nil, schedCancel)
 	cancel(nil)
 	return s.result(ctx, log, req.ID, snd, runErr, ended, failed, start)
 }
 
 // release ends the request at the scheduler once the sender no longer
-// touches its pages: handed over when the prompt is done (decode holds its
-// copy), cancelled otherwise.
-func release(st *sched.Stream, promptDone <-chan struct{}, schedCancel context.CancelCauseFunc) {
+// touches its pages: handed over when the prompt is done and the transfer
+// delivered it (sent is the sender's success: decode holds its copy),
+// cancelled otherwise — a decode that aborted, vanished or stalled after
+// the last page was computed got no copy, and baton_requests_finished_total
+// must not count it handed over.
+func release(st *sched.Stream, promptDone <-chan struct{}, sent bool, schedCancel context.CancelCauseFunc) {
 	select {
 	case <-promptDone:
-		_ = st.Handover()
+		if sent {
+			_ = st.Handover()
+			return
+		}
 	default:
-		schedCancel(nil)
 	}
+	schedCancel(nil)
 }
 
 // result records the transfer and maps how the sender ended to the RPC's
