@@ -6,6 +6,7 @@ replace (
 	github.com/baton-serving/baton/engine => ../engine
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
+	github.com/baton-serving/baton/kernels/cuda => ../kernels/cuda
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
 	github.com/baton-serving/baton/prefill-svc => ../prefill-svc
 	github.com/baton-serving/baton/svckit => ../svckit
@@ -27,7 +28,7 @@ require (
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000 // indirect
+	github.com/baton-serving/baton/kernels v0.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

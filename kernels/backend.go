@@ -284,3 +284,25 @@ func (v *HostView) On(b Backend, l KVLayout, data []byte) (KVCache, error) {
 	v.b, v.kv = b, kv
 	return kv, nil
 }
+
+// Memory is what a backend's allocations hold, in bytes, by use.
+type Memory struct {
+	// Weights is the weight matrices' memory (LoadMatrix).
+	Weights int64
+	// KV is the KV caches' (NewKVCache; not caches over host memory
+	// through HostKV, which the backend does not own).
+	KV int64
+	// Buffers is the activation buffers' (Alloc) and the backend's own
+	// working memory.
+	Buffers int64
+	// Free and Total are the device's free and total memory as its
+	// driver reports them, or 0 where there is no such report.
+	Free, Total int64
+}
+
+// MemoryReporter is implemented by backends with memory of their own (a
+// GPU's) to report what they hold, for gauges and for start-up checks
+// that a KV budget fits.
+type MemoryReporter interface {
+	Memory() (Memory, error)
+}

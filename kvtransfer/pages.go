@@ -44,13 +44,15 @@ func (p *PoolSource) CopyPage(page, lo, hi, tokens int, k, v []byte) error {
 	}
 	id := p.pages[page]
 	p.mu.Unlock()
-	row := p.pool.Layout().RowBytes()
-	n := tokens * row
+	n := tokens * p.pool.Layout().RowBytes()
 	for l := lo; l < hi; l++ {
-		pk, pv := p.pool.PageBytes(id, l)
 		off := (l - lo) * n
-		copy(k[off:off+n], pk[:n])
-		copy(v[off:off+n], pv[:n])
+		// A device pool's backend copies the layer out first (after the
+		// forward step that wrote it); a host pool's bytes are copied as
+		// they are.
+		if err := p.pool.ReadRows(id, l, tokens, k[off:off+n], v[off:off+n]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -68,14 +70,14 @@ func (p *PoolSink) WritePage(page, lo, hi, tokens int, k, v []byte) error {
 		return fmt.Errorf("page %d beyond the %d reserved", page, len(p.Pages))
 	}
 	n := tokens * p.Pool.Layout().RowBytes()
+	if len(k) < (hi-lo)*n || len(v) < (hi-lo)*n {
+		return fmt.Errorf("page %d layers %d-%d: %d key and %d value bytes for %d positions", page, lo, hi, len(k), len(v), tokens)
+	}
 	for l := lo; l < hi; l++ {
-		dk, dv := p.Pool.PageBytes(p.Pages[page], l)
-		if dk == nil || n > len(dk) {
-			return fmt.Errorf("page %d layer %d: %d bytes do not fit", page, l, n)
-		}
 		off := (l - lo) * n
-		copy(dk[:n], k[off:off+n])
-		copy(dv[:n], v[off:off+n])
+		if err := p.Pool.WriteRows(p.Pages[page], l, tokens, k[off:off+n], v[off:off+n]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

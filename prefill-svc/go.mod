@@ -6,6 +6,7 @@ replace (
 	github.com/baton-serving/baton/engine => ../engine
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
+	github.com/baton-serving/baton/kernels/cuda => ../kernels/cuda
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
 	github.com/baton-serving/baton/svckit => ../svckit
 	github.com/baton-serving/baton/tracing => ../tracing
@@ -20,11 +21,12 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000 // indirect
+	github.com/baton-serving/baton/kernels v0.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -54,5 +56,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

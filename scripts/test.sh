@@ -46,11 +46,17 @@ go test -count=1 -run '^TestGoldenArch$' ./engine/model
 step "kernels, pure-Go build (the fallback every fast path is checked against)"
 go test -count=1 -tags purego ./kernels/...
 
-step "CUDA kernels (kernels/cuda/kernels.cu) on the CPU emulation: no GPU here"
-# Compiles the device code with g++ against an emulation of the CUDA
-# built-ins and checks every kernel against references of its own. The
-# Go side of the CUDA backend is checked on a GPU by kernels/cuda/devicecheck.sh.
-kernels/cuda/emu/run.sh --kernels-only
+step "CUDA build and backend on the CPU emulation: no GPU here (scripts/cuda-check.sh)"
+# Installs the CUDA toolkit (Debian non-free), checks the PTX is fresh,
+# builds the services with -tags cuda, runs kernels.cu's tests and the CUDA
+# backend's Go tests on an emulated driver, and serves a PD request with
+# --device cuda on it (golden). A real GPU runs scripts/device-check.sh.
+if [[ ${BATON_SKIP_CUDA:-} == 1 ]]; then
+  echo "BATON_SKIP_CUDA=1: only kernels.cu's own tests"
+  kernels/cuda/emu/run.sh --kernels-only
+else
+  scripts/cuda-check.sh
+fi
 
 step "fuzz (bounded)"
 # Bounded by executions, not seconds: with -fuzztime=Ns the fuzzer can stop

@@ -94,3 +94,20 @@ func NewFlagSet(name, summary string, out io.Writer) *flag.FlagSet {
 	}
 	return fs
 }
+
+// UsageError marks a start-up error as the fault of a flag's value (a
+// device that is not there, a KV budget larger than the GPU): Main
+// reports it as one line and exits 2, as for a flag that does not parse.
+// Its message is the wrapped error's.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usage wraps err, which names the flag, as a UsageError; nil stays nil.
+func Usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UsageError{Err: err}
+}

@@ -6,6 +6,7 @@ replace (
 	github.com/baton-serving/baton/engine => ../engine
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
+	github.com/baton-serving/baton/kernels/cuda => ../kernels/cuda
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
 	github.com/baton-serving/baton/tracing => ../tracing
 )
@@ -13,7 +14,8 @@ replace (
 require (
 	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
-	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/kernels v0.0.0
+	github.com/baton-serving/baton/kernels/cuda v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/kvtransfer v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
@@ -39,6 +41,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
@@ -54,4 +57,5 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
+	gorgonia.org/cu v0.9.6 // indirect
 )

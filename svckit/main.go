@@ -27,7 +27,8 @@ type Service interface {
 	// Validate checks the flags' values; errors name the flag.
 	Validate() error
 	// Open loads what the service needs (a model, connections) before any
-	// port is bound; errors are reported as one line and exit 1.
+	// port is bound; errors are reported as one line and exit 1, or 2 for
+	// one wrapping a UsageError (a flag's value the machine cannot serve).
 	Open(ctx context.Context, srv *Deps) error
 	// Register installs the service's gRPC services and HTTP handlers, and
 	// its readiness checks and drain hooks.
@@ -127,6 +128,9 @@ func Main(args []string, stderr io.Writer, spec Spec, svc Service) int {
 	}
 	if err := svc.Open(ctx, &Deps{Logger: logger, Tracing: tp, Config: cfg, Registry: srv.Registry, TLS: tlsID}); err != nil {
 		srv.closeListeners()
+		if ue := (*UsageError)(nil); errors.As(err, &ue) {
+			return fail(2, err)
+		}
 		return fail(1, err)
 	}
 	defer func() {

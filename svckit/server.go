@@ -252,3 +252,7 @@ func (s *Server) shutdown(httpSrv *http.Server) {
 	}
 	s.Logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
+
+// SetGPUInUse names, by its UUID, the GPU this service computes on, for
+// the baton_gpu_in_use gauge ("" for none: the CPU).
+func (s *Server) SetGPUInUse(uuid string) { s.gpus.SetInUse(uuid) }

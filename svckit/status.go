@@ -13,6 +13,7 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit/device"
 	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,6 +79,9 @@ var codeTable = []struct {
 	{engine.ErrContextOverflow, codes.InvalidArgument},
 	{engine.ErrUnsupported, codes.FailedPrecondition},
 	{engine.ErrKVCacheFull, codes.ResourceExhausted},
+	// A start-up error (--device names what the machine lacks); mapped so
+	// that it could never reach a client as INTERNAL.
+	{device.ErrUnavailable, codes.FailedPrecondition},
 
 	// The scheduler's refusals and ends. A closing scheduler is a worker
 	// going away on every service (UNAVAILABLE, so the router fails over;

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/kvtransfer"
+	"github.com/baton-serving/baton/svckit/device"
 	"github.com/baton-serving/baton/svckit/tlsconf"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,6 +67,7 @@ var sentinelValues = map[string]error{
 	"engine/gguf.ErrDuplicate":          gguf.ErrDuplicate,
 	"engine/gguf.ErrInvalid":            gguf.ErrInvalid,
 	"kvtransfer.ErrAborted":             kvtransfer.ErrAborted,
+	"svckit/device.ErrUnavailable":      device.ErrUnavailable,
 	"kvtransfer.ErrStalled":             kvtransfer.ErrStalled,
 	"kvtransfer.ErrSendStalled":         kvtransfer.ErrSendStalled,
 	"svckit.ErrDraining":                ErrDraining,

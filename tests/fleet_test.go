@@ -117,6 +117,7 @@ type fleetWorker struct {
 	RoutedTotal uint64 `json:"routed_total"`
 	CachePages  int    `json:"cache_pages"`
 	LastError   string `json:"last_error"`
+	Device      string `json:"device"`
 	Canary      []struct {
 		Pair struct {
 			Prefill string `json:"prefill"`

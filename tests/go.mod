@@ -6,6 +6,7 @@ replace (
 	github.com/baton-serving/baton/engine => ../engine
 	github.com/baton-serving/baton/gen => ../gen
 	github.com/baton-serving/baton/kernels => ../kernels
+	github.com/baton-serving/baton/kernels/cuda => ../kernels/cuda
 	github.com/baton-serving/baton/kvtransfer => ../kvtransfer
 	github.com/baton-serving/baton/svckit => ../svckit
 	github.com/baton-serving/baton/tracing => ../tracing
@@ -22,6 +23,7 @@ require (
 )
 
 require (
+	github.com/baton-serving/baton/kernels v0.0.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.3 // indirect

@@ -209,8 +209,15 @@ func startProc(t testing.TB, name string, args ...string) *proc {
 // export and BATON_MODEL are cleared so the host's environment cannot leak in.
 func startProcEnv(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
+	return startProcIn(t, binDir, name, env, args...)
+}
+
+// startProcIn is startProcEnv with the binary taken from dir (the
+// cuda-tagged binaries of TestCUDAEmulated).
+func startProcIn(t testing.TB, dir, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
+	p.cmd = exec.Command(filepath.Join(dir, name), args...)
 	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
 	p.cmd.Stdout = lockedWriter{&p.mu, &p.stdout}
 	base := append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "BATON_MODEL=")

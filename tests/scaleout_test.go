@@ -76,6 +76,12 @@ func TestScaleOutSpread(t *testing.T) {
 		if w.RoutedTotal == 0 || !w.Routable {
 			t.Errorf("/debug/workers: %+v", w)
 		}
+		// The workers run with the default --device auto: on this
+		// default build (no cuda tag) that is the CPU, and the router
+		// shows it.
+		if !strings.HasPrefix(w.Device, "cpu (") {
+			t.Errorf("/debug/workers: %s's device = %q, want cpu (…)", w.Address, w.Device)
+		}
 	}
 
 	// Every pair, asked directly, is golden: decode pulls the prompt's KV

@@ -201,6 +201,11 @@ func TestStartupErrors(t *testing.T) {
 		{"unknown flag", "decode-svc", []string{"--no-such-flag"}, 2, nil},
 		{"bad worker list", "router-svc", []string{"--prefill", "nohost", "--model", model}, 2, []string{"--prefill"}},
 		{"bad duration", "router-svc", []string{"--shutdown-timeout", "soon", "--model", model}, 2, []string{"shutdown-timeout"}},
+		// The test binaries are the default build, without CUDA: a GPU
+		// asked for by name is a flag error, not a fall-back to the CPU.
+		{"cuda without CUDA", "decode-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda"}, 2, []string{"--device cuda:0", "built without CUDA"}},
+		{"cuda:7 without CUDA", "prefill-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda:7"}, 2, []string{"--device cuda:7", "built without CUDA"}},
+		{"unknown device", "decode-svc", []string{"--device", "tpu", "--model", model}, 2, []string{"--device", `"tpu"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

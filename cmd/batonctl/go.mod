@@ -6,6 +6,7 @@ replace (
 	github.com/baton-serving/baton/engine => ../../engine
 	github.com/baton-serving/baton/gen => ../../gen
 	github.com/baton-serving/baton/kernels => ../../kernels
+	github.com/baton-serving/baton/kernels/cuda => ../../kernels/cuda
 	github.com/baton-serving/baton/kvtransfer => ../../kvtransfer
 	github.com/baton-serving/baton/svckit => ../../svckit
 	github.com/baton-serving/baton/tracing => ../../tracing
@@ -14,7 +15,7 @@ replace (
 require (
 	github.com/baton-serving/baton/engine v0.0.0-00010101000000-000000000000
 	github.com/baton-serving/baton/gen v0.0.0-00010101000000-000000000000
-	github.com/baton-serving/baton/kernels v0.0.0-00010101000000-000000000000
+	github.com/baton-serving/baton/kernels v0.0.0
 	github.com/baton-serving/baton/svckit v0.0.0-00010101000000-000000000000
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0
@@ -28,6 +29,7 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
+	github.com/baton-serving/baton/kvtransfer v0.0.0-00010101000000-000000000000 // indirect
 	github.com/baton-serving/baton/tracing v0.0.0-00010101000000-000000000000 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

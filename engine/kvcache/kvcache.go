@@ -39,6 +39,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/kernels"
@@ -86,11 +87,25 @@ type Stats struct {
 }
 
 // Pool is a fixed set of pages of one kernels.KVLayout.
+//
+// The pages live in host memory ([New]) or in a backend's own memory
+// ([NewOn] with a backend that does not compute on host memory, such as a
+// GPU's). The bookkeeping is the same either way; only how the page bytes
+// are reached differs: a host pool's through [Pool.Page] and
+// [Pool.PageBytes], which alias it, a device pool's through the backend's
+// copies ([Pool.ReadRows], [Pool.WriteRows], [Pool.CopyPage]).
 type Pool struct {
 	layout    kernels.KVLayout
 	pageBytes int
-	data      []byte
+	data      []byte           // host pages; nil for a device pool
 	view      kernels.HostView // the pages as the last backend to compute on them sees them
+
+	// dev is a device pool's pages, allocated by devBE; nil for a host
+	// pool. staging holds 2·BlockBytes buffers for copies of one layer.
+	dev     kernels.KVCache
+	devBE   kernels.Backend
+	staging sync.Pool
+	closed  atomic.Bool
 
 	mu     sync.Mutex
 	refs   []int32
@@ -99,8 +114,17 @@ type Pool struct {
 	cache  *prefixCache // nil while the prefix cache is off
 }
 
-// New allocates a pool of pages pages of layout l.
-func New(l kernels.KVLayout, pages int) (*Pool, error) {
+// New allocates a pool of pages pages of layout l in host memory.
+func New(l kernels.KVLayout, pages int) (*Pool, error) { return NewOn(nil, l, pages) }
+
+// NewOn allocates a pool of pages pages of layout l for backend b: in host
+// memory when b is nil or computes on host memory ([kernels.HostKV], the
+// CPU backend: its attention then reads the pool in place), else in b's
+// own memory through b.NewKVCache (device memory on a GPU), which only b
+// can compute on. A device pool must be closed ([Pool.Close]) to give its
+// memory back; an allocation the backend refuses (out of device memory)
+// is an error naming the bytes asked for.
+func NewOn(b kernels.Backend, l kernels.KVLayout, pages int) (*Pool, error) {
 	if err := ValidateLayout(l); err != nil {
 		return nil, err
 	}
@@ -111,9 +135,19 @@ func New(l kernels.KVLayout, pages int) (*Pool, error) {
 	p := &Pool{
 		layout:    l,
 		pageBytes: l.PageBytes(),
-		data:      make([]byte, pages*l.PageBytes()),
 		refs:      make([]int32, pages),
 		free:      make([]PageID, pages),
+	}
+	if _, host := b.(kernels.HostKV); b == nil || host {
+		p.data = make([]byte, pages*l.PageBytes())
+	} else {
+		kv, err := b.NewKVCache(l, pages)
+		if err != nil {
+			return nil, fmt.Errorf("kvcache: %d pages of %s (%d bytes) on %s: %w", pages, l, int64(pages)*int64(l.PageBytes()), b.Name(), err)
+		}
+		p.dev, p.devBE = kv, b
+		blk := 2 * l.BlockBytes()
+		p.staging.New = func() any { b := make([]byte, blk); return &b }
 	}
 	// Lowest ids on top of the stack, so a fresh pool hands out 0, 1, 2 …
 	for i := range p.free {
@@ -136,6 +170,12 @@ func PagesForBudget(l kernels.KVLayout, budget int64) int {
 // model's context window); otherwise the error, wrapping
 // engine.ErrInvalidInput, says how many bytes that needs.
 func NewForBudget(l kernels.KVLayout, budget int64, maxSeqLen int) (*Pool, error) {
+	return NewForBudgetOn(nil, l, budget, maxSeqLen)
+}
+
+// NewForBudgetOn is NewForBudget with the pages allocated as [NewOn]
+// allocates them for backend b.
+func NewForBudgetOn(b kernels.Backend, l kernels.KVLayout, budget int64, maxSeqLen int) (*Pool, error) {
 	if err := ValidateLayout(l); err != nil {
 		return nil, err
 	}
@@ -144,7 +184,24 @@ func NewForBudget(l kernels.KVLayout, budget int64, maxSeqLen int) (*Pool, error
 		return nil, fmt.Errorf("kvcache: a budget of %d bytes holds %d pages (%s), but one sequence of %d positions needs %d pages: give at least %d bytes: %w",
 			budget, pages, l, maxSeqLen, need, int64(need)*int64(l.PageBytes()), engine.ErrInvalidInput)
 	}
-	return New(l, pages)
+	return NewOn(b, l, pages)
+}
+
+// Device reports whether the pages live in a backend's own memory (a
+// device pool) rather than in host memory.
+func (p *Pool) Device() bool { return p.dev != nil }
+
+// Close gives a device pool's memory back to its backend; it does nothing
+// to a host pool, whose memory the garbage collector reclaims. The pool
+// must not be used afterwards. Closing twice is not an error.
+func (p *Pool) Close() error {
+	if p.dev == nil || p.closed.Swap(true) {
+		return nil
+	}
+	if err := p.devBE.FreeKVCache(p.dev); err != nil {
+		return fmt.Errorf("kvcache: freeing the pages on %s: %w", p.devBE.Name(), err)
+	}
+	return nil
 }
 
 // Layout returns the pool's page layout.
@@ -280,10 +337,10 @@ func (p *Pool) Refs(id PageID) int {
 }
 
 // Page returns the bytes of page id (Layout().PageBytes of them, laid out as
-// the package documentation describes), or nil for an unknown page. The
-// slice aliases the pool.
+// the package documentation describes), or nil for an unknown page or a
+// device pool. The slice aliases the pool.
 func (p *Pool) Page(id PageID) []byte {
-	if !p.valid(id) {
+	if !p.valid(id) || p.data == nil {
 		return nil
 	}
 	off := int(id) * p.pageBytes
@@ -292,10 +349,11 @@ func (p *Pool) Page(id PageID) []byte {
 
 // PageBytes returns the keys and values of one layer of page id, each
 // Layout().BlockBytes bytes laid out [token][kv_head][head_dim], or nil, nil
-// for an unknown page or layer. The slices alias the pool: an exporter reads
-// them, an importer writes them.
+// for an unknown page or layer, and for a device pool (use ReadRows and
+// WriteRows). The slices alias the pool: an exporter reads them, an
+// importer writes them.
 func (p *Pool) PageBytes(id PageID, layer int) (k, v []byte) {
-	if !p.valid(id) || layer < 0 || layer >= p.layout.Layers {
+	if !p.valid(id) || layer < 0 || layer >= p.layout.Layers || p.data == nil {
 		return nil, nil
 	}
 	bb := p.layout.BlockBytes()
@@ -306,17 +364,88 @@ func (p *Pool) PageBytes(id PageID, layer int) (k, v []byte) {
 // Import copies one layer's keys and values of a page (as PageBytes returns
 // them) into page id. It checks the page, layer and lengths.
 func (p *Pool) Import(id PageID, layer int, k, v []byte) error {
-	dk, dv := p.PageBytes(id, layer)
-	if dk == nil {
-		return fmt.Errorf("kvcache: import into page %d layer %d: no such page or layer (%d pages, %d layers): %w",
-			id, layer, len(p.refs), p.layout.Layers, engine.ErrInvalidInput)
-	}
-	if len(k) != len(dk) || len(v) != len(dv) {
+	bb := p.layout.BlockBytes()
+	if len(k) != bb || len(v) != bb {
 		return fmt.Errorf("kvcache: import into page %d layer %d: %d key and %d value bytes, want %d each: %w",
-			id, layer, len(k), len(v), len(dk), engine.ErrInvalidInput)
+			id, layer, len(k), len(v), bb, engine.ErrInvalidInput)
 	}
-	copy(dk, k)
-	copy(dv, v)
+	return p.WriteRows(id, layer, p.layout.PageSize, k, v)
+}
+
+// checkRows checks ReadRows' and WriteRows' operands.
+func (p *Pool) checkRows(op string, id PageID, layer, tokens int, k, v []byte) error {
+	if !p.valid(id) || layer < 0 || layer >= p.layout.Layers {
+		return fmt.Errorf("kvcache: %s page %d layer %d: no such page or layer (%d pages, %d layers): %w",
+			op, id, layer, len(p.refs), p.layout.Layers, engine.ErrInvalidInput)
+	}
+	if tokens < 0 || tokens > p.layout.PageSize {
+		return fmt.Errorf("kvcache: %s page %d: %d positions, want [0, %d]: %w", op, id, tokens, p.layout.PageSize, engine.ErrInvalidInput)
+	}
+	if n := tokens * p.layout.RowBytes(); len(k) < n || len(v) < n {
+		return fmt.Errorf("kvcache: %s page %d layer %d: %d key and %d value bytes for %d positions of %d bytes: %w",
+			op, id, layer, len(k), len(v), tokens, p.layout.RowBytes(), engine.ErrInvalidInput)
+	}
+	if p.closed.Load() {
+		return fmt.Errorf("kvcache: %s page %d: the pool is closed: %w", op, id, engine.ErrInvalidInput)
+	}
+	return nil
+}
+
+// ReadRows copies the keys and values of the first tokens positions of one
+// layer of page id into k and v (tokens·RowBytes bytes each, laid out
+// [token][kv_head][head_dim]): the KV transfer's export. On a device pool
+// the backend copies the layer to host memory first, after every
+// operation issued before that writes it.
+func (p *Pool) ReadRows(id PageID, layer, tokens int, k, v []byte) error {
+	if err := p.checkRows("read", id, layer, tokens, k, v); err != nil {
+		return err
+	}
+	n := tokens * p.layout.RowBytes()
+	if p.dev == nil {
+		pk, pv := p.PageBytes(id, layer)
+		copy(k[:n], pk)
+		copy(v[:n], pv)
+		return nil
+	}
+	buf := p.staging.Get().(*[]byte)
+	defer p.staging.Put(buf)
+	if err := p.devBE.ExportKV(*buf, p.dev, int(id), layer); err != nil {
+		return fmt.Errorf("kvcache: reading page %d layer %d from %s: %w", id, layer, p.devBE.Name(), err)
+	}
+	bb := p.layout.BlockBytes()
+	copy(k[:n], (*buf)[:n])
+	copy(v[:n], (*buf)[bb:bb+n])
+	return nil
+}
+
+// WriteRows is the reverse of ReadRows: it overwrites the first tokens
+// positions of one layer of page id with k and v and leaves the others as
+// they were (the KV transfer's import). On a device pool a partial page
+// costs a copy of the layer out and back.
+func (p *Pool) WriteRows(id PageID, layer, tokens int, k, v []byte) error {
+	if err := p.checkRows("write", id, layer, tokens, k, v); err != nil {
+		return err
+	}
+	n := tokens * p.layout.RowBytes()
+	if p.dev == nil {
+		dk, dv := p.PageBytes(id, layer)
+		copy(dk, k[:n])
+		copy(dv, v[:n])
+		return nil
+	}
+	buf := p.staging.Get().(*[]byte)
+	defer p.staging.Put(buf)
+	if tokens < p.layout.PageSize {
+		if err := p.devBE.ExportKV(*buf, p.dev, int(id), layer); err != nil {
+			return fmt.Errorf("kvcache: reading page %d layer %d from %s: %w", id, layer, p.devBE.Name(), err)
+		}
+	}
+	bb := p.layout.BlockBytes()
+	copy((*buf)[:n], k[:n])
+	copy((*buf)[bb:bb+n], v[:n])
+	if err := p.devBE.ImportKV(p.dev, int(id), layer, *buf); err != nil {
+		return fmt.Errorf("kvcache: writing page %d layer %d to %s: %w", id, layer, p.devBE.Name(), err)
+	}
 	return nil
 }
 
@@ -324,8 +453,12 @@ func (p *Pool) Import(id PageID, layer int, k, v []byte) error {
 // id in layer, converting them to the pool's element type. len(k) ==
 // len(v) == Layout().RowElems(), a valid page, layer and slot are the
 // caller's contract: this is the model's hot path, and the model checks the
-// block table once per step.
+// block table once per step. Host pools only: on a device pool it panics
+// (use WriteRows).
 func (p *Pool) WriteRow(id PageID, layer, slot int, k, v []float32) {
+	if p.data == nil {
+		panic("kvcache: WriteRow on a device pool")
+	}
 	kb, vb := p.PageBytes(id, layer)
 	rb := p.layout.RowBytes()
 	kernels.EncodeKV(kb[slot*rb:(slot+1)*rb], k, p.layout.DType)
@@ -333,8 +466,11 @@ func (p *Pool) WriteRow(id PageID, layer, slot int, k, v []float32) {
 }
 
 // ReadRow loads the keys and values of slot slot of page id in layer into
-// k and v, under WriteRow's contract.
+// k and v, under WriteRow's contract (host pools only).
 func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
+	if p.data == nil {
+		panic("kvcache: ReadRow on a device pool")
+	}
 	kb, vb := p.PageBytes(id, layer)
 	rb := p.layout.RowBytes()
 	kernels.DecodeKV(k, kb[slot*rb:(slot+1)*rb], p.layout.DType)
@@ -348,7 +484,19 @@ func (p *Pool) ReadRow(id PageID, layer, slot int, k, v []float32) {
 // others give an error wrapping engine.ErrUnsupported. The handle of the
 // last backend asked is kept, so asking again costs a comparison; it holds
 // no resources of the backend.
+//
+// A device pool's pages are only its own backend's: On returns them for
+// that backend and an error wrapping engine.ErrUnsupported for any other.
 func (p *Pool) On(b kernels.Backend) (kernels.KVCache, error) {
+	if p.dev != nil {
+		if b != p.devBE {
+			return nil, fmt.Errorf("kvcache: pages of %s live on %s, not on %s: %w", p.layout, p.devBE.Name(), b.Name(), engine.ErrUnsupported)
+		}
+		if p.closed.Load() {
+			return nil, fmt.Errorf("kvcache: pages of %s: the pool is closed: %w", p.layout, engine.ErrInvalidInput)
+		}
+		return p.dev, nil
+	}
 	kv, err := p.view.On(b, p.layout, p.data)
 	if errors.Is(err, kernels.ErrUnsupported) {
 		return nil, fmt.Errorf("kvcache: pages of %s: %w: %w", p.layout, err, engine.ErrUnsupported)
@@ -374,7 +522,13 @@ func (p *Pool) CopyPage(dst, src PageID) error {
 		}
 	}
 	p.mu.Unlock()
-	if dst != src {
+	switch {
+	case dst == src:
+	case p.dev != nil:
+		if err := p.devBE.CopyKVPage(p.dev, int(dst), int(src)); err != nil {
+			return fmt.Errorf("kvcache: copy page %d to %d on %s: %w", src, dst, p.devBE.Name(), err)
+		}
+	default:
 		copy(p.Page(dst), p.Page(src))
 	}
 	return nil

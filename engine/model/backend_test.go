@@ -164,31 +164,89 @@ func TestLoadFailsCleanly(t *testing.T) {
 	}
 }
 
-// TestHostOnlyCaches checks the errors for what the engine cannot do yet
-// on a backend that does not compute on host memory, and for a KV cache
-// that is not a ContiguousCache: errors that name the problem, not a
-// panic.
-func TestHostOnlyCaches(t *testing.T) {
+// TestOwnMemoryBackend runs a model on a backend that computes only on
+// KV pages of its own memory, as a GPU does (the CPU backend without its
+// HostKV method): a ContiguousCache and a page pool allocated for that
+// backend (kvcache.NewOn) give the host's logits bit for bit; pages in
+// host memory, or another backend's, are refused with errors that name
+// the problem, not a panic.
+func TestOwnMemoryBackend(t *testing.T) {
 	f := writeModel(t, tinySpec())
 	cpu := kernels.NewCPU(1)
 	defer cpu.Close()
-	m := load(t, f, Options{Backend: opaque{cpu}})
-	cache, err := NewContiguousCache(m.Config(), 0)
+	host := load(t, f, Options{Backend: cpu})
+	be := opaque{cpu}
+	m := load(t, f, Options{Backend: be})
+	cfg := m.Config()
+
+	// Forward over a ContiguousCache: its pages move to the backend.
+	want := run(t, host, quantPrompt, quantExtra)
+	got := run(t, m, quantPrompt, quantExtra)
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("Forward step %d: logits with the cache on the backend's memory differ from the host's", i)
+		}
+	}
+	cache, err := NewContiguousCache(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Forward([]int32{1}, 0, cache, nil); !errors.Is(err, engine.ErrUnsupported) {
-		t.Errorf("Forward on an opaque backend: %v, want ErrUnsupported", err)
-	}
-	pool, err := kvcache.New(m.Config().KVLayout(4, quant.F32), 4)
-	if err != nil {
+	if err := m.Forward([]int32{1}, 0, cache, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.ForwardBatch(pool, []Chunk{{Tokens: []int32{1}, Pages: []kvcache.PageID{0}}}); !errors.Is(err, engine.ErrUnsupported) {
-		t.Errorf("ForwardBatch on an opaque backend: %v, want ErrUnsupported", err)
+	if err := host.Forward([]int32{1}, 1, cache, nil); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("a cache whose pages are on one backend, used on another: %v, want ErrUnsupported", err)
 	}
-	if cache.Len() != 0 {
-		t.Errorf("cache length %d after a refused Forward", cache.Len())
+	if err := cache.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// ForwardBatch over a pool of the backend's pages.
+	for _, dtype := range []quant.Type{quant.F32, quant.F16} {
+		l := cfg.KVLayout(4, dtype)
+		hostPool, err := kvcache.New(l, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devPool, err := kvcache.NewOn(be, l, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !devPool.Device() {
+			t.Fatal("kvcache.NewOn(own-memory backend) made a host pool")
+		}
+		forward := func(m Model, pool *kvcache.Pool) [][]float32 {
+			pages, err := pool.Alloc(l.PagesFor(len(quantPrompt) + len(quantExtra)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out [][]float32
+			pos := 0
+			for _, toks := range [][]int32{quantPrompt, quantExtra[:1], quantExtra[1:2]} {
+				logits := make([]float32, cfg.Vocab)
+				if err := m.ForwardBatch(pool, []Chunk{{Tokens: toks, Pos: pos, Pages: pages, Logits: logits}}); err != nil {
+					t.Fatal(err)
+				}
+				pos += len(toks)
+				out = append(out, logits)
+			}
+			return out
+		}
+		want, got := forward(host, hostPool), forward(m, devPool)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("%s: ForwardBatch step %d: logits over the backend's pages differ from the host pool's", dtype, i)
+			}
+		}
+		if err := m.ForwardBatch(hostPool, []Chunk{{Tokens: []int32{1}, Pages: []kvcache.PageID{0}}}); !errors.Is(err, engine.ErrUnsupported) {
+			t.Errorf("ForwardBatch over host pages on an own-memory backend: %v, want ErrUnsupported", err)
+		}
+		if err := host.ForwardBatch(devPool, []Chunk{{Tokens: []int32{1}, Pages: []kvcache.PageID{0}}}); !errors.Is(err, engine.ErrUnsupported) {
+			t.Errorf("ForwardBatch over another backend's pages: %v, want ErrUnsupported", err)
+		}
+		if err := devPool.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	own := load(t, f, Options{Threads: 1})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/baton-serving/baton/engine"
 	"github.com/baton-serving/baton/kernels"
@@ -53,6 +54,13 @@ type ContiguousCache struct {
 	pages                      []int32 // 0, 1, 2 …: the block table
 	view                       []float32
 	on                         kernels.HostView // the last backend's handle on data
+
+	// dev holds the pages on a backend that cannot compute on host memory
+	// (a GPU), allocated there on first use; Put and View, the host
+	// numerics' access, never see them. Close frees them.
+	mu    sync.Mutex
+	dev   kernels.KVCache
+	devBE kernels.Backend
 }
 
 // NewContiguousCache returns an empty cache for a model of configuration cfg
@@ -87,6 +95,23 @@ func NewContiguousCache(cfg Config, maxSeq int) (*ContiguousCache, error) {
 		c.pages[i] = int32(i)
 	}
 	return c, nil
+}
+
+// Close frees the pages the cache holds on a backend's own memory (a
+// GPU's), if any; the host memory is the garbage collector's. The cache
+// must not be used afterwards; closing twice is not an error.
+func (c *ContiguousCache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dev == nil {
+		return nil
+	}
+	err := c.devBE.FreeKVCache(c.dev)
+	c.dev, c.devBE = nil, nil
+	if err != nil {
+		return fmt.Errorf("model: freeing a cache's pages on %s: %w", c.devBE.Name(), err)
+	}
+	return nil
 }
 
 // Layers implements KVCache.
@@ -140,10 +165,33 @@ func (c *ContiguousCache) View(layer, n int) (k, v []float32) {
 	return k, v
 }
 
-// kvOn returns the cache as a KV cache of backend b, which computes on
-// its memory in place, and the cache's block table. Backends that cannot
-// compute on host memory give an error wrapping engine.ErrUnsupported.
+// kvOn returns the cache as a KV cache of backend b, and the cache's block
+// table: the host memory itself for a backend that computes on it in
+// place, else pages of b's own memory, allocated on first use (a cache is
+// one sequence's, so it serves one backend: another is refused with an
+// error wrapping engine.ErrUnsupported).
 func (c *ContiguousCache) kvOn(b kernels.Backend) (kernels.KVCache, []int32, error) {
+	if _, host := b.(kernels.HostKV); !host {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch {
+		case c.devBE == nil:
+			kv, err := b.NewKVCache(c.layout, len(c.pages))
+			if err != nil {
+				return nil, nil, fmt.Errorf("model: a cache of %d positions on %s: %w", c.capacity, b.Name(), err)
+			}
+			c.dev, c.devBE = kv, b
+		case c.devBE != b:
+			return nil, nil, fmt.Errorf("model: a contiguous cache whose pages are on %s, used on %s: %w", c.devBE.Name(), b.Name(), engine.ErrUnsupported)
+		}
+		return c.dev, c.pages, nil
+	}
+	c.mu.Lock()
+	onDevice := c.devBE
+	c.mu.Unlock()
+	if onDevice != nil {
+		return nil, nil, fmt.Errorf("model: a contiguous cache whose pages are on %s, used on %s: %w", onDevice.Name(), b.Name(), engine.ErrUnsupported)
+	}
 	kv, err := c.on.On(b, c.layout, c.data)
 	if errors.Is(err, kernels.ErrUnsupported) {
 		return nil, nil, fmt.Errorf("model: a contiguous cache (use ForwardBatch with a page pool): %w: %w", err, engine.ErrUnsupported)

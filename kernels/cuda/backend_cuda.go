@@ -68,10 +68,13 @@ type backend struct {
 	ctx    cu.CUContext
 	mod    cu.Module
 	name   string
+	uuid   string
 	closed bool
 
-	// allocs holds every live allocation, for Close to free.
+	// allocs holds every live allocation, for Close to free; held sums
+	// their bytes by use.
 	allocs map[*allocation]struct{}
+	held   [numUses]int64
 	// scratch holds the index arrays of one operation (token ids, slots,
 	// block tables) on their way to a kernel, and temporary copies.
 	scratch *allocation
@@ -85,12 +88,18 @@ type backend struct {
 	geluMul, scale, softCap                                    cu.Function
 }
 
-var _ kernels.ExtendedOps = (*backend)(nil)
+var (
+	_ kernels.ExtendedOps    = (*backend)(nil)
+	_ kernels.MemoryReporter = (*backend)(nil)
+)
 
 // New opens GPU opts.Device: it retains the device's primary context and
 // loads the kernels (the embedded PTX for the GPU's compute capability,
 // or opts.PTX), which the driver compiles for the GPU.
 func New(opts Options) (kernels.Backend, error) {
+	if err := initErr(); err != nil {
+		return nil, err
+	}
 	n, err := cu.NumDevices()
 	if err != nil {
 		return nil, fmt.Errorf("kernels/cuda: counting devices: %w", err)
@@ -113,6 +122,10 @@ func New(opts Options) (kernels.Backend, error) {
 	}
 	devName, _ := dev.Name()
 	mem, _ := dev.TotalMem()
+	var uuid string
+	if u, err := dev.UUID(); err == nil {
+		uuid = u.String()
+	}
 	ctx, err := dev.RetainPrimaryCtx()
 	if err != nil {
 		return nil, fmt.Errorf("kernels/cuda: retaining the primary context of device %d: %w", opts.Device, err)
@@ -120,6 +133,7 @@ func New(opts Options) (kernels.Backend, error) {
 	b := &backend{
 		dev:    dev,
 		ctx:    ctx,
+		uuid:   uuid,
 		allocs: make(map[*allocation]struct{}),
 		mm:     make(map[quant.Type]cu.Function),
 		name: fmt.Sprintf("cuda: %s (device %d, compute %d.%d, %.1f GiB, %s)",
@@ -217,7 +231,7 @@ func geluTable() []float32 {
 // uploadGELU copies geluTable to the device (256 KiB), once.
 func (b *backend) uploadGELU() error {
 	t := geluTable()
-	a, err := b.alloc(4*int64(len(t)), "the GELU table")
+	a, err := b.alloc(4*int64(len(t)), useBuffers, "the GELU table")
 	if err != nil {
 		return err
 	}
@@ -255,6 +269,10 @@ func (b *backend) do(f func() error) error {
 
 func (b *backend) Name() string { return b.name }
 
+// UUID is the GPU's UUID as the driver reports it, "" if it did not:
+// what matches the device to NVML's, which numbers GPUs in another order.
+func (b *backend) UUID() string { return b.uuid }
+
 // Arguments of a kernel launch. cu's Launch reads 8 bytes behind every
 // parameter pointer and the driver takes as many as the parameter's PTX
 // type has, so every value travels as a little-endian uint64.
@@ -282,19 +300,47 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 type allocation struct {
 	ptr   cu.DevicePtr
 	bytes int64
+	use   memUse
 	freed bool
 }
 
-// alloc allocates bytes bytes (at least 4) and records them.
-func (b *backend) alloc(bytes int64, what string) (*allocation, error) {
+// memUse is what an allocation is for, as kernels.Memory counts it.
+type memUse int
+
+const (
+	useBuffers memUse = iota
+	useWeights
+	useKV
+	numUses
+)
+
+// alloc allocates bytes bytes (at least 4) for use and records them.
+func (b *backend) alloc(bytes int64, use memUse, what string) (*allocation, error) {
 	bytes = max(bytes, 4)
 	p, err := cu.MemAlloc(bytes)
 	if err != nil {
-		return nil, fmt.Errorf("kernels/cuda: allocating %d bytes for %s: %w", bytes, what, err)
+		free, total, _ := cu.MemInfo()
+		return nil, fmt.Errorf("kernels/cuda: allocating %d bytes for %s (%d of the device's %d bytes free): %w", bytes, what, free, total, err)
 	}
-	a := &allocation{ptr: p, bytes: bytes}
+	a := &allocation{ptr: p, bytes: bytes, use: use}
 	b.allocs[a] = struct{}{}
+	b.held[use] += bytes
 	return a, nil
+}
+
+// Memory implements kernels.MemoryReporter.
+func (b *backend) Memory() (kernels.Memory, error) {
+	var m kernels.Memory
+	err := b.do(func() error {
+		m.Weights, m.KV, m.Buffers = b.held[useWeights], b.held[useKV], b.held[useBuffers]
+		var err error
+		m.Free, m.Total, err = cu.MemInfo()
+		if err != nil {
+			return fmt.Errorf("kernels/cuda: device memory: %w", err)
+		}
+		return nil
+	})
+	return m, err
 }
 
 // free releases an allocation once the work queued before it is done.
@@ -304,6 +350,7 @@ func (b *backend) free(a *allocation) error {
 	}
 	delete(b.allocs, a)
 	a.freed = true
+	b.held[a.use] -= a.bytes
 	if err := cu.MemFree(a.ptr); err != nil {
 		return fmt.Errorf("kernels/cuda: freeing device memory: %w", err)
 	}
@@ -326,7 +373,7 @@ func (b *backend) ensureScratch(bytes int64) error {
 	for size < bytes {
 		size *= 2
 	}
-	a, err := b.alloc(size, "scratch")
+	a, err := b.alloc(size, useBuffers, "scratch")
 	if err != nil {
 		return err
 	}
@@ -403,7 +450,7 @@ func (b *backend) Alloc(n int) (kernels.Buffer, error) {
 	}
 	var out *buffer
 	err := b.do(func() error {
-		a, err := b.alloc(4*int64(n), "a buffer")
+		a, err := b.alloc(4*int64(n), useBuffers, "a buffer")
 		if err != nil {
 			return err
 		}
@@ -535,7 +582,7 @@ func (b *backend) LoadMatrix(typ quant.Type, rows, cols int, data []byte) (kerne
 	}
 	var m *matrix
 	err = b.do(func() error {
-		a, err := b.alloc(int64(len(data)), "a weight matrix")
+		a, err := b.alloc(int64(len(data)), useWeights, "a weight matrix")
 		if err != nil {
 			return err
 		}
@@ -798,7 +845,7 @@ func (b *backend) NewKVCache(l kernels.KVLayout, pages int) (kernels.KVCache, er
 	var c *kvCache
 	err := b.do(func() error {
 		bytes := int64(pages) * int64(l.PageBytes())
-		a, err := b.alloc(bytes, "a KV cache")
+		a, err := b.alloc(bytes, useKV, "a KV cache")
 		if err != nil {
 			return err
 		}
@@ -982,6 +1029,7 @@ func (b *backend) Close() error {
 			errs = append(errs, cu.MemFree(a.ptr))
 		}
 		clear(b.allocs)
+		b.held = [numUses]int64{}
 		b.scratch = nil
 		errs = append(errs, b.mod.Unload())
 		return errors.Join(errs...)

@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/svckit/device"
 )
 
 // Flags size the engine.
 type Flags struct {
+	// Device is what the engine computes on (--device; svckit/device).
+	Device         device.Spec
 	Threads        int
 	KVCacheBytes   ByteSize
 	PageSize       int
@@ -39,8 +42,9 @@ type Flags struct {
 // AddFlags registers the engine flags.
 func (f *Flags) AddFlags(fs *flag.FlagSet) {
 	f.KVCacheBytes = 1 << 30
-	fs.IntVar(&f.Threads, "threads", 0, "goroutines for a forward pass (0: the number of usable cores)")
-	fs.Var(&f.KVCacheBytes, "kv-cache-bytes", "memory for KV cache pages, in bytes or with a unit (512MiB, 4GiB)")
+	fs.Var(&f.Device, "device", device.FlagHelp)
+	fs.IntVar(&f.Threads, "threads", 0, "goroutines for a forward pass on the CPU (0: the number of usable cores)")
+	fs.Var(&f.KVCacheBytes, "kv-cache-bytes", "memory for KV cache pages, in bytes or with a unit (512MiB, 4GiB); on a GPU, device memory")
 	fs.IntVar(&f.PageSize, "page-size", 16, "tokens per KV cache page (must match across prefill and decode)")
 	fs.StringVar(&f.KVDType, "kv-dtype", "f16", "KV cache element type: f16 or f32 (must match across prefill and decode)")
 	fs.IntVar(&f.ContextLength, "context-length", 0, "context window in tokens (0: the model's own)")

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kvtransfer"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/device"
 	"github.com/baton-serving/baton/svckit/workerapi"
 	"github.com/baton-serving/baton/tracing"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,14 +28,17 @@ import (
 
 // Host is a loaded model with its page pool and scheduler.
 type Host struct {
-	Role        batonv1.WorkerRole
-	File        *gguf.File
-	Model       model.Model
-	Tokenizer   *tokenizer.Tokenizer
-	Pool        *kvcache.Pool
-	Sched       *sched.Scheduler
-	Config      model.Config
-	Layout      kernels.KVLayout // the pool's pages, as they cross a KV transfer
+	Role      batonv1.WorkerRole
+	File      *gguf.File
+	Model     model.Model
+	Tokenizer *tokenizer.Tokenizer
+	Pool      *kvcache.Pool
+	Sched     *sched.Scheduler
+	Config    model.Config
+	Layout    kernels.KVLayout // the pool's pages, as they cross a KV transfer
+	// Device is what the model, and the pool's pages, live on (--device).
+	// The host owns its backend and closes it last.
+	Device      device.Choice
 	Fingerprint string
 	ModelInfo   *batonv1.ModelInfo
 	Metrics     *Metrics
@@ -80,8 +84,12 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 	if h.Tokenizer, err = tokenizer.FromGGUF(h.File); err != nil {
 		return nil, fmt.Errorf("--model %s: %w", path, err)
 	}
-	if h.Model, err = model.Load(h.File, model.Options{Threads: f.Threads, ContextLength: f.ContextLength}); err != nil {
-		return nil, fmt.Errorf("--model %s: %w", path, err)
+	if h.Device, err = device.Open(f.Device, f.Threads); err != nil {
+		return nil, svckit.Usage(fmt.Errorf("--device %s: %w", f.Device, err))
+	}
+	logger.Info("device chosen", "flag", f.Device.String(), "device", h.Device.String(), "reason", h.Device.Reason)
+	if h.Model, err = model.Load(h.File, model.Options{Backend: h.Device.Backend, ContextLength: f.ContextLength}); err != nil {
+		return nil, fmt.Errorf("--model %s on %s: %w", path, h.Device.Label(), err)
 	}
 	h.Config, h.Fingerprint = h.Model.Config(), h.Model.Fingerprint()
 	dtype, err := f.dtype()
@@ -89,11 +97,15 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 		return nil, err
 	}
 	layout := h.Config.KVLayout(f.PageSize, dtype)
-	if h.Pool, err = kvcache.NewForBudget(layout, int64(f.KVCacheBytes), h.Config.ContextLength); err != nil {
+	if err := fitsDevice(h.Device.Backend, int64(f.KVCacheBytes)); err != nil {
+		return nil, svckit.Usage(fmt.Errorf("--kv-cache-bytes %d: %w", int64(f.KVCacheBytes), err))
+	}
+	if h.Pool, err = kvcache.NewForBudgetOn(h.Device.Backend, layout, int64(f.KVCacheBytes), h.Config.ContextLength); err != nil {
 		return nil, fmt.Errorf("--kv-cache-bytes: %w", err)
 	}
 	h.Layout = layout
 	h.Metrics = newMetrics(reg, role)
+	registerDeviceMetrics(reg, h.Device.Backend)
 	h.registerProgressMetrics(reg)
 	stepModel := h.Model
 	if f.DebugHooks {
@@ -123,9 +135,30 @@ func Open(path string, f Flags, role batonv1.WorkerRole, logger *slog.Logger, re
 		Fingerprint: h.Fingerprint, Architecture: h.Config.Architecture,
 		ContextLength: uint32(h.Config.ContextLength), VocabSize: uint32(h.Config.Vocab),
 	}
-	logger.Info("engine ready", "model", h.ModelInfo.Id, "fingerprint", h.Fingerprint,
+	logger.Info("engine ready", "model", h.ModelInfo.Id, "fingerprint", h.Fingerprint, "device", h.Device.Label(),
 		"kv_pages", h.Pool.Stats().Total, "kv_layout", layout.String(), "load_time", time.Since(start).Round(time.Millisecond).String())
 	return h, nil
+}
+
+// fitsDevice checks, on a backend with memory of its own (a GPU), that a
+// KV budget fits in the device memory the weights left free: the
+// allocation would fail anyway, but this error says by how much. The
+// check keeps 5% of the device (at least 256 MiB) for activations.
+func fitsDevice(b kernels.Backend, budget int64) error {
+	r, ok := b.(kernels.MemoryReporter)
+	if !ok {
+		return nil
+	}
+	m, err := r.Memory()
+	if err != nil {
+		return err
+	}
+	spare := max(m.Total/20, 256<<20)
+	if budget > m.Free-spare {
+		return fmt.Errorf("does not fit in device memory: %d bytes free after %d of weights (of %d), less %d kept for activations: give at most %d",
+			m.Free, m.Weights, m.Total, spare, max(m.Free-spare, 0))
+	}
+	return nil
 }
 
 // Close stops the scheduler (aborting what is left) and unloads the model.
@@ -155,6 +188,12 @@ func (h *Host) Close() error {
 	if h.Model != nil {
 		errs = append(errs, h.Model.Close())
 	}
+	if h.Pool != nil {
+		errs = append(errs, h.Pool.Close())
+	}
+	if h.Device.Backend != nil {
+		errs = append(errs, h.Device.Backend.Close())
+	}
 	if h.File != nil {
 		errs = append(errs, h.File.Close())
 	}
@@ -166,6 +205,7 @@ func (h *Host) Close() error {
 // the scheduler's requests, and shutdown stops the scheduler after drain.
 func (h *Host) Attach(srv *svckit.Server) {
 	h.ready = srv.Ready
+	srv.SetGPUInUse(h.Device.UUID)
 	srv.AddReadinessCheck("scheduler", h.Progress)
 	srv.HandleDebugRequests(h.Requests)
 	srv.Admin.HandleFunc("POST /debug/cache/flush", h.flushCache)
@@ -190,7 +230,7 @@ func (h *Host) flushCache(w http.ResponseWriter, _ *http.Request) {
 func (h *Host) Info() *batonv1.InfoResponse {
 	v, _ := tracing.BuildVersion()
 	return &batonv1.InfoResponse{
-		Role: h.Role, Model: h.ModelInfo, KvLayout: kvtransfer.LayoutProto(h.Layout), Version: v,
+		Role: h.Role, Model: h.ModelInfo, KvLayout: kvtransfer.LayoutProto(h.Layout), Version: v, Device: h.Device.String(),
 		Capacity: &batonv1.Capacity{
 			TotalPages: uint32(h.Pool.Stats().Total), MaxBatchTokens: uint32(h.flags.MaxBatchTokens),
 			MaxRunningRequests: uint32(h.flags.MaxSeqs), MaxSequenceTokens: uint32(h.Config.ContextLength),

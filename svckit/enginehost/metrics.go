@@ -1,11 +1,13 @@
 package enginehost
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/baton-serving/baton/engine/sched"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/svckit/canarylabel"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -177,4 +179,41 @@ func (m *Metrics) TransferDone(id string, took time.Duration) {
 func (m *Metrics) Audit(a sched.AuditReport) {
 	m.leaked.Set(float64(a.LeakedPages))
 	m.violations.Store(a.TotalViolations)
+}
+
+// registerDeviceMetrics exports what a backend with memory of its own (a
+// GPU) holds: baton_device_memory_bytes{use="weights"|"kv_cache"|"buffers"}
+// and the device's free and total memory. The CPU backend has none of its
+// own to report (the weights are the file's mapping, the pages the pool's).
+func registerDeviceMetrics(reg *prometheus.Registry, b kernels.Backend) {
+	r, ok := b.(kernels.MemoryReporter)
+	if !ok {
+		return
+	}
+	read := func(f func(kernels.Memory) int64) func() float64 {
+		return func() float64 {
+			m, err := r.Memory()
+			if err != nil {
+				return math.NaN()
+			}
+			return float64(f(m))
+		}
+	}
+	for use, f := range map[string]func(kernels.Memory) int64{
+		"weights":  func(m kernels.Memory) int64 { return m.Weights },
+		"kv_cache": func(m kernels.Memory) int64 { return m.KV },
+		"buffers":  func(m kernels.Memory) int64 { return m.Buffers },
+	} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "baton_device_memory_bytes",
+			Help:        "Device memory the engine's backend holds, by use (weights, kv_cache, buffers).",
+			ConstLabels: prometheus.Labels{"use": use},
+		}, read(f)))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_device_memory_free_bytes", Help: "Free memory of the engine's device, as its driver reports it.",
+	}, read(func(m kernels.Memory) int64 { return m.Free })))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_device_memory_total_bytes", Help: "Total memory of the engine's device.",
+	}, read(func(m kernels.Memory) int64 { return m.Total })))
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,6 +55,17 @@ type Monitor struct {
 	mu        sync.Mutex
 	available bool
 	devices   []reading
+	inUse     string // UUID of the GPU the service computes on, "" for none
+}
+
+// SetInUse names the GPU the service computes on by its UUID (with or
+// without NVML's "GPU-" prefix; the CUDA driver and NVML number devices
+// differently, a UUID is the same in both), or none with "". The gauge
+// baton_gpu_in_use then says 1 for that device and 0 for the others.
+func (m *Monitor) SetInUse(uuid string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inUse = strings.TrimPrefix(strings.ToLower(uuid), "gpu-")
 }
 
 // New returns a monitor of this machine's GPUs through NVML (or of none,
@@ -136,11 +148,13 @@ var (
 		"GPU power draw, in watts.", gpuLabels, nil)
 	descTemp = prometheus.NewDesc("baton_gpu_temperature_celsius",
 		"GPU core temperature, in degrees Celsius.", gpuLabels, nil)
+	descInUse = prometheus.NewDesc("baton_gpu_in_use",
+		"1 for the GPU this service computes on (--device), 0 for the machine's other GPUs.", gpuLabels, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAvailable, descInfo, descUtil, descMemUsed, descMemTotal, descPower, descTemp} {
+	for _, d := range []*prometheus.Desc{descAvailable, descInfo, descUtil, descMemUsed, descMemTotal, descPower, descTemp, descInUse} {
 		ch <- d
 	}
 }
@@ -148,7 +162,7 @@ func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: the last refresh's values.
 func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	available, devs := m.available, m.devices
+	available, devs, inUse := m.available, m.devices, m.inUse
 	m.mu.Unlock()
 	avail := 0.0
 	if available {
@@ -158,6 +172,11 @@ func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range devs {
 		gpu := strconv.Itoa(d.index)
 		ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, gpu, d.name, d.uuid)
+		used := 0.0
+		if inUse != "" && strings.TrimPrefix(strings.ToLower(d.uuid), "gpu-") == inUse {
+			used = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descInUse, prometheus.GaugeValue, used, gpu)
 		for _, g := range []struct {
 			desc *prometheus.Desc
 			v    float64

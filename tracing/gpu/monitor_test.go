@@ -108,6 +108,36 @@ baton_gpu_available 0
 	}
 }
 
+// TestMonitorInUse: baton_gpu_in_use marks the device named by the CUDA
+// driver's UUID (no "GPU-" prefix, any case) among NVML's.
+func TestMonitorInUse(t *testing.T) {
+	devs := []reading{
+		{index: 0, name: "GPU A", uuid: "GPU-0a1b", utilization: 0, memTotal: 1, power: math.NaN(), temperature: math.NaN()},
+		{index: 1, name: "GPU B", uuid: "GPU-2c3d", utilization: 0, memTotal: 1, power: math.NaN(), temperature: math.NaN()},
+	}
+	for _, tt := range []struct{ uuid, want string }{
+		{"", `baton_gpu_in_use{gpu="0"} 0
+baton_gpu_in_use{gpu="1"} 0
+`},
+		{"2C3D", `baton_gpu_in_use{gpu="0"} 0
+baton_gpu_in_use{gpu="1"} 1
+`},
+		{"GPU-0a1b", `baton_gpu_in_use{gpu="0"} 1
+baton_gpu_in_use{gpu="1"} 0
+`},
+	} {
+		m := newMonitor(&fakeSource{reads: []fakeRead{{devs: devs}}}, nil)
+		m.SetInUse(tt.uuid)
+		m.refresh()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(m)
+		want := "# HELP baton_gpu_in_use 1 for the GPU this service computes on (--device), 0 for the machine's other GPUs.\n# TYPE baton_gpu_in_use gauge\n" + tt.want
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_gpu_in_use"); err != nil {
+			t.Errorf("SetInUse(%q): %v", tt.uuid, err)
+		}
+	}
+}
+
 // TestMonitorWithoutNVML: a failed open leaves the gauge at 0, and the
 // source is never used again (with NVML, any call after a failed Init
 // kills the process).

@@ -205,7 +205,11 @@ type InfoResponse struct {
 	// The address its admin listener (--admin-addr: /debug/requests, pprof)
 	// is bound to, like http_addr; empty when it is off. Loopback by
 	// default, so reachable only from the worker's host.
-	AdminAddr     string `protobuf:"bytes,7,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	AdminAddr string `protobuf:"bytes,7,opt,name=admin_addr,json=adminAddr,proto3" json:"admin_addr,omitempty"`
+	// What it computes on (--device): "cpu" or "cuda:N", then the backend's
+	// own description, e.g. "cuda:0 (cuda: NVIDIA H200 (device 0, compute
+	// 9.0, 139.8 GiB, kernels_sm90.ptx))" or "cpu (avx512, 16 threads)".
+	Device        string `protobuf:"bytes,8,opt,name=device,proto3" json:"device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +289,13 @@ func (x *InfoResponse) GetHttpAddr() string {
 func (x *InfoResponse) GetAdminAddr() string {
 	if x != nil {
 		return x.AdminAddr
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetDevice() string {
+	if x != nil {
+		return x.Device
 	}
 	return ""
 }
@@ -843,7 +854,7 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"totalPages\x12(\n" +
 	"\x10max_batch_tokens\x18\x02 \x01(\rR\x0emaxBatchTokens\x120\n" +
 	"\x14max_running_requests\x18\x03 \x01(\rR\x12maxRunningRequests\x12.\n" +
-	"\x13max_sequence_tokens\x18\x04 \x01(\rR\x11maxSequenceTokens\"\x9a\x02\n" +
+	"\x13max_sequence_tokens\x18\x04 \x01(\rR\x11maxSequenceTokens\"\xb2\x02\n" +
 	"\fInfoResponse\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.baton.v1.WorkerRoleR\x04role\x12)\n" +
 	"\x05model\x18\x02 \x01(\v2\x13.baton.v1.ModelInfoR\x05model\x12/\n" +
@@ -852,7 +863,8 @@ const file_baton_v1_worker_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1b\n" +
 	"\thttp_addr\x18\x06 \x01(\tR\bhttpAddr\x12\x1d\n" +
 	"\n" +
-	"admin_addr\x18\a \x01(\tR\tadminAddr\"\xbb\x04\n" +
+	"admin_addr\x18\a \x01(\tR\tadminAddr\x12\x16\n" +
+	"\x06device\x18\b \x01(\tR\x06device\"\xbb\x04\n" +
 	"\n" +
 	"LoadReport\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12'\n" +

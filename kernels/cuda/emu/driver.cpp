@@ -70,7 +70,13 @@ int cuDeviceGetCount(int* n) { *n = 1; return 0; }
 int cuDeviceGet(int* d, int ord) { if (ord != 0) return 101; *d = 0; return 0; }
 int cuDeviceGetAttribute(int* v, int attr, int) { *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; return 0; }
 int cuDeviceGetName(char* name, int len, int) { snprintf(name, len, "emulated GPU (kernels/cuda/emu)"); return 0; }
-int cuDeviceTotalMem_v2(size_t* b, int) { *b = 1ull << 30; return 0; }
+// The emulated device has 1 GiB, and allocations beyond it fail as a GPU's
+// do (CUDA_ERROR_OUT_OF_MEMORY), so start-up checks of a KV budget against
+// free memory can be tried here.
+static const size_t kDeviceBytes = 1ull << 30;
+static size_t allocated = 0;  // guarded by allocMu
+int cuDeviceTotalMem_v2(size_t* b, int) { *b = kDeviceBytes; return 0; }
+int cuDeviceGetUuid(unsigned char* uuid, int) { for (int i = 0; i < 16; i++) uuid[i] = (unsigned char)(0xe0 + i); return 0; }
 int cuDevicePrimaryCtxRetain(void** c, int) { *c = &primaryCtx; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int) { return 0; }
 int cuCtxPushCurrent_v2(void* c) { ctxStack.push_back(c); return 0; }
@@ -94,15 +100,30 @@ int cuModuleUnload(void* m) { delete (int*)m; return 0; }
 int cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   NEEDCTX;
   if (n == 0) return 1;
+  {
+    std::lock_guard<std::mutex> g(allocMu);
+    if (n > kDeviceBytes - allocated) return 2;  // CUDA_ERROR_OUT_OF_MEMORY
+    allocated += n;
+  }
   void* m = aligned_alloc(256, (n + 255) / 256 * 256);
   memset(m, 0xCD, n);  // garbage, as device memory is
   { std::lock_guard<std::mutex> g(allocMu); allocs[(uintptr_t)m] = n; }
   *p = (CUdeviceptr)m; return 0;
 }
+int cuMemGetInfo_v2(size_t* free, size_t* total) {
+  NEEDCTX;
+  std::lock_guard<std::mutex> g(allocMu);
+  *free = kDeviceBytes - allocated;
+  *total = kDeviceBytes;
+  return 0;
+}
 int cuMemFree_v2(CUdeviceptr p) {
   NEEDCTX;
   std::lock_guard<std::mutex> g(allocMu);
-  if (!allocs.erase((uintptr_t)p)) { fprintf(stderr, "emu: freeing %#llx, not an allocation\n", p); abort(); }
+  auto it = allocs.find((uintptr_t)p);
+  if (it == allocs.end()) { fprintf(stderr, "emu: freeing %#llx, not an allocation\n", p); abort(); }
+  allocated -= it->second;
+  allocs.erase(it);
   free((void*)p); return 0;
 }
 int cuMemsetD32_v2(CUdeviceptr p, unsigned v, size_t n) { NEEDCTX; NEED(p, 4 * n); for (size_t i = 0; i < n; i++) ((unsigned*)p)[i] = v; return 0; }

@@ -16,6 +16,10 @@
 #
 # or, with g++ alone, kernels/cuda/emu/run.sh --kernels-only (step 1).
 #
+# kernels/cuda/emu/run.sh --driver DIR builds the emulated driver alone into
+# DIR/libcuda.so.1, for cuda-tagged binaries to run on with
+# LD_LIBRARY_PATH=DIR (scripts/cuda-check.sh serves a model that way).
+#
 # The emulation runs a thread per CUDA thread: the whole suite takes
 # minutes, and says nothing about speed.
 set -eu
@@ -25,6 +29,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cxx=${CXX:-g++}
 kernels_only=0
+if [ "${1:-}" = "--driver" ]; then
+  out=${2:?--driver needs a directory}
+  mkdir -p "$out"
+  # shellcheck disable=SC2086
+  $cxx -std=c++20 -O2 -Wall -Wno-unknown-pragmas -Wno-unused-function -I"$here" -include cuda_fp16.h -pthread \
+    -fPIC -shared -Wl,-soname,libcuda.so.1 -o "$out/libcuda.so.1" "$here/driver.cpp"
+  exit 0
+fi
 if [ "${1:-}" = "--kernels-only" ]; then
   kernels_only=1
   shift

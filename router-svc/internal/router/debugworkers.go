@@ -60,12 +60,15 @@ type debugWorker struct {
 	RoutedTotal    uint64     `json:"routed_total"`
 	// CachePages is the size of the router's index of the worker's prefix
 	// cache (0 while its load stream is down).
-	CachePages  int                 `json:"cache_pages"`
-	LastError   string              `json:"last_error,omitempty"`
-	Fingerprint string              `json:"model_fingerprint,omitempty"`
-	KVLayout    string              `json:"kv_layout,omitempty"`
-	Version     string              `json:"version,omitempty"`
-	Canary      []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
+	CachePages  int    `json:"cache_pages"`
+	LastError   string `json:"last_error,omitempty"`
+	Fingerprint string `json:"model_fingerprint,omitempty"`
+	KVLayout    string `json:"kv_layout,omitempty"`
+	Version     string `json:"version,omitempty"`
+	// Device is what the worker computes on, as its Info reports it
+	// ("cpu (…)" or "cuda:N (…)"; --device).
+	Device string              `json:"device,omitempty"`
+	Canary []canary.PairStatus `json:"canary,omitempty"` // its pairs' last results
 
 	// HTTPAddr and AdminAddr are the worker's HTTP listener (/metrics) and
 	// admin listener (/debug/requests), as its Info reports them, so that
@@ -143,7 +146,7 @@ func (s *Service) debugSet(set *workers.Set, pairs []canary.PairStatus, now time
 				TokensPerSecond: l.GetTokensPerSecond(), OldestRequestAgeSeconds: l.GetOldestRequestAgeSeconds()}
 		}
 		if info := w.Info(); info != nil {
-			dw.Fingerprint, dw.Version = info.GetModel().GetFingerprint(), info.GetVersion()
+			dw.Fingerprint, dw.Version, dw.Device = info.GetModel().GetFingerprint(), info.GetVersion(), info.GetDevice()
 			dw.HTTPAddr, dw.AdminAddr = reachable(info.GetHttpAddr(), w.Addr), reachable(info.GetAdminAddr(), w.Addr)
 			if l := info.GetKvLayout(); l != nil {
 				dw.KVLayout = fmt.Sprintf("%v page=%d layers=%d kv_heads=%d head_dim=%d",

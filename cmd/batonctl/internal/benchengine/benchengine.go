@@ -34,9 +34,11 @@ import (
 	"github.com/baton-serving/baton/engine/sched"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	batonv1 "github.com/baton-serving/baton/gen/baton/v1"
+	"github.com/baton-serving/baton/kernels"
 	"github.com/baton-serving/baton/kernels/quant"
 	"github.com/baton-serving/baton/svckit"
 	"github.com/baton-serving/baton/svckit/constrain"
+	"github.com/baton-serving/baton/svckit/device"
 )
 
 // Summary is the one-line description of the command.
@@ -103,6 +105,7 @@ type options struct {
 	batches          []int
 	n, p, reps       int
 	threads          int
+	device           device.Spec
 	kvType           string
 	pageSize         int
 	json             bool
@@ -145,6 +148,7 @@ type Report struct {
 	Layers       int       `json:"layers"`
 	Dim          int       `json:"dim"`
 	Threads      int       `json:"threads"`
+	Device       string    `json:"device"` // "cpu" or "cuda:N", then the backend's description
 	KVType       string    `json:"kv_type"`
 	PageSize     int       `json:"page_size"`
 	LoadAverage  []float64 `json:"load_average,omitempty"`
@@ -171,7 +175,8 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	fs.IntVar(&o.n, "n", 64, "tokens each sequence generates in the tg test (0 skips it)")
 	fs.IntVar(&o.p, "p", 0, "prompt tokens of each sequence in the pp test (0 skips it; default 128 without --batch)")
 	fs.IntVar(&o.reps, "r", 3, "timed repetitions of each test")
-	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products and attention (default: GOMAXPROCS, the usable cores)")
+	fs.Var(&o.device, "device", device.FlagHelp)
+	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products and attention on the CPU (default: GOMAXPROCS, the usable cores)")
 	fs.StringVar(&o.kvType, "kv-type", "F32", "KV cache element type: F32 or F16")
 	fs.IntVar(&o.pageSize, "page-size", kvcache.DefaultPageSize, "KV cache positions per page")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object instead of a table")
@@ -238,6 +243,9 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		fmt.Fprintf(stderr, "batonctl bench-engine: %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		if ctx.Err() != nil {
 			return exitInterrupted
+		}
+		if errors.Is(err, device.ErrUnavailable) {
+			return exitUsage
 		}
 		return exitFailed
 	}
@@ -307,6 +315,9 @@ type loaded struct {
 	file *gguf.File
 	m    model.Model
 	cfg  model.Config
+	dev  device.Choice
+	// pools are the KV page pools on dev, closed before the backend.
+	pools []*kvcache.Pool
 }
 
 // loadModel resolves --model (or $BATON_MODEL), opens and loads the file,
@@ -324,24 +335,46 @@ func loadModel(ctx context.Context, o options) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(f, model.Options{Threads: o.threads})
+	dev, err := device.Open(o.device, o.threads)
 	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--device %s: %w", o.device, err)
+	}
+	m, err := model.Load(f, model.Options{Backend: dev.Backend})
+	if err != nil {
+		dev.Backend.Close()
 		f.Close()
 		return nil, err
 	}
 	cfg := m.Config()
 	if o.maxLen > cfg.ContextLength {
 		m.Close()
+		dev.Backend.Close()
 		f.Close()
 		return nil, fmt.Errorf("sequences of %d positions do not fit the context window of %d: %w", o.maxLen, cfg.ContextLength, engine.ErrContextOverflow)
 	}
-	return &loaded{path: path, file: f, m: m, cfg: cfg}, nil
+	return &loaded{path: path, file: f, m: m, cfg: cfg, dev: dev}, nil
 }
 
-// Close releases the weights, then the file they were loaded from.
+// Close releases the weights, the KV pages, the backend, then the file the
+// weights were loaded from.
 func (l *loaded) Close() {
 	l.m.Close()
+	for _, p := range l.pools {
+		p.Close()
+	}
+	l.dev.Backend.Close()
 	l.file.Close()
+}
+
+// newPool allocates a page pool on the model's device, closed with it.
+func (l *loaded) newPool(layout kernels.KVLayout, pages int) (*kvcache.Pool, error) {
+	p, err := kvcache.NewOn(l.dev.Backend, layout, pages)
+	if err != nil {
+		return nil, err
+	}
+	l.pools = append(l.pools, p)
+	return p, nil
 }
 
 // effectiveThreads is the thread count model.Load uses for --threads.
@@ -374,14 +407,14 @@ func bench(ctx context.Context, o options, stderr io.Writer) (*Report, error) {
 		}
 	}
 	layout := cfg.KVLayout(o.pageSize, o.kvDType)
-	pool, err := kvcache.New(layout, o.maxBatch*layout.PagesFor(o.maxLen))
+	pool, err := lm.newPool(layout, o.maxBatch*layout.PagesFor(o.maxLen))
 	if err != nil {
 		return nil, err
 	}
 	threads := effectiveThreads(o.threads)
 	rep := &Report{
 		Model: path, Architecture: cfg.Architecture, Layers: cfg.Layers, Dim: cfg.Dim,
-		Threads: threads, KVType: o.kvDType.String(), PageSize: o.pageSize,
+		Threads: threads, Device: lm.dev.String(), KVType: o.kvDType.String(), PageSize: o.pageSize,
 		LoadAverage: loadAverage(), Results: []Result{},
 	}
 	for _, b := range o.batches {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/baton-serving/baton/engine/gguf"
-	"github.com/baton-serving/baton/engine/kvcache"
 	"github.com/baton-serving/baton/engine/model"
 	"github.com/baton-serving/baton/kernels/quant"
 	"github.com/baton-serving/baton/kernels/vec"
@@ -29,6 +28,7 @@ type SingleReport struct {
 	BytesPerToken int64     `json:"bytes_per_token"`
 	Threads       int       `json:"threads"`
 	Kernels       string    `json:"kernels"`
+	Device        string    `json:"device"` // "cpu" or "cuda:N", then the backend's description
 	KVType        string    `json:"kv_type"`
 	PageSize      int       `json:"page_size"`
 	LoadAverage   []float64 `json:"load_average,omitempty"`
@@ -103,14 +103,14 @@ func single(ctx context.Context, o options) (*SingleReport, error) {
 	path, f, m, cfg := lm.path, lm.file, lm.m, lm.cfg
 	rep := &SingleReport{
 		Model: path, Architecture: cfg.Architecture, Threads: effectiveThreads(o.threads),
-		Kernels: vec.Implementation(), KVType: o.kvDType.String(), PageSize: o.pageSize,
+		Kernels: vec.Implementation(), Device: lm.dev.String(), KVType: o.kvDType.String(), PageSize: o.pageSize,
 		FileBytes: int64(f.Size()), MaxRSSAfterLoad: maxRSS(),
 		NPrompt: o.p, NGen: o.n, Repetitions: o.reps,
 		PPSamples: []float64{}, TGSamples: []float64{},
 	}
 	rep.Params, _, rep.BytesPerToken, rep.WeightType = weightStats(f)
 	layout := cfg.KVLayout(o.pageSize, o.kvDType)
-	kv, err := kvcache.New(layout, layout.PagesFor(o.maxLen))
+	kv, err := lm.newPool(layout, layout.PagesFor(o.maxLen))
 	if err != nil {
 		return nil, err
 	}
@@ -194,9 +194,9 @@ func single(ctx context.Context, o options) (*SingleReport, error) {
 }
 
 func printSingle(w io.Writer, r *SingleReport) {
-	fmt.Fprintf(w, "model: %s (%s %s, %.2f B params, %.2f GB read per token), %s kernels, %d threads, KV cache %s",
+	fmt.Fprintf(w, "model: %s (%s %s, %.2f B params, %.2f GB read per token), device %s, %s kernels, %d threads, KV cache %s",
 		r.Model, r.Architecture, r.WeightType, float64(r.Params)/1e9, float64(r.BytesPerToken)/1e9,
-		r.Kernels, r.Threads, r.KVType)
+		r.Device, r.Kernels, r.Threads, r.KVType)
 	if len(r.LoadAverage) == 3 {
 		fmt.Fprintf(w, ", load average %.2f %.2f %.2f", r.LoadAverage[0], r.LoadAverage[1], r.LoadAverage[2])
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-serving/baton/engine/sample"
 	"github.com/baton-serving/baton/engine/tokenizer"
 	"github.com/baton-serving/baton/svckit"
+	"github.com/baton-serving/baton/svckit/device"
 )
 
 // RunSummary is the one-line description of `batonctl run`.
@@ -56,6 +57,7 @@ type runOptions struct {
 	stops             []string
 	json, noParseSpec bool
 	numerics          model.Numerics
+	device            device.Spec
 }
 
 type runResult struct {
@@ -67,6 +69,7 @@ type runResult struct {
 	StopReason    string  `json:"stop_reason"`
 	FinishReason  string  `json:"finish_reason"` // StopReason as generate and the API name it
 	Seed          uint64  `json:"seed"`
+	Device        string  `json:"device"` // what it ran on: "cpu" or "cuda:N"
 }
 
 // finishReason maps a stop reason to the finish reason "batonctl generate"
@@ -103,7 +106,8 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 	float32Var(fs, &p.FrequencyPenalty, "frequency-penalty", "subtract this per occurrence of a recent token, in [-2, 2]")
 	float32Var(fs, &p.PresencePenalty, "presence-penalty", "subtract this once for any recent token, in [-2, 2]")
 	fs.StringVar(&o.seed, "seed", "", "random seed, an unsigned integer (default: random)")
-	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products (default: GOMAXPROCS)")
+	fs.Var(&o.device, "device", device.FlagHelp)
+	fs.IntVar(&o.threads, "threads", 0, "goroutines for the matrix products on the CPU (default: GOMAXPROCS)")
 	fs.IntVar(&o.ctx, "ctx-size", 0, "context window (default: the model's context_length)")
 	fs.TextVar(&o.numerics, "numerics", model.NumericsDefault,
 		"arithmetic: default, or llamacpp to reproduce llama.cpp's outputs exactly (F32 models only, slow, --threads ignored)")
@@ -127,6 +131,9 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return flagErr(stderr, "run", err)
 	}
 	res, err := run(ctx, o, stdout, stderr)
+	if errors.Is(err, device.ErrUnavailable) {
+		return flagErr(stderr, "run", err)
+	}
 	if res != nil {
 		res.FinishReason = finishReason(res.StopReason)
 	}
@@ -187,6 +194,9 @@ func (o *runOptions) check() error {
 	if err := o.params.Validate(); err != nil {
 		return err
 	}
+	if o.numerics != model.NumericsDefault && o.device.Kind == device.CUDA {
+		return fmt.Errorf("--numerics %s computes on the host: it cannot run with --device %s", o.numerics, o.device)
+	}
 	return nil
 }
 
@@ -202,7 +212,23 @@ func run(ctx context.Context, o runOptions, stdout, stderr io.Writer) (*runResul
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(f, model.Options{Threads: o.threads, ContextLength: o.ctx, Numerics: o.numerics})
+	dev := o.device
+	if o.numerics != model.NumericsDefault {
+		dev = device.Spec{Kind: device.CPU} // the host numerics need no backend
+	}
+	choice, err := device.Open(dev, o.threads)
+	if err != nil {
+		return nil, fmt.Errorf("--device %s: %w", o.device, err)
+	}
+	defer choice.Backend.Close()
+	if o.device.Kind != device.CPU && !o.json {
+		fmt.Fprintf(stderr, "device: %s (%s)\n", choice, choice.Reason)
+	}
+	mo := model.Options{Backend: choice.Backend, ContextLength: o.ctx, Numerics: o.numerics}
+	if o.numerics != model.NumericsDefault {
+		mo.Backend, mo.Threads = nil, o.threads
+	}
+	m, err := model.Load(f, mo)
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +248,7 @@ func run(ctx context.Context, o runOptions, stdout, stderr io.Writer) (*runResul
 	if err != nil {
 		return nil, err
 	}
+	defer cache.Close() // pages on a GPU's memory are freed before the backend closes
 	smp, err := sample.New(o.params)
 	if err != nil {
 		return nil, err
@@ -233,7 +260,7 @@ func run(ctx context.Context, o runOptions, stdout, stderr io.Writer) (*runResul
 	}
 	dec := tok.NewStreamDecoder()
 
-	res := &runResult{PromptIDs: ids, GeneratedIDs: []int32{}, Seed: o.params.Seed, StopReason: "length"}
+	res := &runResult{PromptIDs: ids, GeneratedIDs: []int32{}, Seed: o.params.Seed, StopReason: "length", Device: choice.Label()}
 	emit := func(s string) {
 		res.Text += s
 		if !o.json && s != "" {
