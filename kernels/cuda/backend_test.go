@@ -850,3 +850,44 @@ func TestAttentionWith(t *testing.T) {
 
 // heads4 is the query length of one row of four heads of hd.
 func heads4(hd int) int { return 4 * hd }
+
+// TestMemory: the backend counts what it holds by use, and gives it back.
+func TestMemory(t *testing.T) {
+	g := newGPU(t)
+	r, ok := g.(kernels.MemoryReporter)
+	if !ok {
+		t.Fatal("the CUDA backend reports no memory")
+	}
+	before, err := r.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Total <= 0 || before.Free <= 0 || before.Free > before.Total {
+		t.Fatalf("device memory %+v", before)
+	}
+	w, err := g.LoadMatrix(quant.F32, 4, 8, make([]byte, 4*4*8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := kernels.KVLayout{Layers: 2, KVHeads: 1, HeadDim: 8, PageSize: 4, DType: quant.F16}
+	kv, err := g.NewKVCache(l, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Weights-before.Weights != 4*4*8 || m.KV-before.KV != int64(3*l.PageBytes()) {
+		t.Errorf("after a 128-byte matrix and %d bytes of KV pages: %+v (before %+v)", 3*l.PageBytes(), m, before)
+	}
+	if err := errors.Join(g.FreeMatrix(w), g.FreeKVCache(kv)); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := r.Memory(); m.Weights != before.Weights || m.KV != before.KV {
+		t.Errorf("after freeing them: %+v, want %+v", m, before)
+	}
+	if u, ok := g.(interface{ UUID() string }); !ok || u.UUID() == "" {
+		t.Error("the backend reports no device UUID")
+	}
+}
