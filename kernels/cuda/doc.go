@@ -46,10 +46,14 @@
 // Test binaries for a GPU machine are built the same way with
 // `go test -c -tags cuda -o cuda.test` and run there by devicecheck.sh.
 //
-// A trap of the binding: gorgonia.org/cu calls cuInit when the program
-// starts and exits the process (status 1) if that fails, so a binary
-// built with the tag runs only where the NVIDIA driver works; build
-// without it for machines without a GPU.
+// A trap of the binding, and how it is avoided: gorgonia.org/cu calls
+// cuInit when the program starts and exits the process (status 1) if that
+// fails. The package's link wraps cuInit (-Wl,--wrap=cuInit, initwrap.c):
+// the binding is told it succeeded, the driver's real answer is kept, and
+// [New] returns it as an error wrapping [ErrNoDevice]. So a cuda-tagged
+// binary starts on a machine whose driver sees no GPU and serves with
+// --device cpu; it still needs a libcuda.so.1 to load (the driver's, or
+// the toolkit's stub, which answers cuInit with CUDA_ERROR_STUB_LIBRARY).
 //
 // # Kernels
 //
