@@ -203,9 +203,11 @@ func TestStartupErrors(t *testing.T) {
 		{"bad duration", "router-svc", []string{"--shutdown-timeout", "soon", "--model", model}, 2, []string{"shutdown-timeout"}},
 		// The test binaries are the default build, without CUDA: a GPU
 		// asked for by name is a flag error, not a fall-back to the CPU.
-		{"cuda without CUDA", "decode-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda"}, 2, []string{"--device cuda:0", "built without CUDA"}},
-		{"cuda:7 without CUDA", "prefill-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda:7"}, 2, []string{"--device cuda:7", "built without CUDA"}},
-		{"unknown device", "decode-svc", []string{"--device", "tpu", "--model", model}, 2, []string{"--device", `"tpu"`}},
+		// (--log-level error: the start-up logs before the device is
+		// opened are not the error line.)
+		{"cuda without CUDA", "decode-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda", "--log-level", "error"}, 2, []string{"--device cuda:0", "built without CUDA"}},
+		{"cuda:7 without CUDA", "prefill-svc", []string{"--grpc-addr", okGRPC, "--http-addr", okHTTP, "--model", model, "--device", "cuda:7", "--log-level", "error"}, 2, []string{"--device cuda:7", "built without CUDA"}},
+		{"unknown device", "decode-svc", []string{"--device", "tpu", "--model", model}, 2, []string{"device", `"tpu"`, "want auto, cpu, cuda or cuda:N"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
