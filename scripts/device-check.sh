@@ -24,8 +24,12 @@
 #  3. bench-engine --device cuda on generated 110M F32 and 1.1B Q8_0 and F16
 #     files (batonctl gen-model, random weights at real shapes);
 #  4. prefill-svc and decode-svc both on GPU 0, a router over them: the golden
-#     prompts through PD, batonctl bench at concurrency 1, 16 and 64, then
-#     0 KV pages used or leaked on both workers.
+#     prompts through PD, batonctl bench at concurrency 1, 16 and 64;
+#  5. a cancel storm on them (batonctl bench --cancel-fraction: 500 requests,
+#     three quarters cancelled at random moments), then 0 KV pages used or
+#     leaked on both workers.
+# Step 1's benchmarks include the KV copies a transfer makes
+# (BenchmarkKVCopy: export, import and device-to-device, in GB/s).
 #
 # For a trial of the script itself where there is no GPU:
 # DEVICE_CHECK_QUICK=1 benchmarks a tiny-llama file instead of the real
@@ -152,7 +156,22 @@ for c in 1 16 64; do
 		--random-input-len 64 --random-output-len 32 --json >"$out/bench-c$c.json" 2>"$out/bench-c$c.log"
 	say "batonctl bench concurrency $c: exit $? $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print({k: r[k] for k in ("completed","failed","request_throughput","output_throughput") if k in r})' "$out/bench-c$c.json" 2>/dev/null)"
 done
-sleep 2
+
+step "5. cancel storm: 500 requests at concurrency 64, three quarters cancelled at random moments, then every page back"
+# Cancels fall over two lives of a request at this load (concurrency 64's
+# median E2E above), so that they land in routing, the prefill queue, the
+# prompt, the KV transfer and decode alike.
+within=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print("%dms" % max(50, 2*r["e2e"]["median_ms"]))' "$out/bench-c64.json" 2>/dev/null || echo 2s)
+timeout 300 "$dev/batonctl" bench --router 127.0.0.1:18187 --model "$m" --num-prompts 500 --request-rate inf --max-concurrency 64 \
+	--random-input-len 64 --random-output-len 64 --ignore-eos --cancel-fraction 0.75 --cancel-within "$within" --seed 7 \
+	--json >"$out/storm.json" 2>"$out/storm.log"
+say "storm (cancels within $within): exit $? $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print({k: r[k] for k in ("completed","failed","cancelled","errors") if k in r})' "$out/storm.json" 2>/dev/null)"
+# Pages come back as each cancel reaches the workers; give them 30 s.
+used() { curl -s "http://$1/metrics" | awk '/^baton_kv_pages_used / {print $2}'; }
+for _ in $(seq 30); do
+	[[ "$(used 127.0.0.1:18182)" == 0 && "$(used 127.0.0.1:18185)" == 0 ]] && break
+	sleep 1
+done
 for a in 127.0.0.1:18182 127.0.0.1:18185; do
 	say "  $a: $(curl -s http://$a/metrics | grep -E '^baton_kv_pages_(used|leaked) |^baton_device_memory_bytes' | tr '\n' ' ')"
 done

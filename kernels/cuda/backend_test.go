@@ -716,6 +716,61 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkKVCopy is what a PD transfer asks of the GPU: one layer of one
+// KV page (TinyLlama's: 8 KV heads of 64, 16 tokens, F16 keys and values,
+// 32 KiB) copied out to host memory (ExportKV, prefill's side) and in from
+// it (ImportKV, decode's), and a whole page copied within the device
+// (CopyKVPage, a shared prefix's copy on write), reporting bytes moved per
+// second.
+func BenchmarkKVCopy(b *testing.B) {
+	g := newGPU(b)
+	const pages = 64
+	l := kernels.KVLayout{Layers: 22, KVHeads: 8, HeadDim: 64, PageSize: 16, DType: quant.F16}
+	kv, err := g.NewKVCache(l, pages)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.FreeKVCache(kv)
+	buf := make([]byte, 2*l.PageSize*l.RowBytes())
+	report := func(b *testing.B, bytes int) {
+		if err := g.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		sec := b.Elapsed().Seconds() / float64(b.N)
+		b.ReportMetric(float64(bytes)/sec/1e9, "GB/s")
+	}
+	b.Run("export-layer", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if err := g.ExportKV(buf, kv, i%pages, i%l.Layers); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		report(b, len(buf))
+	})
+	b.Run("import-layer", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if err := g.ImportKV(kv, i%pages, i%l.Layers, buf); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		report(b, len(buf))
+	})
+	b.Run("copy-page", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if err := g.CopyKVPage(kv, i%pages, (i+1)%pages); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		report(b, l.PageBytes())
+	})
+}
+
 // TestExtendedOps compares the CUDA backend's ExtendedOps element-wise
 // operations with the CPU backend's: GELU·mul and scale bit for bit,
 // soft-cap within a few ulp of the cap (tanhf against a correctly rounded

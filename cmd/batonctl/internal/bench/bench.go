@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,6 +81,13 @@ exact; --model names the GGUF the router serves, default $BATON_MODEL, else
                  the previous turn ended (the rate paces first turns;
                  conversations × turns requests, so not --num-prompts)
 
+A cancel storm: --cancel-fraction f cancels that share of the measured
+requests (chosen by --seed), each at a random moment up to --cancel-within
+after it was sent, as clients that give up do. A cancelled request counts
+as "cancelled", neither completed nor failed; one that ended first counts
+as it ended. Read the workers' baton_kv_pages_used and
+baton_kv_pages_leaked afterwards: both return to 0.
+
 The report gives the cache hit rate (prompt tokens the server says it
 reused / prompt tokens) and, over gRPC, the KV bytes that crossed from
 prefill to decode per request.
@@ -110,6 +118,8 @@ type options struct {
 	temperature                       float64
 	slo                               measure.SLO
 	requestTimeout                    time.Duration
+	cancelFraction                    float64
+	cancelWithin                      time.Duration
 	asJSON                            bool
 	output, plotDir, label            string
 	fromJSON                          []string
@@ -144,7 +154,9 @@ func Run(ctx context.Context, stdout, stderr io.Writer, args []string) int {
 		return 1
 	}
 	for _, r := range rep.Runs {
-		if r.Completed == 0 {
+		// A storm that cancelled every request it sent (--cancel-fraction
+		// 1) completed none by design.
+		if r.Completed == 0 && (r.Cancelled == 0 || r.Failed > 0) {
 			fmt.Fprintf(stderr, "batonctl bench: no request completed at rate %s, concurrency %s\n", r.RateLabel, concurrencyLabel(r.MaxConcurrency))
 			return 1
 		}
@@ -181,6 +193,8 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0: greedy)")
 	slo := fs.String("slo", "", "goodput objectives in milliseconds, e.g. ttft:200,tpot:50 (also e2e)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "cancel a request running longer (0: no limit)")
+	fs.Float64Var(&o.cancelFraction, "cancel-fraction", 0, "cancel this fraction of the measured requests (0-1, chosen by --seed), each at a uniformly random moment of --cancel-within after it is sent: a cancel storm")
+	fs.DurationVar(&o.cancelWithin, "cancel-within", 2*time.Second, "window of the cancels after each request is sent (--cancel-fraction)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object on stdout instead of the tables")
 	fs.StringVar(&o.output, "output", "", "also write the JSON results to this file")
 	fs.StringVar(&o.plotDir, "plot", "", "write PNG charts into this directory")
@@ -260,6 +274,10 @@ func parse(stderr io.Writer, args []string) (o options, code int) {
 		return bad("--temperature %v: want 0-2", o.temperature)
 	case o.requestTimeout < 0:
 		return bad("--request-timeout %v: want ≥ 0", o.requestTimeout)
+	case !(o.cancelFraction >= 0 && o.cancelFraction <= 1):
+		return bad("--cancel-fraction %v: want 0-1", o.cancelFraction)
+	case o.cancelWithin <= 0:
+		return bad("--cancel-within %v: want > 0", o.cancelWithin)
 	}
 	if o.label == "" {
 		o.label = o.backend
@@ -409,7 +427,7 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 	rep := newReport(o, model)
 	if o.warmup > 0 {
 		bar := newProgressBar(progress, "warm-up", o.warmup)
-		samples, _, _, err := runOnce(ctx, o, b, clock, ps[:o.warmup], math.Inf(1), o.maxConcurrency(), bar, nil)
+		samples, _, _, err := runOnce(ctx, o, b, clock, ps[:o.warmup], math.Inf(1), o.maxConcurrency(), bar, nil, nil)
 		bar.finish()
 		if err != nil {
 			return rep, err
@@ -421,6 +439,7 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 		}
 	}
 	measured := ps[o.warmup:]
+	cancels := cancelPlan(len(measured), o.cancelFraction, o.cancelWithin, o.seed)
 	for _, rate := range o.rates {
 		for _, conc := range o.concurrencies {
 			label := "rate " + rateLabel(rate)
@@ -429,7 +448,7 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 			}
 			bar := newProgressBar(progress, label, len(measured))
 			results := make([]backend.Result, len(measured))
-			samples, start, end, err := runOnce(ctx, o, b, clock, measured, rate, conc, bar, results)
+			samples, start, end, err := runOnce(ctx, o, b, clock, measured, rate, conc, bar, results, cancels)
 			bar.finish()
 			rep.Runs = append(rep.Runs, newRun(rate, conc, samples, start, end, measured, results, o.slo, err != nil))
 			if err != nil {
@@ -440,11 +459,34 @@ func execute(ctx context.Context, o options, model backend.Model, b backend.Back
 	return rep, nil
 }
 
+// cancelPlan says, for each of n requests, after how long the bench
+// cancels it (0: never): a fraction of them, chosen by seed, each at a
+// uniformly random moment of within (at least 1 µs, so that 0 stays
+// "never").
+func cancelPlan(n int, fraction float64, within time.Duration, seed uint64) []time.Duration {
+	if fraction <= 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xca9ce1))
+	plan := make([]time.Duration, n)
+	for i := range plan {
+		// Both draws for every request, so that a request's moment does
+		// not depend on whether the ones before it were chosen.
+		chosen, at := rng.Float64() < fraction, time.Duration(rng.Int64N(int64(within)))
+		if chosen {
+			plan[i] = max(at, time.Microsecond)
+		}
+	}
+	return plan
+}
+
 // runOnce sends ps at rate with at most conc in flight, later turns of a
 // conversation after their previous turn; results[i], when results is not
-// nil, receives what the server reported of request i.
+// nil, receives what the server reported of request i; cancels[i], when
+// cancels is not nil and it is not 0, is when the bench cancels request i
+// after sending it.
 func runOnce(ctx context.Context, o options, b backend.Backend, clock load.Clock, ps []dataset.Prompt, rate float64, conc int,
-	bar *progressBar, results []backend.Result) ([]measure.Sample, time.Time, time.Time, error) {
+	bar *progressBar, results []backend.Result, cancels []time.Duration) ([]measure.Sample, time.Time, time.Time, error) {
 	cfg := load.Config{
 		Gaps:           load.Intervals(len(ps), rate, o.burstiness, o.seed),
 		MaxConcurrency: conc,
@@ -459,8 +501,21 @@ func runOnce(ctx context.Context, o options, b backend.Backend, clock load.Clock
 			ctx, cancel = context.WithTimeout(ctx, o.requestTimeout)
 			defer cancel()
 		}
+		var storm context.Context
+		if i < len(cancels) && cancels[i] > 0 {
+			var cancel context.CancelCauseFunc
+			ctx, cancel = context.WithCancelCause(ctx)
+			defer cancel(nil)
+			storm = ctx
+			// The real clock, as gRPC's and net/http's cancellation are.
+			stop := time.AfterFunc(cancels[i], func() { cancel(measure.ErrCancelled) })
+			defer stop.Stop()
+		}
 		res, err := b.Generate(ctx, backend.Request{PromptIDs: ps[i].IDs, MaxTokens: ps[i].OutputLen,
 			IgnoreEOS: o.ignoreEOS, Temperature: o.temperature, Seed: o.seed + uint64(i)}, onChunk)
+		if err != nil && storm != nil && errors.Is(context.Cause(storm), measure.ErrCancelled) {
+			err = fmt.Errorf("%w after %v: %v", measure.ErrCancelled, cancels[i], err)
+		}
 		if results != nil {
 			results[i] = res
 		}

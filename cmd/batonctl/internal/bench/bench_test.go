@@ -348,6 +348,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--num-prompts", "0"}, 2, "--num-prompts"},
 		{[]string{"--burstiness", "0"}, 2, "--burstiness"},
 		{[]string{"--temperature", "3"}, 2, "--temperature"},
+		{[]string{"--cancel-fraction", "1.5"}, 2, "--cancel-fraction 1.5: want 0-1"},
+		{[]string{"--cancel-within", "0s"}, 2, "--cancel-within 0s: want > 0"},
 		{[]string{"extra"}, 2, "unexpected argument"},
 		{[]string{"--help"}, 0, "Usage: batonctl bench"},
 		{[]string{"--from-json", "/nonexistent/x.json"}, 1, "--from-json"},
@@ -441,5 +443,74 @@ func TestExecuteMultiTurn(t *testing.T) {
 	}
 	if rep.Conversations != 2 || rep.Turns != 2 || rep.ThinkTimeMS != 50 {
 		t.Errorf("report configuration %+v", rep)
+	}
+}
+
+// holdBackend keeps each request open until its context ends or hold
+// passes (on the real clock, as the bench's cancels are), then completes
+// it with one token.
+type holdBackend struct{ hold time.Duration }
+
+func (f *holdBackend) Model(context.Context) (backend.Model, error) {
+	return backend.Model{ID: "hold", VocabSize: 10, ContextLength: 100}, nil
+}
+
+func (f *holdBackend) Generate(ctx context.Context, req backend.Request, onChunk backend.OnChunk) (backend.Result, error) {
+	select {
+	case <-ctx.Done():
+		return backend.Result{}, ctx.Err()
+	case <-time.After(f.hold):
+	}
+	onChunk(1)
+	return backend.Result{InputTokens: len(req.PromptIDs), OutputTokens: 1}, nil
+}
+
+func (f *holdBackend) Close() error { return nil }
+
+// TestCancelStorm: --cancel-fraction cancels the planned requests (and
+// only those), which count as cancelled, neither completed nor failed.
+func TestCancelStorm(t *testing.T) {
+	o := baseOptions()
+	o.warmup, o.numPrompts, o.cancelFraction, o.cancelWithin = 0, 40, 0.5, 5*ms
+	ps := make([]dataset.Prompt, o.numPrompts)
+	for i := range ps {
+		ps[i] = dataset.Prompt{IDs: []int32{int32(i)}, OutputLen: 1}
+	}
+	plan := cancelPlan(len(ps), o.cancelFraction, o.cancelWithin, o.seed)
+	want := 0
+	for _, d := range plan {
+		if d < 0 || d > o.cancelWithin {
+			t.Fatalf("cancel at %v, outside (0, %v]", d, o.cancelWithin)
+		}
+		if d > 0 {
+			want++
+		}
+	}
+	if want < 10 || want > 30 {
+		t.Fatalf("%d of 40 planned for a fraction of 0.5", want)
+	}
+	if !reflect.DeepEqual(plan, cancelPlan(len(ps), o.cancelFraction, o.cancelWithin, o.seed)) {
+		t.Error("the plan is not a function of the seed")
+	}
+	if cancelPlan(len(ps), 0, o.cancelWithin, o.seed) != nil {
+		t.Error("a plan without cancels")
+	}
+	// Held 300 ms unless cancelled (within 5 ms), all at once.
+	o.concurrencies = []int{0}
+	rep, err := execute(context.Background(), o, backend.Model{ID: "hold"}, &holdBackend{hold: 300 * ms}, nil, ps, nil)
+	if err != nil || len(rep.Runs) != 1 {
+		t.Fatalf("%d runs, %v", len(rep.Runs), err)
+	}
+	run := rep.Runs[0]
+	if run.Cancelled != want || run.Completed != len(ps)-want || run.Failed != 0 || len(run.Errors) != 0 {
+		t.Errorf("cancelled %d, completed %d, failed %d %v; want %d, %d, 0", run.Cancelled, run.Completed, run.Failed, run.Errors, want, len(ps)-want)
+	}
+	for i, r := range run.Requests {
+		if r.Cancelled != (plan[i] > 0) {
+			t.Errorf("request %d: cancelled %v, planned at %v", i, r.Cancelled, plan[i])
+		}
+		if r.Cancelled && !strings.Contains(r.Error, "cancelled by the bench") {
+			t.Errorf("request %d: error %q", i, r.Error)
+		}
 	}
 }

@@ -93,6 +93,8 @@ type RequestRep struct {
 	Conversation *int   `json:"conversation,omitempty"`
 	Turn         *int   `json:"turn,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Cancelled marks a request the bench cancelled (--cancel-fraction).
+	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 func newReport(o options, m backend.Model) *Report {
@@ -140,7 +142,7 @@ func newRun(rate float64, conc int, samples []measure.Sample, start, end time.Ti
 	for i := range samples {
 		s := &samples[i]
 		r := RequestRep{SentMS: millis(s.Start.Sub(start)), InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
-			E2EMS: millis(s.E2E()), Error: s.Err, ITLMS: []float64{}}
+			E2EMS: millis(s.E2E()), Error: s.Err, ITLMS: []float64{}, Cancelled: s.Cancelled}
 		if s.OK() {
 			ttft := millis(s.TTFT())
 			r.TTFTMS = &ttft
@@ -239,6 +241,9 @@ func printRun(w io.Writer, r *Report, run *RunRep) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name string, v any) { fmt.Fprintf(tw, "%s\t%v\n", name, v) }
 	row("Requests completed / failed", fmt.Sprintf("%d / %d", run.Completed, run.Failed))
+	if run.Cancelled > 0 {
+		row("Requests cancelled by the bench", run.Cancelled)
+	}
 	row("Duration (s)", fmt.Sprintf("%.2f", run.DurationSeconds))
 	row("Input / output tokens", fmt.Sprintf("%d / %d", run.InputTokens, run.OutputTokens))
 	row("Request throughput (req/s)", fmt.Sprintf("%.2f", run.RequestThroughput))

@@ -7,6 +7,7 @@ package load
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -184,13 +185,14 @@ func Run(ctx context.Context, cfg Config, n int, do Do) (samples []measure.Sampl
 			s.InputTokens, s.OutputTokens = in, out
 			if rerr != nil {
 				s.Err = rerr.Error()
+				s.Cancelled = errors.Is(rerr, measure.ErrCancelled)
 			}
 			// Count the request before freeing its slot, so that the
 			// request taking the slot is counted after it and progress
 			// reports completions in order.
 			mu.Lock()
 			done++
-			if !s.OK() {
+			if !s.OK() && !s.Cancelled {
 				failed++
 			}
 			if s.End.After(end) {

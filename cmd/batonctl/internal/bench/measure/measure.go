@@ -11,6 +11,7 @@
 package measure
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"slices"
@@ -41,7 +42,13 @@ type Sample struct {
 	InputTokens, OutputTokens int
 	// Err is why the request failed; "" for a request that completed.
 	Err string
+	// Cancelled marks a request the bench cancelled on purpose
+	// (--cancel-fraction) before it ended: neither completed nor failed.
+	Cancelled bool
 }
+
+// ErrCancelled is the cause of a request the bench cancelled on purpose.
+var ErrCancelled = errors.New("cancelled by the bench (--cancel-fraction)")
 
 // OK reports whether the request completed with at least one output chunk.
 func (s *Sample) OK() bool { return s.Err == "" && len(s.Chunks) > 0 }
@@ -240,8 +247,11 @@ type ErrorCount struct {
 // Summary is a benchmark run's figures. Throughputs are per second of the
 // run's duration: from its first request sent to its last request ended.
 type Summary struct {
-	Completed       int          `json:"completed"`
-	Failed          int          `json:"failed"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// Cancelled are the requests the bench cancelled on purpose before
+	// they ended (--cancel-fraction); they count nowhere else.
+	Cancelled       int          `json:"cancelled"`
 	Errors          []ErrorCount `json:"errors"`
 	DurationSeconds float64      `json:"duration_s"`
 	InputTokens     int          `json:"total_input_tokens"`
@@ -265,7 +275,8 @@ type Summary struct {
 }
 
 // Summarize computes the figures of samples, run from start to end, with
-// goodput under slo. Failed requests count in Failed and Errors only.
+// goodput under slo. Failed requests count in Failed and Errors only,
+// cancelled ones in Cancelled only.
 func Summarize(samples []Sample, start, end time.Time, slo SLO) Summary {
 	var (
 		sum                     = Summary{Errors: []ErrorCount{}}
@@ -275,6 +286,10 @@ func Summarize(samples []Sample, start, end time.Time, slo SLO) Summary {
 	)
 	for i := range samples {
 		s := &samples[i]
+		if s.Cancelled {
+			sum.Cancelled++
+			continue
+		}
 		if !s.OK() {
 			sum.Failed++
 			msg := s.Err
