@@ -85,6 +85,41 @@ func TestCUDAEmulated(t *testing.T) {
 	c := &cluster{prefill: prefill, decode: decode, router: router, colocated: router}
 	c.waitIdle(t, 30*time.Second)
 
+	// A small cancel storm over device pages: four requests at once, three
+	// cancelled at moments spread over the life of the one above (in the
+	// prefill's prompt, in the transfer, in decode), one left to finish;
+	// then every page is back on both devices and none leaked.
+	life := time.Since(start)
+	client := batonv1.NewRouterServiceClient(dial(t, router.grpc))
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result)
+	for i := range 4 {
+		go func() {
+			rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer rcancel()
+			if i < 3 {
+				timer := time.AfterFunc(life*time.Duration(1+3*i)/10, rcancel)
+				defer timer.Stop()
+			}
+			_, err := complete(rctx, client, greedy(g.Generations[i%len(g.Generations)].Prompt, n))
+			results <- result{i, err}
+		}()
+	}
+	for range 4 {
+		r := <-results
+		switch {
+		case r.i == 3 && r.err != nil:
+			t.Errorf("storm: the request left to finish: %v", r.err)
+		case r.i < 3 && r.err == nil:
+			t.Logf("storm: request %d ended before its cancel", r.i)
+		}
+	}
+	t.Logf("storm over device pages: 4 requests, 3 cancelled within %v", life)
+	c.waitIdle(t, time.Minute)
+
 	// A cuda-tagged decode worker on a machine without a GPU, asked for the
 	// CPU, serves colocated and golden.
 	if nogpu := os.Getenv("BATON_CUDA_NOGPU_DIR"); nogpu != "" {
