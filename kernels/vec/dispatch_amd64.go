@@ -26,7 +26,10 @@ func impls() []*impl {
 // K-quants have AVX2 kernels only (see the avogen command), which the
 // AVX-512 implementation shares.
 var (
-	avx2Impl = newAsmImpl("avx2", geometry{
+	avx2Impl   = newAsmImpl("avx2", avx2Geometry)
+	avx512Impl = newAsmImpl("avx512", avx512Geometry)
+
+	avx2Geometry = geometry{
 		vl:    8,
 		chunk: 512, // 3 rows + 4 tokens: 28 KiB of F32 in a 32 KiB L1
 		// Half-size weights leave room for twice the row piece, which
@@ -39,8 +42,8 @@ var (
 		kquant:  kernelsAVX2,
 		legacy:  kernelsAVX2,
 		lq:      shape{mmR: 2, mmT: 4, mvR: 4, dR: 1},
-	})
-	avx512Impl = newAsmImpl("avx512", geometry{
+	}
+	avx512Geometry = geometry{
 		vl:      16,
 		chunk:   1024, // 4 rows + 4 tokens: 32 KiB of F32 in a 48 KiB L1
 		chunk16: 1024,
@@ -51,5 +54,5 @@ var (
 		kquant:  kernelsAVX2,
 		legacy:  kernelsAVX512,
 		lq:      shape{mmR: 4, mmT: 4, mvR: 4, dR: 4},
-	})
+	}
 )

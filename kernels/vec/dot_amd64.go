@@ -279,6 +279,30 @@ func tileF32_3x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //go:noescape
 func tileF32_4x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 
+// tileF32_3x4P_AVX2 computes a 3-row × 4-token tile of dot products of
+// float32 weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 8 values at a time:
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += f32(w[r*ws+4*k:]) * x[(k/8*4+t)*8+k%8]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 8. The sums are kept in 8-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·4 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileF32_3x4_AVX2), bit for bit.
+//
+//go:noescape
+func tileF32_3x4P_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
+
 // dotF16AVX2 returns the dot product of n IEEE binary16 (converted with vcvtph2ps) weights at w
 // with n float32 activations at x:
 //
@@ -554,6 +578,30 @@ func tileF16_3x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //go:noescape
 func tileF16_4x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 
+// tileF16_3x4P_AVX2 computes a 3-row × 4-token tile of dot products of
+// IEEE binary16 (converted with vcvtph2ps) weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 8 values at a time:
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += f16(w[r*ws+2*k:]) * x[(k/8*4+t)*8+k%8]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 8. The sums are kept in 8-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·2 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileF16_3x4_AVX2), bit for bit.
+//
+//go:noescape
+func tileF16_3x4P_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
+
 // dotBF16AVX2 returns the dot product of n bfloat16 (widened by a 16-bit shift) weights at w
 // with n float32 activations at x:
 //
@@ -828,6 +876,30 @@ func tileBF16_3x4_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
 //
 //go:noescape
 func tileBF16_4x1_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int)
+
+// tileBF16_3x4P_AVX2 computes a 3-row × 4-token tile of dot products of
+// bfloat16 (widened by a 16-bit shift) weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 8 values at a time:
+//
+//	for r := 0; r < 3; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += bf16(w[r*ws+2*k:]) * x[(k/8*4+t)*8+k%8]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 8. The sums are kept in 8-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·2 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileBF16_3x4_AVX2), bit for bit.
+//
+//go:noescape
+func tileBF16_3x4P_AVX2(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
 
 // dotQ8_0AVX2 returns the dot product of a row of nb blocks of
 // Q8_0 weights with Q8_0 activations:
@@ -3330,6 +3402,30 @@ func tileF32_4x3_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //go:noescape
 func tileF32_4x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
 
+// tileF32_4x4P_AVX512 computes a 4-row × 4-token tile of dot products of
+// float32 weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 16 values at a time:
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += f32(w[r*ws+4*k:]) * x[(k/16*4+t)*16+k%16]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 16. The sums are kept in 16-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·4 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileF32_4x4_AVX512), bit for bit.
+//
+//go:noescape
+func tileF32_4x4P_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
+
 // dotF16AVX512 returns the dot product of n IEEE binary16 (converted with vcvtph2ps) weights at w
 // with n float32 activations at x:
 //
@@ -3665,6 +3761,30 @@ func tileF16_4x3_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int
 //go:noescape
 func tileF16_4x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
 
+// tileF16_4x4P_AVX512 computes a 4-row × 4-token tile of dot products of
+// IEEE binary16 (converted with vcvtph2ps) weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 16 values at a time:
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += f16(w[r*ws+2*k:]) * x[(k/16*4+t)*16+k%16]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 16. The sums are kept in 16-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·2 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileF16_4x4_AVX512), bit for bit.
+//
+//go:noescape
+func tileF16_4x4P_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
+
 // dotBF16AVX512 returns the dot product of n bfloat16 (widened by a 16-bit shift) weights at w
 // with n float32 activations at x:
 //
@@ -3999,6 +4119,30 @@ func tileBF16_4x3_AVX512(w *byte, ws int, x *float32, n int, out *float32, os in
 //
 //go:noescape
 func tileBF16_4x4_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int)
+
+// tileBF16_4x4P_AVX512 computes a 4-row × 4-token tile of dot products of
+// bfloat16 (widened by a 16-bit shift) weights (row stride ws bytes) with float32 activations,
+// packed 4 tokens × 16 values at a time:
+//
+//	for r := 0; r < 4; r++ {
+//		for t := 0; t < 4; t++ {
+//			var sum float32
+//			for k := 0; k < n; k++ {
+//				sum += bf16(w[r*ws+2*k:]) * x[(k/16*4+t)*16+k%16]
+//			}
+//			out[t*os/4+r] += sum
+//		}
+//	}
+//
+// n must be a multiple of 16. The sums are kept in 16-lane vector
+// partial sums (1 accumulator(s) per output) added together at the end.
+//
+// It also prefetches the n·2 bytes at pf, one cache line a step: a row
+// of the next row group, which the caller names. The sums are the tile's
+// without prefetching (tileBF16_4x4_AVX512), bit for bit.
+//
+//go:noescape
+func tileBF16_4x4P_AVX512(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
 
 // dotQ8_0AVX512 returns the dot product of a row of nb blocks of
 // Q8_0 weights with Q8_0 activations:

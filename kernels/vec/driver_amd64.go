@@ -12,9 +12,12 @@ import "unsafe"
 // activations packed by packTokens: vl values of token 0, vl values of
 // token 1, …, then the next vl values of each token. For one token that is
 // the plain row.
+// fTilePF is the float matrix-matrix tile that also prefetches the row at
+// pf (the same columns of a row of the next row group).
 type (
-	fTile func(w *byte, ws int, x *float32, n int, out *float32, os int)
-	qTile func(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
+	fTile   func(w *byte, ws int, x *float32, n int, out *float32, os int)
+	fTilePF func(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)
+	qTile   func(w *byte, ws int, x *byte, xs int, nb int, out *float32, os int)
 )
 
 // kernelTables gathers one ISA's kernels by shape; tiles_amd64.go fills it.
@@ -22,6 +25,7 @@ type kernelTables struct {
 	dotF32, dotF16, dotBF16 func(w *byte, x *float32, n int) float32
 	dotQ                    [numQ]func(w, x *byte, nb int) float32
 	f32, f16, bf16          [5][5]fTile
+	f32PF, f16PF, bf16PF    fTilePF // the mmR×mmT tiles, prefetching
 	q                       [numQ][5][5]qTile
 }
 
@@ -62,6 +66,9 @@ func tokenBlock(rowBytes, mmT int) int {
 type fKernels struct {
 	dot   func(w *byte, x *float32, n int) float32
 	tiles *[5][5]fTile
+	// pf is the mmR×mmT tile that prefetches a row of the next row group
+	// (nil: none, then the plain tile runs).
+	pf fTilePF
 	shape
 	vl, size int
 	chunk    int                                 // elements per row piece
@@ -172,7 +179,15 @@ func (k *fKernels) matMul(dst []float32, ldd int, w []byte, x, xp []float32, row
 					for t := t0; t < t1; t += k.mmT {
 						T := min(k.mmT, t1-t)
 						// Packed, a token tile's values c.. start at T·c.
-						k.tiles[R][T](&w[r*rb+c*k.size], rb, &packed[(t-t0)*n+T*c], m, &dst[t*ldd+r], 4*ldd)
+						wt, xt, out := &w[r*rb+c*k.size], &packed[(t-t0)*n+T*c], &dst[t*ldd+r]
+						// The j-th token tile over these columns prefetches
+						// them in row j of the next row group: its weights
+						// come from memory while this group computes.
+						if j := (t - t0) / k.mmT; k.pf != nil && R == k.mmR && T == k.mmT && j < mmR && r+mmR+j < rows {
+							k.pf(wt, rb, xt, m, out, 4*ldd, &w[(r+mmR+j)*rb+c*k.size])
+							continue
+						}
+						k.tiles[R][T](wt, rb, xt, m, out, 4*ldd)
 					}
 				}
 			}
@@ -274,17 +289,17 @@ func tailF32(w []byte, x []float32) float32 {
 
 func newAsmImpl(name string, g geometry) *impl {
 	kt := g.main
-	f := func(dot func(w *byte, x *float32, n int) float32, tiles *[5][5]fTile, size int,
+	f := func(dot func(w *byte, x *float32, n int) float32, tiles *[5][5]fTile, pf fTilePF, size int,
 		tail func(w []byte, x []float32) float32) *fKernels {
 		chunk := g.chunk
 		if size == 2 {
 			chunk = g.chunk16
 		}
-		return &fKernels{dot: dot, tiles: tiles, shape: g.float, vl: g.vl, size: size, chunk: chunk, tail: tail}
+		return &fKernels{dot: dot, tiles: tiles, pf: pf, shape: g.float, vl: g.vl, size: size, chunk: chunk, tail: tail}
 	}
-	f32 := f(kt.dotF32, &kt.f32, 4, tailF32)
-	f16 := f(kt.dotF16, &kt.f16, 2, dotF16Go)
-	bf16 := f(kt.dotBF16, &kt.bf16, 2, dotBF16Go)
+	f32 := f(kt.dotF32, &kt.f32, kt.f32PF, 4, tailF32)
+	f16 := f(kt.dotF16, &kt.f16, kt.f16PF, 2, dotF16Go)
+	bf16 := f(kt.dotBF16, &kt.bf16, kt.bf16PF, 2, dotBF16Go)
 	im := &impl{
 		name:   name,
 		dotF32: func(a, b []float32) float32 { return f32.dotRow(f32Bytes(a), b) },

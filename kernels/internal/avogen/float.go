@@ -49,10 +49,11 @@ func floatRows(s isa) int {
 
 func genFloatKernels(s isa) {
 	for _, wt := range []wtype{wF32, wF16, wBF16} {
-		floatTile(s, wt, 1, 1, true)
+		floatTile(s, wt, 1, 1, true, false)
 		for _, rt := range floatTiles(s) {
-			floatTile(s, wt, rt[0], rt[1], false)
+			floatTile(s, wt, rt[0], rt[1], false, false)
 		}
+		floatTile(s, wt, floatRows(s), 4, false, true)
 	}
 }
 
@@ -84,7 +85,7 @@ func loadW(s isa, wt wtype, m Mem, dst VecVirtual) {
 // tiles, so that a token's results do not depend on how many tokens share
 // the product; the dot product and the taller matrix-vector tile split the
 // sum over U accumulators, which hides the latency of the additions.
-func floatTile(s isa, wt wtype, R, T int, ret bool) {
+func floatTile(s isa, wt wtype, R, T int, ret, pf bool) {
 	U, A := 1, 1 // steps of vl unrolled per iteration, accumulators
 	if T == 1 {
 		U = 2
@@ -96,7 +97,12 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 			A = 1
 		}
 	}
-	name := begin(s, wt.name, R, T, ret, "float32", "n", 0, false)
+	var name string
+	if pf {
+		name = beginPrefetching(s, wt.name, R, T)
+	} else {
+		name = begin(s, wt.name, R, T, ret, "float32", "n", 0, false)
+	}
 	conv := map[string]string{"F32": "f32", "F16": "f16", "BF16": "bf16"}[wt.name]
 	if ret {
 		Doc(
@@ -113,7 +119,7 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 			fmt.Sprintf("partial sums (%d accumulators) added together at the end.", A),
 		)
 	} else {
-		Doc(
+		lines := []string{
 			fmt.Sprintf("%s computes a %d-row × %d-token tile of dot products of", name, R, T),
 			fmt.Sprintf("%s weights (row stride ws bytes) with float32 activations,", wt.desc),
 			fmt.Sprintf("packed %d tokens × %d values at a time:", T, s.vl),
@@ -130,9 +136,20 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 			"",
 			fmt.Sprintf("n must be a multiple of %d. The sums are kept in %d-lane vector", s.vl, s.vl),
 			fmt.Sprintf("partial sums (%d accumulator(s) per output) added together at the end.", A),
-		)
+		}
+		if pf {
+			lines = append(lines, "",
+				fmt.Sprintf("It also prefetches the n·%d bytes at pf, one cache line a step: a row", wt.size),
+				"of the next row group, which the caller names. The sums are the tile's",
+				fmt.Sprintf("without prefetching (tile%s_%dx%d_%s), bit for bit.", wt.name, R, T, s.name))
+		}
+		Doc(lines...)
 	}
 	wp := ptrs("w", "ws", R)
+	var pfp Register
+	if pf {
+		pfp = Load(Param("pf"), GP64())
+	}
 	xb := Load(Param("x"), GP64())
 	n := Load(Param("n"), GP64())
 	k := GP64()
@@ -183,6 +200,9 @@ func floatTile(s isa, wt wtype, R, T int, ret bool) {
 				}
 			}
 			return
+		}
+		if pf {
+			PREFETCHT0(Mem{Base: pfp, Index: k, Scale: uint8(wt.size)})
 		}
 		wv := make([]VecVirtual, R)
 		for r := range wv {

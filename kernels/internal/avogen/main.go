@@ -82,9 +82,12 @@ func writeTables(path string) error {
 			if e.isa != s.name {
 				continue
 			}
-			if e.ret {
+			switch {
+			case e.ret:
 				fmt.Fprintf(&b, "\tk.%s = %s\n", dotField[e.kind], e.name)
-			} else {
+			case e.pf:
+				fmt.Fprintf(&b, "\tk.%sPF = %s\n", field[e.kind], e.name)
+			default:
 				fmt.Fprintf(&b, "\tk.%s[%d][%d] = %s\n", field[e.kind], e.r, e.t, e.name)
 			}
 		}
@@ -322,6 +325,7 @@ type tableEntry struct {
 	isa, kind, name string
 	r, t            int
 	ret             bool
+	pf              bool // the prefetching matrix-matrix tile (floatTile)
 }
 
 var tables []tableEntry
@@ -347,6 +351,16 @@ func begin(s isa, kind string, R, T int, ret bool, xType, count string, frame in
 	}
 	Pragma("noescape")
 	tables = append(tables, tableEntry{isa: s.name, kind: kind, name: name, r: R, t: T, ret: ret})
+	return name
+}
+
+// beginPrefetching declares the prefetching variant of a float
+// matrix-matrix tile: a tile's arguments and the row pf to prefetch.
+func beginPrefetching(s isa, kind string, R, T int) string {
+	name := fmt.Sprintf("tile%s_%dx%dP_%s", kind, R, T, s.name)
+	TEXT(name, NOSPLIT, "func(w *byte, ws int, x *float32, n int, out *float32, os int, pf *byte)")
+	Pragma("noescape")
+	tables = append(tables, tableEntry{isa: s.name, kind: kind, name: name, r: R, t: T, pf: true})
 	return name
 }
 
