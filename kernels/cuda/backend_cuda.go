@@ -83,6 +83,16 @@ type backend struct {
 	// uploaded once by New and freed by Close.
 	gelu *allocation
 
+	// copyStream carries the KV pages' copies to and from the host
+	// (copy_cuda.go), through page-locked staging buffers: stagingAll
+	// holds every one, stagingFree those not in use (both guarded by
+	// stagingMu, which copies take without mu). copies counts the copies
+	// whose callers wait for them without mu; Close waits for them.
+	copyStream              cu.Stream
+	stagingMu               sync.Mutex
+	stagingAll, stagingFree []*staging
+	copies                  sync.WaitGroup
+
 	mm                                                         map[quant.Type]cu.Function
 	embed, rmsnorm, rope, softmax, siluMul, add, store, attend cu.Function
 	geluMul, scale, softCap                                    cu.Function
@@ -143,8 +153,11 @@ func New(opts Options) (kernels.Backend, error) {
 		if err := b.load(ptx); err != nil {
 			return err
 		}
-		if err := b.uploadGELU(); err != nil {
+		if err := b.newCopyStream(); err != nil {
 			return errors.Join(err, b.mod.Unload())
+		}
+		if err := b.uploadGELU(); err != nil {
+			return errors.Join(err, b.copyStream.Destroy(), b.mod.Unload())
 		}
 		return nil
 	}); err != nil {
@@ -952,40 +965,6 @@ func (b *backend) AttentionWith(out, q kernels.Buffer, kv kernels.KVCache, layer
 	})
 }
 
-func (b *backend) ExportKV(dst []byte, kv kernels.KVCache, page, layer int) error {
-	return b.do(func() error {
-		c, err := b.kv(kv)
-		if err != nil {
-			return err
-		}
-		if err := kernels.CheckKVPageIO(c.l, c.pages, page, layer, len(dst)); err != nil {
-			return err
-		}
-		src := c.a.ptr + cu.DevicePtr(int64(page)*int64(c.l.PageBytes())+int64(c.l.LayerOffset(layer)))
-		if err := cu.MemcpyDtoH(unsafe.Pointer(&dst[0]), src, int64(len(dst))); err != nil {
-			return fmt.Errorf("kernels/cuda: exporting KV page %d layer %d: %w", page, layer, err)
-		}
-		return nil
-	})
-}
-
-func (b *backend) ImportKV(kv kernels.KVCache, page, layer int, src []byte) error {
-	return b.do(func() error {
-		c, err := b.kv(kv)
-		if err != nil {
-			return err
-		}
-		if err := kernels.CheckKVPageIO(c.l, c.pages, page, layer, len(src)); err != nil {
-			return err
-		}
-		dst := c.a.ptr + cu.DevicePtr(int64(page)*int64(c.l.PageBytes())+int64(c.l.LayerOffset(layer)))
-		if err := cu.MemcpyHtoD(dst, unsafe.Pointer(&src[0]), int64(len(src))); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
-		}
-		return nil
-	})
-}
-
 func (b *backend) CopyKVPage(kv kernels.KVCache, dst, src int) error {
 	return b.do(func() error {
 		c, err := b.kv(kv)
@@ -1022,8 +1001,10 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	// Copies in flight finish (nothing new starts: closed is set).
+	b.copies.Wait()
 	err := b.inContext(func() error {
-		errs := []error{cu.Synchronize()}
+		errs := []error{cu.Synchronize(), b.closeCopies()}
 		for a := range b.allocs {
 			a.freed = true
 			errs = append(errs, cu.MemFree(a.ptr))

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/baton-serving/baton/kernels"
@@ -496,6 +497,76 @@ func TestKVPageIO(t *testing.T) {
 	}
 	if err := g.ExportKV(back, kv, 4, 0); !errors.Is(err, kernels.ErrShape) {
 		t.Errorf("exporting page 4 of 4: err %v, want ErrShape", err)
+	}
+}
+
+// TestKVCopiesConcurrent: transfers export and import pages from several
+// goroutines while the forward steps keep the default stream busy (the
+// copies run on a stream of their own and wait without the backend's
+// lock); every page comes back as it went in, and Close waits for none.
+func TestKVCopiesConcurrent(t *testing.T) {
+	g := newGPU(t)
+	l := kernels.KVLayout{Layers: 3, KVHeads: 2, HeadDim: 16, PageSize: 8, DType: quant.F16}
+	const workers, rounds = 6, 40
+	kv, err := g.NewKVCache(l, workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	busy := make(chan error, 1)
+	x := upload(t, g, kerneltest.RandFloats(rand.New(rand.NewPCG(41, 42)), 256, 1))
+	y := alloc(t, g, 256)
+	go func() {
+		// Kernels on the default stream meanwhile.
+		for {
+			select {
+			case <-stop:
+				busy <- g.Sync()
+				return
+			default:
+			}
+			if err := g.SiLUMul(y, x, x); err != nil {
+				busy <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 43))
+			in, out := make([]byte, 2*l.BlockBytes()), make([]byte, 2*l.BlockBytes())
+			for r := range rounds {
+				for i := range in {
+					in[i] = byte(rng.IntN(256))
+				}
+				layer := r % l.Layers
+				if err := g.ImportKV(kv, w, layer, in); err != nil {
+					errs <- err
+					return
+				}
+				if err := g.ExportKV(out, kv, w, layer); err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(in, out) {
+					errs <- fmt.Errorf("worker %d round %d: the page exported is not the page imported", w, r)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 

@@ -13,9 +13,12 @@
 #include "../kernels.cu"
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 typedef unsigned long long CUdeviceptr;
 static thread_local std::vector<void*> ctxStack;
 static int primaryCtx;  // its address is the context handle
@@ -81,7 +84,30 @@ int cuDevicePrimaryCtxRetain(void** c, int) { *c = &primaryCtx; return 0; }
 int cuDevicePrimaryCtxRelease_v2(int) { return 0; }
 int cuCtxPushCurrent_v2(void* c) { ctxStack.push_back(c); return 0; }
 int cuCtxPopCurrent_v2(void** c) { if (ctxStack.empty()) return 201; if (c) *c = ctxStack.back(); ctxStack.pop_back(); return 0; }
-int cuCtxSynchronize() { NEEDCTX; return 0; }
+// Streams other than the default one run their copies late: an async copy
+// waits in its stream's queue until something synchronizes with the
+// stream (an event it recorded, cuStreamWaitEvent, cuStreamSynchronize,
+// cuCtxSynchronize), as a real copy engine may finish any time before
+// then. Code that reads a staging buffer before waiting, or lets kernels
+// read a page before the copy into it is ordered before them, sees stale
+// bytes here. Kernels run on the default stream only, at launch.
+struct Stream { std::vector<std::function<void()>> q; };
+struct Event { Stream* s = nullptr; };
+static std::mutex streamMu;
+static std::set<Stream*> streams;  // guarded by streamMu
+static void flush(Stream* s) {
+  if (s == nullptr) return;
+  std::vector<std::function<void()>> q;
+  { std::lock_guard<std::mutex> g(streamMu); q.swap(s->q); }
+  for (auto& f : q) f();
+}
+int cuCtxSynchronize() {
+  NEEDCTX;
+  std::vector<Stream*> all;
+  { std::lock_guard<std::mutex> g(streamMu); all.assign(streams.begin(), streams.end()); }
+  for (Stream* s : all) flush(s);
+  return 0;
+}
 int cuModuleLoadData(void** m, const void* image) {
   NEEDCTX;
   std::string s((const char*)image);
@@ -135,6 +161,44 @@ int cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
   if ((d < s + n) && (s < d + n)) { fprintf(stderr, "emu: overlapping DtoD copy\n"); abort(); }
   memcpy((void*)d, (void*)s, n); return 0;
 }
+int cuStreamCreate(void** s, unsigned) {
+  NEEDCTX;
+  Stream* st = new Stream;
+  { std::lock_guard<std::mutex> g(streamMu); streams.insert(st); }
+  *s = st; return 0;
+}
+int cuStreamDestroy_v2(void* s) {
+  NEEDCTX;
+  flush((Stream*)s);
+  { std::lock_guard<std::mutex> g(streamMu); streams.erase((Stream*)s); }
+  delete (Stream*)s; return 0;
+}
+int cuStreamSynchronize(void* s) { NEEDCTX; flush((Stream*)s); return 0; }
+int cuEventCreate(void** e, unsigned) { NEEDCTX; *e = new Event; return 0; }
+int cuEventDestroy_v2(void* e) { NEEDCTX; delete (Event*)e; return 0; }
+int cuEventRecord(void* e, void* s) { NEEDCTX; ((Event*)e)->s = (Stream*)s; return 0; }
+int cuEventSynchronize(void* e) { NEEDCTX; flush(((Event*)e)->s); return 0; }
+int cuStreamWaitEvent(void*, void* e, unsigned) { NEEDCTX; flush(((Event*)e)->s); return 0; }
+static void enqueue(void* stream, std::function<void()> f) {
+  if (stream == nullptr) { f(); return; }
+  std::lock_guard<std::mutex> g(streamMu);
+  ((Stream*)stream)->q.push_back(std::move(f));
+}
+int cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, void* stream) {
+  NEEDCTX; NEED(s, n);
+  enqueue(stream, [=] { memcpy(d, (void*)s, n); }); return 0;
+}
+int cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, void* stream) {
+  NEEDCTX; NEED(d, n);
+  enqueue(stream, [=] { memcpy((void*)d, s, n); }); return 0;
+}
+// Page-locked host memory: plain memory here, filled with garbage.
+int cuMemAllocHost_v2(void** p, size_t n) {
+  NEEDCTX;
+  if (n == 0) return 1;
+  *p = malloc(n); memset(*p, 0xAB, n); return 0;
+}
+int cuMemFreeHost(void* p) { NEEDCTX; free(p); return 0; }
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
   NEEDCTX;
   if (gx == 0 || gy == 0 || gz == 0 || gy > 65535 || bx * by * bz > 1024 || shared != 0 || stream != nullptr || extra != nullptr) return 1;
