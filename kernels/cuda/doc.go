@@ -20,8 +20,13 @@
 // kernels fall back to narrower loads, which sum in another order.
 // Attention reads F32 or F16 pages of the kvcache layout in one pass with
 // an online softmax, for any number of query rows (decode and prefill),
-// head dimensions up to 256. All work goes to the context's default
-// stream in order; the backend serializes callers with a mutex.
+// head dimensions up to 256. Kernels go to the context's default stream
+// in order; the backend serializes callers with a mutex. KV pages' copies
+// to and from the host (ExportKV, ImportKV) go to a non-blocking stream
+// of their own through page-locked staging buffers, ordered by events
+// after the kernels that wrote a page and before those that read it; the
+// caller waits for its copy without the mutex, so a PD transfer does not
+// stall the forward steps.
 //
 // # Building
 //
