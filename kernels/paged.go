@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/baton-serving/baton/kernels/quant"
+	"github.com/baton-serving/baton/kernels/vec"
 )
 
 // The operations below work on a paged KV cache: keys and values stored as
@@ -38,10 +39,9 @@ func EncodeKV(dst []byte, src []float32, typ quant.Type) {
 			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 		}
 	case quant.F16:
-		dst = dst[:2*len(src)]
-		for i, v := range src {
-			binary.LittleEndian.PutUint16(dst[2*i:], quant.F32ToF16(v))
-		}
+		// vcvtps2ph where the CPU has it (4% of a serving worker in the
+		// scalar conversion); the same bits as quant.F32ToF16.
+		vec.EncodeF16(dst, src)
 	}
 }
 

@@ -1,6 +1,10 @@
 package vec
 
-import "math"
+import (
+	"math"
+
+	"github.com/baton-serving/baton/kernels/quant"
+)
 
 // ggml multiplies F16 weights with activations converted to F16, and BF16
 // weights with activations converted to BF16 (the vec_dot_type of those
@@ -16,9 +20,10 @@ type roundImpl struct {
 	name string
 	f16  func(dst, x []float32)
 	bf16 func(dst, x []float32)
+	enc  func(dst []byte, x []float32) // EncodeF16
 }
 
-var roundGeneric = roundImpl{"purego", roundF16Go, roundBF16Go}
+var roundGeneric = roundImpl{"purego", roundF16Go, roundBF16Go, encodeF16Go}
 
 // activeRound is the implementation chosen at package initialisation; it is
 // never changed afterwards.
@@ -46,6 +51,22 @@ func RoundBF16(dst, x []float32) {
 		return
 	}
 	activeRound.bf16(dst, x)
+}
+
+// EncodeF16 stores x in dst as little-endian IEEE binary16 values, rounded
+// to nearest even as quant.F32ToF16 rounds (F16C's vcvtps2ph): what a KV
+// cache of F16 elements holds. A NaN stays a NaN, its payload not kept
+// alike on every implementation. dst must hold 2·len(x) bytes.
+func EncodeF16(dst []byte, x []float32) {
+	activeRound.enc(dst[:2*len(x)], x)
+}
+
+func encodeF16Go(dst []byte, x []float32) {
+	dst = dst[:2*len(x)]
+	for i, v := range x {
+		h := quant.F32ToF16(v)
+		dst[2*i], dst[2*i+1] = byte(h), byte(h>>8)
+	}
 }
 
 // Bounds of the float32 bit patterns (sign cleared) that round to a normal

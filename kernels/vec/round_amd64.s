@@ -57,6 +57,48 @@ loop512:
 done512:
 	RET
 
+// func encodeF16F16C(dst *byte, x *float32, n int)
+// vcvtps2ph with immediate 0 straight to memory; 8 values per step.
+TEXT ·encodeF16F16C(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ   doneenc
+
+loopenc:
+	VMOVUPS   (SI), Y0
+	VCVTPS2PH $0, Y0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $16, DI
+	DECQ      CX
+	JNZ       loopenc
+	VZEROUPPER
+
+doneenc:
+	RET
+
+// func encodeF16AVX512(dst *byte, x *float32, n int)
+// The same on 16-value zmm vectors.
+TEXT ·encodeF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   doneenc512
+
+loopenc512:
+	VMOVUPS   (SI), Z0
+	VCVTPS2PH $0, Z0, (DI)
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       loopenc512
+	VZEROUPPER
+
+doneenc512:
+	RET
+
 // func roundBF16AVX2(dst *float32, x *float32, n int)
 // ggml_compute_fp32_to_bf16 on 8 values per step, widened back:
 // r = (b + 0x7fff + (b>>16 & 1)) &^ 0xffff, and for a NaN (|b| >

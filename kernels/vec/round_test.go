@@ -124,3 +124,36 @@ func BenchmarkRoundHalf(b *testing.B) {
 		}
 	}
 }
+
+// TestEncodeF16 checks EncodeF16, in every implementation this CPU runs,
+// against quant.F32ToF16 bit for bit on the inputs of TestRoundHalf (a NaN
+// need only stay a NaN), at every length up to a few vectors, with
+// guarded buffers.
+func TestEncodeF16(t *testing.T) {
+	in := roundInputs()
+	for _, im := range roundImpls() {
+		t.Run(im.name, func(t *testing.T) {
+			check := func(t *testing.T, x []float32) {
+				dst, guard := guarded(2*len(x), byteSentinel)
+				im.enc(dst, x)
+				guard(t, "dst")
+				for i, v := range x {
+					got, want := uint16(dst[2*i])|uint16(dst[2*i+1])<<8, quant.F32ToF16(v)
+					if v != v {
+						if got&0x7c00 != 0x7c00 || got&0x3ff == 0 {
+							t.Fatalf("NaN %#08x: got %#04x, not a NaN", math.Float32bits(v), got)
+						}
+						continue
+					}
+					if got != want {
+						t.Fatalf("%#08x (%g): got %#04x, want %#04x", math.Float32bits(v), v, got, want)
+					}
+				}
+			}
+			check(t, in)
+			for n := range 70 {
+				check(t, in[1000*n:1000*n+n])
+			}
+		})
+	}
+}
