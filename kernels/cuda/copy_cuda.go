@@ -141,95 +141,85 @@ func (b *backend) waitCopy(s *staging) error {
 }
 
 func (b *backend) ExportKV(dst []byte, kv kernels.KVCache, page, layer int) error {
-	var s *staging
-	err := b.do(func() error {
-		c, err := b.kv(kv)
-		if err != nil {
-			return err
-		}
-		if err := kernels.CheckKVPageIO(c.l, c.pages, page, layer, len(dst)); err != nil {
-			return err
-		}
-		if s, err = b.takeStaging(len(dst)); err != nil {
-			return err
-		}
-		src := c.a.ptr + cu.DevicePtr(int64(page)*int64(c.l.PageBytes())+int64(c.l.LayerOffset(layer)))
-		// After the kernels that wrote the page, on the copy stream.
-		if err := s.ready.Record(cu.Stream{}); err != nil {
-			return fmt.Errorf("kernels/cuda: exporting KV page %d layer %d: %w", page, layer, err)
-		}
-		if err := b.copyStream.Wait(s.ready, 0); err != nil {
-			return fmt.Errorf("kernels/cuda: exporting KV page %d layer %d: %w", page, layer, err)
-		}
-		if err := cu.MemcpyDtoHAsync(s.ptr, src, int64(len(dst)), b.copyStream); err != nil {
-			return fmt.Errorf("kernels/cuda: exporting KV page %d layer %d: %w", page, layer, err)
-		}
-		if err := s.done.Record(b.copyStream); err != nil {
-			return fmt.Errorf("kernels/cuda: exporting KV page %d layer %d: %w", page, layer, err)
-		}
-		b.copies.Add(1)
-		return nil
-	})
+	s, err := b.pageCopy(kv, page, layer, len(dst), false, nil)
 	if err != nil {
-		if s != nil {
-			// The stream may still read it: wait for what was queued.
-			b.quiesce(s)
-		}
 		return err
 	}
-	err = b.waitCopy(s)
-	if err == nil {
-		copy(dst, s.bytes(len(dst)))
-	}
+	copy(dst, s.bytes(len(dst)))
 	b.putStaging(s)
-	return err
+	return nil
 }
 
 func (b *backend) ImportKV(kv kernels.KVCache, page, layer int, src []byte) error {
+	s, err := b.pageCopy(kv, page, layer, len(src), true, src)
+	if err != nil {
+		return err
+	}
+	b.putStaging(s)
+	return nil
+}
+
+// pageCopy copies one layer of a KV page (n bytes) through a staging
+// buffer on the copy stream: to the device from src when in is set, else
+// from it. It queues the copy after everything the default stream was
+// given before (the kernels that wrote the page, or that last used a page
+// reused from the free list); an import also orders everything the default
+// stream is given afterwards after it. It then waits for the copy without
+// the backend's lock and returns the staging buffer, which holds an
+// export's bytes, for the caller to give back.
+func (b *backend) pageCopy(kv kernels.KVCache, page, layer, n int, in bool, src []byte) (*staging, error) {
+	what := "exporting"
+	if in {
+		what = "importing"
+	}
 	var s *staging
 	err := b.do(func() error {
 		c, err := b.kv(kv)
 		if err != nil {
 			return err
 		}
-		if err := kernels.CheckKVPageIO(c.l, c.pages, page, layer, len(src)); err != nil {
+		if err := kernels.CheckKVPageIO(c.l, c.pages, page, layer, n); err != nil {
 			return err
 		}
-		if s, err = b.takeStaging(len(src)); err != nil {
+		if s, err = b.takeStaging(n); err != nil {
 			return err
 		}
-		copy(s.bytes(len(src)), src)
-		dst := c.a.ptr + cu.DevicePtr(int64(page)*int64(c.l.PageBytes())+int64(c.l.LayerOffset(layer)))
-		// After whatever the default stream did with the page before (a
-		// page reused from the free list), and before what it does next.
-		if err := s.ready.Record(cu.Stream{}); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
+		dev := c.a.ptr + cu.DevicePtr(int64(page)*int64(c.l.PageBytes())+int64(c.l.LayerOffset(layer)))
+		steps := []func() error{
+			func() error { return s.ready.Record(cu.Stream{}) },
+			func() error { return b.copyStream.Wait(s.ready, 0) },
 		}
-		if err := b.copyStream.Wait(s.ready, 0); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
+		if in {
+			copy(s.bytes(n), src)
+			steps = append(steps,
+				func() error { return cu.MemcpyHtoDAsync(dev, s.ptr, int64(n), b.copyStream) },
+				func() error { return s.done.Record(b.copyStream) },
+				func() error { return (cu.Stream{}).Wait(s.done, 0) })
+		} else {
+			steps = append(steps,
+				func() error { return cu.MemcpyDtoHAsync(s.ptr, dev, int64(n), b.copyStream) },
+				func() error { return s.done.Record(b.copyStream) })
 		}
-		if err := cu.MemcpyHtoDAsync(dst, s.ptr, int64(len(src)), b.copyStream); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
-		}
-		if err := s.done.Record(b.copyStream); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
-		}
-		if err := (cu.Stream{}).Wait(s.done, 0); err != nil {
-			return fmt.Errorf("kernels/cuda: importing KV page %d layer %d: %w", page, layer, err)
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return fmt.Errorf("kernels/cuda: %s KV page %d layer %d: %w", what, page, layer, err)
+			}
 		}
 		b.copies.Add(1)
 		return nil
 	})
 	if err != nil {
 		if s != nil {
+			// The stream may still use it: wait for what was queued.
 			b.quiesce(s)
 		}
-		return err
+		return nil, err
 	}
-	// The staging buffer is reusable once the copy has read it.
-	err = b.waitCopy(s)
-	b.putStaging(s)
-	return err
+	if err := b.waitCopy(s); err != nil {
+		b.putStaging(s)
+		return nil, err
+	}
+	return s, nil
 }
 
 // quiesce returns a staging buffer after a failed copy, once the copy

@@ -11,19 +11,26 @@ import (
 	"github.com/baton-serving/baton/kernels/quant"
 )
 
+// geometryOf returns the geometry an assembly implementation was built
+// from; ok is false for the pure-Go one.
+func geometryOf(im *impl) (g geometry, ok bool) {
+	switch im {
+	case avx512Impl:
+		return avx512Geometry, true
+	case avx2Impl:
+		return avx2Geometry, true
+	}
+	return g, false
+}
+
 // TestPrefetchingTiles: float matrix-matrix products give the same bits
 // with the prefetching tiles (tileF32_4x4P_AVX512 and the like) as without
 // them, over shapes with row-group, token-tile and column edges; the
 // prefetches read no further than the weights they are given.
 func TestPrefetchingTiles(t *testing.T) {
 	for _, im := range impls() {
-		var g geometry
-		switch im {
-		case avx512Impl:
-			g = avx512Geometry
-		case avx2Impl:
-			g = avx2Geometry
-		default:
+		g, ok := geometryOf(im)
+		if !ok {
 			continue
 		}
 		if g.main.f32PF == nil || g.main.f16PF == nil || g.main.bf16PF == nil {
@@ -74,13 +81,8 @@ func TestPrefetchingTiles(t *testing.T) {
 // prefetching tiles.
 func BenchmarkDecodeBatch(b *testing.B) {
 	for _, im := range impls() {
-		var g geometry
-		switch im {
-		case avx512Impl:
-			g = avx512Geometry
-		case avx2Impl:
-			g = avx2Geometry
-		default:
+		g, ok := geometryOf(im)
+		if !ok {
 			continue
 		}
 		plain := *g.main
