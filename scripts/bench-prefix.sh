@@ -51,59 +51,10 @@ done
 if [[ -z $LLAMA_SERVER ]]; then
   CONFIGS=${CONFIGS//llama-server/}
 fi
-OUT=${OUT:-results/bench-prefix-$(date +%Y%m%d-%H%M%S)}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-command -v curl >/dev/null || { echo "bench-prefix: curl is needed to wait for readiness" >&2; exit 1; }
-
-BIN=$OUT/bin
-echo "== building into $BIN"
-go build -o "$BIN/" ./cmd/batonctl ./router-svc ./prefill-svc ./decode-svc
-BATONCTL=$BIN/batonctl
-MODEL=${BATON_BENCH_110M_2K:-$OUT/models/llama-110m-f32-2k.gguf}
-if [[ ! -f $MODEL ]]; then
-  mkdir -p "$(dirname "$MODEL")"
-  "$BATONCTL" gen-model --preset llama-110m --type f32 --context 2048 --out "$MODEL"
-fi
-
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
-  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //') × $(nproc)"
-  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
-  echo "llama-server: ${LLAMA_SERVER:-none}"
-  echo "quick: $QUICK; configs: $CONFIGS; workloads: $WORKLOADS"
-} > "$OUT/machine.txt"
-
-PIDS=()
-stop_config() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-trap stop_config EXIT
-
-RH=127.0.0.1:$PORT_BASE RG=127.0.0.1:$((PORT_BASE + 1))
-PG=127.0.0.1:$((PORT_BASE + 2)) PH=127.0.0.1:$((PORT_BASE + 3))
-DG=127.0.0.1:$((PORT_BASE + 4)) DH=127.0.0.1:$((PORT_BASE + 5))
-RA=127.0.0.1:$((PORT_BASE + 6)) PA=127.0.0.1:$((PORT_BASE + 7)) DA=127.0.0.1:$((PORT_BASE + 8))
-# llama-server's own port: it cannot bind one that Baton's router left in
-# TIME-WAIT.
-LS=127.0.0.1:$((PORT_BASE + 9))
-
-wait_ready() { # URL LOG
-  local i pid
-  for i in $(seq 1 600); do
-    curl -sf -o /dev/null "$1" && return 0
-    for pid in "${PIDS[@]}"; do
-      kill -0 "$pid" 2>/dev/null || { echo "bench-prefix: a service exited; see $2" >&2; tail -5 "$2" >&2; exit 1; }
-    done
-    sleep 0.2
-  done
-  echo "bench-prefix: $1 not ready after 120 s; see $2" >&2
-  exit 1
-}
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
+bench_init bench-prefix "quick: $QUICK; configs: $CONFIGS; workloads: $WORKLOADS"
+bench_ports "$PORT_BASE"
 
 start_config() { # CONFIG LOG
   local cfg=${1%-openai} log=$2 cache
@@ -158,7 +109,7 @@ for cfg in $CONFIGS; do
   done
   stop_config
 done
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >> "$OUT/machine.txt"
+bench_done
 
 if command -v jq >/dev/null; then
   {
