@@ -95,8 +95,13 @@ struct Stream { std::vector<std::function<void()>> q; };
 struct Event { Stream* s = nullptr; };
 static std::mutex streamMu;
 static std::set<Stream*> streams;  // guarded by streamMu
+// runMu is held while queued copies run, so that a second flush, finding
+// the queue already taken, waits for them to finish instead of returning
+// before the copy it waits for is done.
+static std::mutex runMu;
 static void flush(Stream* s) {
   if (s == nullptr) return;
+  std::lock_guard<std::mutex> run(runMu);
   std::vector<std::function<void()>> q;
   { std::lock_guard<std::mutex> g(streamMu); q.swap(s->q); }
   for (auto& f : q) f();
