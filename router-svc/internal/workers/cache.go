@@ -245,12 +245,16 @@ func (CacheScorer) Score(q *Query, ws []*Worker, scores []float64) {
 	if q == nil || q.NoReuse || len(ws) == 0 {
 		return
 	}
-	minLoad := math.Inf(1)
+	// The guard counts requests only: the KV fraction that Load adds
+	// breaks ties between equally busy workers, and counted here it made
+	// a holder exactly CacheAwareMaxImbalance requests ahead (4 + 0.004)
+	// lose its conversations to an idle worker.
+	least := int64(math.MaxInt64)
 	for _, w := range ws {
-		minLoad = min(minLoad, Load(w))
+		least = min(least, Requests(w))
 	}
 	for i, w := range ws {
-		if Load(w)-minLoad > CacheAwareMaxImbalance {
+		if Requests(w)-least > CacheAwareMaxImbalance {
 			continue // too far behind the least loaded: load decides
 		}
 		if p := w.CachedPrefix(q); p.Total > 0 {
@@ -259,8 +263,8 @@ func (CacheScorer) Score(q *Query, ws []*Worker, scores []float64) {
 	}
 }
 
-// CacheAwareMaxImbalance is how much more work (Load) than the least
-// loaded candidate a worker may have and still be scored by what it holds.
+// CacheAwareMaxImbalance is how many more requests (Requests) than the
+// least loaded candidate a worker may have and still be scored by what it holds.
 // Past it the worker scores as holding nothing, so that load decides: a
 // prefix every request shares (a system prompt, tool definitions) would
 // otherwise pin all traffic to the first worker that computed it, since a

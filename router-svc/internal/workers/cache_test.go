@@ -124,6 +124,16 @@ func TestCacheAwarePolicy(t *testing.T) {
 	if w, _ := p.Pick(&Query{Tokens: conv}, []*Worker{busy, idle}, nil); w != idle {
 		t.Fatalf("went to %s with %v requests over an idle worker", w.Addr, Load(busy))
 	}
+	// Exactly CacheAwareMaxImbalance requests ahead is within the guard,
+	// whatever share of its KV cache the holder uses: the guard counts
+	// requests, and the KV fraction only breaks load ties (counted in,
+	// 4 requests and 1% of the pages lost the conversation to the idle
+	// worker: TestCacheAwareRouting saw it).
+	edge := decodeW("edge", 0, CacheAwareMaxImbalance, 1, 100)
+	holding(edge, conv, 16)
+	if w, _ := p.Pick(&Query{Tokens: conv}, []*Worker{edge, idle}, nil); w != edge {
+		t.Fatalf("went to %s; the holder is only %v requests ahead (load %v)", w.Addr, CacheAwareMaxImbalance, Load(edge))
+	}
 	// A prefix every request shares does not pin the traffic to the
 	// worker that computed it first: picks that each add a request spread
 	// over both workers.

@@ -284,9 +284,16 @@ func (LoadScorer) Score(_ *Query, ws []*Worker, scores []float64) {
 	}
 }
 
-// Load is LoadScorer's measure of a worker's work.
+// Load is LoadScorer's measure of a worker's work: Requests plus the
+// fraction of its KV cache in use.
 func Load(w *Worker) float64 {
-	return float64(max(w.work.Load(), w.inflight.Load())) + math.Float64frombits(w.kvUse.Load())
+	return float64(Requests(w)) + math.Float64frombits(w.kvUse.Load())
+}
+
+// Requests is the requests a worker has queued, running or transferring by
+// its last report, or the router's own in-flight count on it if higher.
+func Requests(w *Worker) int64 {
+	return max(w.work.Load(), w.inflight.Load())
 }
 
 // MaxScore picks the highest score. Among equal scores it takes each in
