@@ -39,8 +39,12 @@ var overlays = []struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.dir != "" {
-		os.RemoveAll(built.dir)
+	// Both are this binary's alone, and the secrets hold private keys:
+	// nothing of either outlives the run.
+	for _, dir := range []string{built.dir, devSecrets.dir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
