@@ -83,7 +83,26 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startWorker starts the worker binary name on two free loopback ports and
+// waits for it to be ready. The ports come from 127.0.0.1:0, so another
+// process can take one between freeAddr's check and the worker's bind (an
+// outgoing connection's local port did, in CI): a worker that exits with
+// "address already in use" is started again on new ports, up to 5 times.
 func startWorker(t *testing.T, bin, name string, args ...string) *worker {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		if w := tryStartWorker(t, bin, name, args...); w != nil {
+			return w
+		}
+		if attempt == 5 {
+			t.Fatalf("%s: a port was taken before it bound, %d times in a row", name, attempt)
+		}
+	}
+}
+
+// tryStartWorker is one attempt of startWorker: the ready worker, or nil
+// when it exited because a port was taken (any other failure fails t).
+func tryStartWorker(t *testing.T, bin, name string, args ...string) *worker {
 	t.Helper()
 	w := &worker{name: name, grpcAddr: freeAddr(t), httpAddr: freeAddr(t), done: make(chan struct{})}
 	w.cmd = exec.Command(filepath.Join(bin, name), append([]string{"--grpc-addr", w.grpcAddr, "--http-addr", w.httpAddr,
@@ -94,30 +113,38 @@ func startWorker(t *testing.T, bin, name string, args ...string) *worker {
 		t.Fatal(err)
 	}
 	go func() { _ = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		w.kill()
-		if t.Failed() {
-			w.mu.Lock()
-			t.Logf("%s output:\n%s", name, w.logs.String())
-			w.mu.Unlock()
-		}
-	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + w.httpAddr + "/health/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				t.Cleanup(func() {
+					w.kill()
+					if t.Failed() {
+						w.mu.Lock()
+						t.Logf("%s output:\n%s", name, w.logs.String())
+						w.mu.Unlock()
+					}
+				})
 				return w
 			}
 		}
 		select {
 		case <-w.done:
-			t.Fatalf("%s exited before it was ready:\n%s", name, w.logs.String())
+			w.mu.Lock()
+			logs := w.logs.String()
+			w.mu.Unlock()
+			if strings.Contains(logs, "address already in use") {
+				t.Logf("%s: a port was taken before it bound (%s); starting it again", name, strings.TrimSpace(logs))
+				return nil
+			}
+			t.Fatalf("%s exited before it was ready:\n%s", name, logs)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 30s", name)
+			w.kill()
+			t.Fatalf("%s not ready within 30s:\n%s", name, w.logs.String())
 		}
 	}
 }
